@@ -1,0 +1,523 @@
+"""ExecutionEngine: runs programs, owns the bus, the plugins and detached executions."""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from contextlib import AsyncExitStack, suppress
+from dataclasses import dataclass
+from time import perf_counter
+from types import TracebackType
+from typing import Any, Final, TypeVar
+
+import anyio
+from anyio.abc import TaskGroup
+from pydantic import JsonValue
+
+from ._bus import EventBus
+from ._context import (
+    ExecutionContext,
+    Program,
+    _current,
+    _execution_finished,
+    _execution_started,
+    _Run,
+    _tool_call,
+)
+from ._errors import (
+    ExecutionExpiredError,
+    ExecutionNotPausedError,
+    HookAbortError,
+    PluginError,
+    UnknownExecutionError,
+)
+from ._events import Attribution, ExecutionEvent, Trigger, new_id
+from ._hooks import HookMatcher, PostHook, PreHook
+from ._plugin import Plugin, PluginContext
+from ._results import (
+    ElicitationHandler,
+    ExecutionResult,
+    InteractionResponse,
+    PausedExecution,
+    error_info,
+)
+from ._scope import _attribution, _deliver, _observers
+from ._tools import Tool, ToolRegistry
+
+__all__ = ["ExecutionEngine"]
+
+logger: Final = logging.getLogger("onlooker")
+
+T = TypeVar("T")
+Ext = TypeVar("Ext")
+
+DEFAULT_PAUSE_TIMEOUT: Final = 3600.0
+DEFAULT_KEEP_RESULTS: Final = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class _HookPlan:
+    pre: tuple[tuple[HookMatcher, PreHook], ...]
+    post: tuple[tuple[HookMatcher, PostHook], ...]
+
+
+_NO_HOOKS: Final = _HookPlan((), ())
+
+
+class ExecutionEngine:
+    """Runs programs that call tools and ask questions, and reports every step.
+
+    Use it as an async context manager: entering starts the plugins and the
+    async observers' workers; leaving cancels detached executions (with their
+    closing events), flushes every observer, and closes the plugins in
+    reverse order. An engine runs once.
+    """
+
+    def __init__(
+        self,
+        *,
+        tools: Iterable[Tool[..., Any]] = (),
+        plugins: Sequence[Plugin[Any]] = (),
+        hooks: Sequence[HookMatcher] = (),
+        pause_timeout: float | None = DEFAULT_PAUSE_TIMEOUT,
+        keep_results: int = DEFAULT_KEEP_RESULTS,
+        bus: EventBus | None = None,
+    ) -> None:
+        if pause_timeout is not None and pause_timeout <= 0:
+            raise ValueError(f"pause_timeout must be positive or None, not {pause_timeout}")
+        for matcher in hooks:
+            if not isinstance(matcher, HookMatcher):
+                raise TypeError(
+                    f"hooks must be HookMatcher instances, not {type(matcher).__name__}"
+                )
+        self._tools = ToolRegistry(list(tools))
+        self._plugins = tuple(plugins)
+        self._own_hooks = tuple(hooks)
+        self._hooks: tuple[HookMatcher, ...] = self._own_hooks
+        self._hook_plans: dict[tuple[str, str | None], _HookPlan] = {}
+        self.pause_timeout = pause_timeout
+        self.bus: EventBus = bus if bus is not None else EventBus()
+        """The engine's event bus: subscribe observers, or use ``bus.events`` with Rx."""
+        self._keep_results = keep_results
+        self._extensions: dict[str, Any] = {}
+        self._runs: dict[str, _Run] = {}
+        self._finished: OrderedDict[str, ExecutionResult[Any]] = OrderedDict()
+        self._task_group: TaskGroup | None = None
+        self._stack: AsyncExitStack | None = None
+        self._state = "new"
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    async def __aenter__(self) -> ExecutionEngine:
+        if self._state != "new":
+            raise RuntimeError(f"this engine is {self._state}; an engine runs once")
+        self._state = "starting"
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        try:
+            self._stack = AsyncExitStack()
+            await self._start_plugins(self._stack)
+            self.bus._start(task_group)
+        except BaseException as exc:
+            self._state = "closed"
+            with anyio.CancelScope(shield=True):
+                if self._stack is not None:
+                    await self._stack.aclose()
+            task_group.cancel_scope.cancel()
+            with suppress(BaseExceptionGroup):
+                await task_group.__aexit__(None, None, None)
+            raise exc from None
+        self._state = "running"
+        return self
+
+    async def _start_plugins(self, stack: AsyncExitStack) -> None:
+        seen: set[str] = set()
+        for plugin in self._plugins:
+            if not isinstance(plugin, Plugin):
+                raise PluginError(f"not a plugin (use define_plugin): {plugin!r}")
+            if plugin.id in seen:
+                raise PluginError(f"two plugins have the id {plugin.id!r}", plugin_id=plugin.id)
+            seen.add(plugin.id)
+        extra_hooks: list[HookMatcher] = []
+        for plugin in self._plugins:
+            ext: Any = None
+            try:
+                if plugin.extension is not None:
+                    context = PluginContext(
+                        plugin_id=plugin.id,
+                        logger=logging.getLogger(f"onlooker.plugins.{plugin.id}"),
+                        tools=self._tools,
+                        bus=self.bus,
+                    )
+                    ext = plugin.extension(context)
+                    if hasattr(ext, "__aenter__") and hasattr(ext, "__aexit__"):
+                        ext = await stack.enter_async_context(ext)
+                self._extensions[plugin.id] = ext
+                if plugin.observer is not None:
+                    self.bus.subscribe(
+                        plugin.observer(ext),
+                        name=plugin.id,
+                        overflow=plugin.overflow,
+                        queue_size=plugin.queue_size,
+                    )
+                if plugin.hooks is not None:
+                    extra_hooks.extend(plugin.hooks(ext))
+            except PluginError:
+                raise
+            except Exception as exc:
+                raise PluginError(
+                    f"plugin {plugin.id!r} failed to start: {exc}", plugin_id=plugin.id
+                ) from exc
+        self._hooks = self._own_hooks + tuple(extra_hooks)
+        self._hook_plans.clear()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        task_group = self._task_group
+        assert task_group is not None, "__aexit__ without __aenter__"
+        self._state = "closing"
+        close_error: BaseException | None = None
+        try:
+            with anyio.CancelScope(shield=True):
+                await self._cancel_detached()
+                await self.bus._aclose()
+                if self._stack is not None:
+                    await self._stack.aclose()
+        except BaseException as error:
+            close_error = error
+        self._state = "closed"
+        cancelled = exc is not None and isinstance(exc, anyio.get_cancelled_exc_class())
+        try:
+            if exc is None or cancelled:
+                await task_group.__aexit__(exc_type, exc, tb)
+            else:
+                await task_group.__aexit__(None, None, None)
+        except BaseExceptionGroup as group:
+            leaves = _leaves(group)
+            if exc is not None and not cancelled:
+                logger.error("engine task failed while the block raised %r", exc, exc_info=group)
+                return False  # the body's own exception, unwrapped
+            if len(leaves) == 1:
+                raise leaves[0] from None
+            raise
+        if close_error is not None:
+            raise close_error
+        return False
+
+    async def aclose(self) -> None:
+        """Close the engine (as leaving ``async with`` does)."""
+        await self.__aexit__(None, None, None)
+
+    async def _cancel_detached(self) -> None:
+        for run in list(self._runs.values()):
+            if run.scope is not None:
+                run.scope.cancel()
+        for run in list(self._runs.values()):
+            if run.done is not None:
+                await run.done.wait()
+
+    def _require_running(self) -> TaskGroup:
+        if self._state != "running" or self._task_group is None:
+            raise RuntimeError(
+                "the engine is not running: use `async with ExecutionEngine(...) as engine:`"
+                if self._state == "new"
+                else f"the engine is {self._state}"
+            )
+        return self._task_group
+
+    # -- plugins -----------------------------------------------------------------
+
+    def extension(self, plugin: Plugin[Ext]) -> Ext:
+        """The extension that ``plugin`` built in this engine, typed as the plugin's ``Ext``."""
+        if plugin.id not in self._extensions or plugin not in self._plugins:
+            raise PluginError(
+                f"plugin {plugin.id!r} is not installed in this engine", plugin_id=plugin.id
+            )
+        return self._extensions[plugin.id]  # type: ignore[no-any-return]
+
+    def plugin(self, id: str) -> Any:
+        """The extension of the plugin with this id (untyped; prefer :meth:`extension`)."""
+        if id not in self._extensions:
+            raise PluginError(f"no plugin with id {id!r} is installed", plugin_id=id)
+        return self._extensions[id]
+
+    @property
+    def tools(self) -> ToolRegistry:
+        """The engine's tools by name."""
+        return self._tools
+
+    # -- emitting ----------------------------------------------------------------
+
+    def _publish(self, event: ExecutionEvent) -> None:
+        self.bus.emit(event)
+        scoped = _observers.get()
+        if scoped:
+            failures = _deliver(scoped, event)
+            if failures:
+                self.bus._errors["observing()"] = self.bus._errors.get("observing()", 0) + failures
+
+    def _hook_plan(self, tool: str, phase: str | None) -> _HookPlan:
+        key = (tool, phase)
+        plan = self._hook_plans.get(key)
+        if plan is None:
+            if not self._hooks:
+                plan = _NO_HOOKS
+            else:
+                matching = [m for m in self._hooks if m.matches(tool, phase)]
+                plan = _HookPlan(
+                    tuple((m, hook) for m in matching for hook in m.pre),
+                    tuple((m, hook) for m in matching for hook in m.post),
+                )
+            self._hook_plans[key] = plan
+        return plan
+
+    # -- executing ---------------------------------------------------------------
+
+    async def execute(
+        self,
+        program: Program[T],
+        *,
+        on_elicitation: ElicitationHandler | None = None,
+        trigger: Trigger | str = "api",
+        owner: str | None = None,
+        input: JsonValue = None,
+    ) -> ExecutionResult[T]:
+        """Run ``program`` inline and return its result.
+
+        Questions go to ``on_elicitation`` (declined without one). A failing
+        program is a ``failed`` result; cancellation of the caller propagates
+        after the closing events are emitted.
+        """
+        self._require_running()
+        run = _Run(new_id(), mode="inline", on_elicitation=on_elicitation)
+        return await self._run_execution(
+            program,
+            run,
+            run.root_id,
+            self._root_attribution(),
+            _trigger(trigger),
+            owner=owner,
+            input=input,
+        )
+
+    async def execute_with_pause(
+        self,
+        program: Program[T],
+        *,
+        trigger: Trigger | str = "api",
+        owner: str | None = None,
+        input: JsonValue = None,
+    ) -> ExecutionResult[T] | PausedExecution:
+        """Start ``program`` as a detached task; return at its first question or its end.
+
+        The detached task keeps the observers in scope here, whoever resumes it.
+        """
+        task_group = self._require_running()
+        run = _Run(new_id(), mode="paused", pause_timeout=self.pause_timeout)
+        run.outcome_ready = anyio.Event()
+        run.done = anyio.Event()
+        run.scope = anyio.CancelScope()
+        self._runs[run.root_id] = run
+        scoped = _observers.get()
+        attribution = self._root_attribution()
+        task_group.start_soon(
+            self._run_detached,
+            program,
+            run,
+            scoped,
+            attribution,
+            _trigger(trigger),
+            owner,
+            input,
+            name=f"onlooker execution {run.root_id}",
+        )
+        return await run.next_outcome()
+
+    async def resume(
+        self, execution_id: str, response: InteractionResponse
+    ) -> ExecutionResult[Any] | PausedExecution:
+        """Answer a paused execution; return at its next question or its end.
+
+        An unknown id raises ``UnknownExecutionError``; a running one (or one
+        another ``resume`` is answering) ``ExecutionNotPausedError``; a
+        finished one returns its final result again.
+        """
+        if not isinstance(response, InteractionResponse):
+            raise TypeError(
+                f"response must be an InteractionResponse, not {type(response).__name__}"
+            )
+        run = self._runs.get(execution_id)
+        if run is None:
+            return self._finished_result(execution_id)
+        pending = run.pending
+        if run.state != "paused" or pending is None:
+            raise ExecutionNotPausedError(
+                f"execution {execution_id!r} is not paused (it is {run.state})",
+                execution_id=execution_id,
+            )
+        run.state = "answering"
+        run.outcome = None
+        run.outcome_ready = anyio.Event()
+        pending.response = response
+        pending.answered.set()
+        return await run.next_outcome()
+
+    async def cancel(self, execution_id: str) -> ExecutionResult[Any]:
+        """Cancel a paused or running detached execution; return its final result."""
+        run = self._runs.get(execution_id)
+        if run is None:
+            return self._finished_result(execution_id)
+        assert run.scope is not None and run.done is not None
+        run.scope.cancel()
+        await run.done.wait()
+        assert run.result is not None
+        return run.result
+
+    def _finished_result(self, execution_id: str) -> ExecutionResult[Any]:
+        result = self._finished.get(execution_id)
+        if result is None:
+            raise UnknownExecutionError(
+                f"no execution with id {execution_id!r}", execution_id=execution_id
+            )
+        return result
+
+    def _root_attribution(self) -> Attribution:
+        current = _attribution.get()
+        if (
+            current.depth == 0
+            and current.parent_execution_id is None
+            and current.parent_tool_call_id is None
+        ):
+            return current
+        return Attribution(
+            task_id=current.task_id, phase=current.phase, intent_id=current.intent_id
+        )
+
+    async def _run_detached(
+        self,
+        program: Program[Any],
+        run: _Run,
+        scoped: Any,
+        attribution: Attribution,
+        trigger: Trigger,
+        owner: str | None,
+        input: JsonValue,
+    ) -> None:
+        # The scope captured at execute_with_pause, whichever task resumes us.
+        _observers.set(scoped)
+        assert run.scope is not None and run.done is not None
+        try:
+            with run.scope:
+                await self._run_execution(
+                    program, run, run.root_id, attribution, trigger, owner=owner, input=input
+                )
+        finally:
+            run.state = "finished"
+            self._runs.pop(run.root_id, None)
+            result = run.result or ExecutionResult(run.root_id, "cancelled")
+            self._finished[run.root_id] = result
+            while len(self._finished) > self._keep_results:
+                self._finished.popitem(last=False)
+            run.deliver(result)
+            run.done.set()
+
+    async def _run_execution(
+        self,
+        program: Program[T],
+        run: _Run,
+        execution_id: str,
+        attribution: Attribution,
+        trigger: Trigger,
+        *,
+        owner: str | None,
+        input: JsonValue,
+    ) -> ExecutionResult[T]:
+        name = (
+            getattr(program, "__qualname__", None)
+            or getattr(program, "__name__", None)
+            or repr(program)
+        )
+        ctx = ExecutionContext(self, run, execution_id, attribution, name, trigger, input)
+        attribution_token = _attribution.set(attribution)
+        context_token = _current.set(ctx)
+        call_token = _tool_call.set(None)
+        began = perf_counter()
+        try:
+            try:
+                _execution_started(ctx, owner)
+                if self.bus._full:
+                    await self.bus.wait_for_space()
+                value = await program(ctx)
+            except BaseException as exc:
+                result: ExecutionResult[T] = ExecutionResult(
+                    execution_id, _failure_status(exc, run), None, _error_of(exc, run), _ms(began)
+                )
+                if execution_id == run.root_id:
+                    run.result = result
+                _execution_finished(ctx, result)
+                if not isinstance(exc, Exception):
+                    raise
+                return result
+            if run.aborted is not None or run.expired:
+                reason = run.aborted or ExecutionExpiredError(
+                    "the execution expired", execution_id=run.root_id
+                )
+                result = ExecutionResult(
+                    execution_id, _failure_status(reason, run), None, _error_of(reason, run), _ms(began)
+                )
+            else:
+                result = ExecutionResult(execution_id, "completed", value, None, _ms(began))
+            if execution_id == run.root_id:
+                run.result = result
+            _execution_finished(ctx, result)
+            return result
+        finally:
+            _tool_call.reset(call_token)
+            _current.reset(context_token)
+            _attribution.reset(attribution_token)
+
+
+def _failure_status(exc: BaseException, run: _Run) -> Any:
+    if not isinstance(exc, Exception):
+        return "cancelled"
+    if run.expired and run.aborted is None:
+        return "expired"
+    return "failed"
+
+
+def _error_of(exc: BaseException, run: _Run) -> Any:
+    if (
+        isinstance(exc, Exception)
+        and run.aborted is not None
+        and not isinstance(exc, HookAbortError)
+    ):
+        return error_info(run.aborted)  # a caught abort still decides the outcome
+    return error_info(exc)
+
+
+def _ms(began: float) -> float:
+    return (perf_counter() - began) * 1000.0
+
+
+def _trigger(trigger: Trigger | str) -> Trigger:
+    if isinstance(trigger, Trigger):
+        return trigger
+    if isinstance(trigger, str) and trigger:
+        return Trigger(kind=trigger)
+    raise TypeError(f"trigger must be a Trigger or a non-empty string, not {trigger!r}")
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    leaves: list[BaseException] = []
+    for item in group.exceptions:
+        if isinstance(item, BaseExceptionGroup):
+            leaves.extend(_leaves(item))
+        elif not isinstance(item, anyio.get_cancelled_exc_class()):
+            leaves.append(item)
+    return leaves or list(group.exceptions)

@@ -1,0 +1,320 @@
+"""The six event kinds, their envelope, and ``parse_event``.
+
+Events are frozen pydantic models. The engine builds its own events through
+``_build`` (no re-validation of what it already knows, which is most of the
+cost of an observed tool call); everything from outside goes through
+``parse_event`` and full validation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from datetime import UTC, datetime
+from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar, Union, final
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    TypeAdapter,
+    ValidationError,
+)
+from pydantic_core import to_jsonable_python
+
+from ._errors import EventValidationError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Attribution",
+    "ErrorCause",
+    "ErrorInfo",
+    "ExecutionEvent",
+    "ExecutionFinished",
+    "ExecutionStarted",
+    "ExecutionStatus",
+    "InteractionMode",
+    "InteractionResolved",
+    "InteractionStarted",
+    "InteractionStatus",
+    "ToolCallFinished",
+    "ToolCallStarted",
+    "ToolCallStatus",
+    "Trigger",
+    "new_id",
+    "parse_event",
+    "snapshot",
+]
+
+SCHEMA_VERSION: Final = 1
+"""The version of the event format written into every event's ``schema_version``."""
+
+ToolCallStatus: TypeAlias = Literal["completed", "failed", "skipped", "blocked", "cancelled"]
+InteractionStatus: TypeAlias = Literal["accepted", "declined", "cancelled", "expired", "failed"]
+ExecutionStatus: TypeAlias = Literal["completed", "failed", "cancelled", "expired"]
+InteractionMode: TypeAlias = Literal["inline", "paused"]
+ErrorCause: TypeAlias = Literal["failure", "defect", "interrupt"]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+# Ids: a random per-process prefix and a counter. Unique across processes,
+# and ~10x cheaper than uuid4 on the hot path.
+_ID_PREFIX: Final = os.urandom(6).hex()
+_id_counter = itertools.count()
+
+
+def new_id() -> str:
+    """A new unique id (event, execution, tool call, interaction)."""
+    return f"{_ID_PREFIX}{next(_id_counter):010x}"
+
+
+def _reseed_after_fork() -> None:
+    global _ID_PREFIX, _id_counter
+    _ID_PREFIX = os.urandom(6).hex()  # type: ignore[misc]  # a forked child needs its own prefix
+    _id_counter = itertools.count()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reseed_after_fork)
+
+
+@final
+class Trigger(BaseModel):
+    """What started an execution: ``kind`` ("cli", "api", "schedule", ...) and free metadata."""
+
+    model_config = _FROZEN
+
+    kind: str
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+@final
+class Attribution(BaseModel):
+    """Who caused an event: the task and phase in scope, the parent execution and call.
+
+    ``depth`` is 0 for a root execution and grows by one per ``ctx.spawn``.
+    """
+
+    model_config = _FROZEN
+
+    task_id: str | None = None
+    phase: str | None = None
+    parent_execution_id: str | None = None
+    parent_tool_call_id: str | None = None
+    depth: int = 0
+    intent_id: str | None = None
+
+
+@final
+class ErrorInfo(BaseModel):
+    """An error as data: its type name, message, and cause.
+
+    ``cause`` is ``failure`` (an expected, typed error: a ``ToolError`` or any
+    ``OnlookerError``), ``defect`` (any other exception) or ``interrupt``
+    (cancellation).
+    """
+
+    model_config = _FROZEN
+
+    type: str
+    message: str
+    cause: ErrorCause
+
+
+class _Envelope(BaseModel):
+    model_config = _FROZEN
+
+    event_id: str
+    execution_id: str
+    seq: Annotated[int, Field(ge=0)]
+    at: AwareDatetime
+    attribution: Attribution
+    schema_version: int = SCHEMA_VERSION
+
+
+@final
+class ExecutionStarted(_Envelope):
+    """An execution begins."""
+
+    kind: Literal["ExecutionStarted"] = "ExecutionStarted"
+    program: str
+    trigger: Trigger
+    owner: str | None = None
+    input: JsonValue = None
+
+
+@final
+class ToolCallStarted(_Envelope):
+    """A tool is about to run (pre-hooks have decided); ``args`` is what it receives."""
+
+    kind: Literal["ToolCallStarted"] = "ToolCallStarted"
+    tool_call_id: str
+    tool: str
+    args: dict[str, JsonValue]
+
+
+@final
+class ToolCallFinished(_Envelope):
+    """A tool call ended, whatever the way."""
+
+    kind: Literal["ToolCallFinished"] = "ToolCallFinished"
+    tool_call_id: str
+    tool: str
+    status: ToolCallStatus
+    result: JsonValue = None
+    error: ErrorInfo | None = None
+    duration_ms: float
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+@final
+class InteractionStarted(_Envelope):
+    """The program asks a person something (``ctx.elicit``)."""
+
+    kind: Literal["InteractionStarted"] = "InteractionStarted"
+    interaction_id: str
+    message: str
+    requested_schema: dict[str, JsonValue] | None = None
+    mode: InteractionMode
+
+
+@final
+class InteractionResolved(_Envelope):
+    """The question was answered or abandoned."""
+
+    kind: Literal["InteractionResolved"] = "InteractionResolved"
+    interaction_id: str
+    status: InteractionStatus
+    response: JsonValue = None
+    error: ErrorInfo | None = None
+
+
+@final
+class ExecutionFinished(_Envelope):
+    """The execution ended, whatever the way."""
+
+    kind: Literal["ExecutionFinished"] = "ExecutionFinished"
+    status: ExecutionStatus
+    result: JsonValue = None
+    error: ErrorInfo | None = None
+    duration_ms: float
+
+
+ExecutionEvent: TypeAlias = Annotated[
+    Union[  # noqa: UP007  # a discriminated union needs the Union form inside Annotated
+        ExecutionStarted,
+        ToolCallStarted,
+        ToolCallFinished,
+        InteractionStarted,
+        InteractionResolved,
+        ExecutionFinished,
+    ],
+    Field(discriminator="kind"),
+]
+"""The sealed union of every event; match on it exhaustively."""
+
+_KINDS: Final = frozenset(
+    {
+        "ExecutionStarted",
+        "ToolCallStarted",
+        "ToolCallFinished",
+        "InteractionStarted",
+        "InteractionResolved",
+        "ExecutionFinished",
+    }
+)
+_EVENT_ADAPTER: Final[TypeAdapter[ExecutionEvent]] = TypeAdapter(ExecutionEvent)
+
+
+def parse_event(raw: bytes | str | dict[str, Any]) -> ExecutionEvent:
+    """Validate one event from JSON (bytes or str) or a dict.
+
+    Raises :class:`EventValidationError` naming the offending field; never
+    returns a half-built event.
+    """
+    try:
+        if isinstance(raw, bytes | bytearray):
+            try:
+                raw = bytes(raw).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise EventValidationError(f"event is not UTF-8: {exc}") from None
+        if isinstance(raw, str):
+            return _EVENT_ADAPTER.validate_json(raw)
+        if isinstance(raw, dict):
+            return _EVENT_ADAPTER.validate_python(raw)
+    except ValidationError as exc:
+        raise _validation_error(exc) from None
+    raise EventValidationError(f"an event must be bytes, str or dict, not {type(raw).__name__}")
+
+
+def _validation_error(exc: ValidationError) -> EventValidationError:
+    first = exc.errors(include_url=False)[0]
+    parts = list(first["loc"])
+    if parts and parts[0] in _KINDS:  # the union's tag, not a field
+        parts = parts[1:]
+    loc = ".".join(str(part) for part in parts)
+    if first["type"] == "json_invalid":
+        return EventValidationError(f"event is not valid JSON: {first['msg']}")
+    if first["type"] == "union_tag_invalid":
+        return EventValidationError(
+            f"unknown event kind {first.get('input', {}).get('kind')!r}"
+            if isinstance(first.get("input"), dict)
+            else f"unknown event kind: {first['msg']}",
+            field="kind",
+        )
+    if first["type"] == "union_tag_not_found":
+        return EventValidationError("event has no 'kind' field", field="kind")
+    count = exc.error_count()
+    more = f" (and {count - 1} more)" if count > 1 else ""
+    return EventValidationError(f"invalid event field {loc!r}: {first['msg']}{more}", field=loc)
+
+
+_M = TypeVar("_M", bound=BaseModel)
+_object_setattr = object.__setattr__
+_FIELDS_SET: dict[type[BaseModel], set[str]] = {}
+
+
+def _build(cls: type[_M], values: dict[str, Any]) -> _M:
+    """Build a model from values the engine already knows are valid.
+
+    ``values`` must hold every field. This skips validation on purpose: the
+    engine's own events are built from typed data it produced itself.
+    """
+    model = object.__new__(cls)
+    _object_setattr(model, "__dict__", values)
+    fields_set = _FIELDS_SET.get(cls)
+    if fields_set is None:
+        fields_set = _FIELDS_SET[cls] = set(cls.model_fields)
+    _object_setattr(model, "__pydantic_fields_set__", fields_set)
+    _object_setattr(model, "__pydantic_extra__", None)
+    _object_setattr(model, "__pydantic_private__", None)
+    return model
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+_SCALARS: Final = (str, int, float, bool, type(None))
+
+
+def snapshot(value: object) -> JsonValue:
+    """A JSON-compatible deep copy of ``value``.
+
+    Events hold snapshots: mutating the dict a tool received, or what it
+    returned, after the event was emitted never changes the event. Plain JSON
+    shapes are copied by a fast path; anything else (models, dataclasses,
+    paths, ...) goes through pydantic's JSON conversion.
+    """
+    if isinstance(value, _SCALARS):
+        return value  # immutable scalars are their own snapshot
+    if type(value) is dict:
+        return {
+            k if type(k) is str else str(k): v if isinstance(v, _SCALARS) else snapshot(v)
+            for k, v in value.items()
+        }
+    if type(value) is list or type(value) is tuple:
+        return [v if isinstance(v, _SCALARS) else snapshot(v) for v in value]
+    return to_jsonable_python(value, fallback=repr)  # type: ignore[no-any-return]

@@ -1,0 +1,112 @@
+"""Plugins: an extension (the plugin's own state), an observer, and hooks."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, final, overload
+
+from ._bus import DEFAULT_QUEUE_SIZE, EventBus, Overflow
+from ._hooks import HookMatcher
+from ._observer import ObserverLike
+from ._tools import ToolRegistry
+
+__all__ = ["Plugin", "PluginContext", "define_plugin"]
+
+Ext = TypeVar("Ext")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class PluginContext:
+    """What a plugin's ``extension`` factory is given."""
+
+    plugin_id: str
+    logger: logging.Logger
+    """``onlooker.plugins.<id>``."""
+    tools: ToolRegistry
+    """The engine's tools: name, description, ``mutating``, ``reads`` / ``writes`` / ``edits``."""
+    bus: EventBus
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Plugin(Generic[Ext]):
+    """A plugin made by :func:`define_plugin`; pass it to ``ExecutionEngine(plugins=[...])``."""
+
+    id: str
+    extension: Callable[[PluginContext], Ext | AbstractAsyncContextManager[Ext]] | None = None
+    observer: Callable[[Ext], ObserverLike] | None = None
+    hooks: Callable[[Ext], Sequence[HookMatcher]] | None = None
+    overflow: Overflow = "block"
+    queue_size: int = DEFAULT_QUEUE_SIZE
+
+
+@overload
+def define_plugin(
+    *,
+    id: str,
+    extension: Callable[[PluginContext], AbstractAsyncContextManager[Ext]],
+    observer: Callable[[Ext], ObserverLike] | None = None,
+    hooks: Callable[[Ext], Sequence[HookMatcher]] | None = None,
+    overflow: Overflow = "block",
+    queue_size: int = DEFAULT_QUEUE_SIZE,
+) -> Plugin[Ext]: ...
+
+
+@overload
+def define_plugin(
+    *,
+    id: str,
+    extension: Callable[[PluginContext], Ext],
+    observer: Callable[[Ext], ObserverLike] | None = None,
+    hooks: Callable[[Ext], Sequence[HookMatcher]] | None = None,
+    overflow: Overflow = "block",
+    queue_size: int = DEFAULT_QUEUE_SIZE,
+) -> Plugin[Ext]: ...
+
+
+@overload
+def define_plugin(
+    *,
+    id: str,
+    extension: None = None,
+    observer: Callable[[None], ObserverLike] | None = None,
+    hooks: Callable[[None], Sequence[HookMatcher]] | None = None,
+    overflow: Overflow = "block",
+    queue_size: int = DEFAULT_QUEUE_SIZE,
+) -> Plugin[None]: ...
+
+
+def define_plugin(
+    *,
+    id: str,
+    extension: Callable[[PluginContext], Any] | None = None,
+    observer: Callable[[Any], ObserverLike] | None = None,
+    hooks: Callable[[Any], Sequence[HookMatcher]] | None = None,
+    overflow: Overflow = "block",
+    queue_size: int = DEFAULT_QUEUE_SIZE,
+) -> Plugin[Any]:
+    """Define a plugin.
+
+    ``extension(ctx)`` builds the plugin's state; if it returns an async
+    context manager, the engine enters it on start and exits it (in reverse
+    plugin order) on close, and the extension is what ``__aenter__`` returned.
+    ``observer(ext)`` is subscribed to the bus, isolated and logged under
+    ``id``; ``overflow`` and ``queue_size`` apply when it is asynchronous.
+    ``hooks(ext)`` adds tool hooks after the engine's own.
+    """
+    if not isinstance(id, str) or not id:
+        raise ValueError("a plugin needs a non-empty string id")
+    if overflow not in ("block", "drop"):
+        raise ValueError(f"overflow must be 'block' or 'drop', not {overflow!r}")
+    return Plugin(
+        id=id,
+        extension=extension,
+        observer=observer,
+        hooks=hooks,
+        overflow=overflow,
+        queue_size=queue_size,
+    )

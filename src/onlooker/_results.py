@@ -1,0 +1,123 @@
+"""Values at the edge of an execution: results, pauses, and answers to questions."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeAlias, TypeVar, final
+
+from pydantic import JsonValue
+
+from ._errors import OnlookerError
+from ._events import ErrorInfo, ExecutionStatus, InteractionStatus, _build
+
+__all__ = [
+    "Elicitation",
+    "ElicitationHandler",
+    "ExecutionResult",
+    "InteractionResponse",
+    "PausedExecution",
+    "error_info",
+]
+
+T = TypeVar("T")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ExecutionResult(Generic[T]):
+    """How an execution ended: errors are values here, not exceptions."""
+
+    execution_id: str
+    status: ExecutionStatus
+    value: T | None = None
+    error: ErrorInfo | None = None
+    duration_ms: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the execution completed."""
+        return self.status == "completed"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class PausedExecution:
+    """An execution waiting for an answer; pass its id to ``engine.resume``."""
+
+    execution_id: str
+    """The root execution's id (what ``resume`` and ``cancel`` take)."""
+    interaction_id: str
+    message: str
+    requested_schema: dict[str, JsonValue] | None = None
+    asking_execution_id: str = ""
+    """The execution that asked: the root's id, or a child's."""
+
+
+_ACTION_STATUS: dict[str, InteractionStatus] = {
+    "accept": "accepted",
+    "decline": "declined",
+    "cancel": "cancelled",
+}
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class InteractionResponse:
+    """A person's answer: ``accept`` with content, ``decline`` or ``cancel``."""
+
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.action not in _ACTION_STATUS:
+            raise ValueError(f"action must be 'accept', 'decline' or 'cancel', not {self.action!r}")
+        if self.content is not None and not isinstance(self.content, dict):
+            raise TypeError(f"content must be a dict or None, not {type(self.content).__name__}")
+
+    @classmethod
+    def accept(cls, content: dict[str, Any] | None = None) -> InteractionResponse:
+        """The person answered; ``content`` is the answer."""
+        return cls("accept", dict(content) if content is not None else {})
+
+    @classmethod
+    def decline(cls) -> InteractionResponse:
+        """The person said no."""
+        return cls("decline")
+
+    @classmethod
+    def cancel(cls) -> InteractionResponse:
+        """The person dismissed the question."""
+        return cls("cancel")
+
+    @property
+    def status(self) -> InteractionStatus:
+        """The ``InteractionResolved.status`` this answer records."""
+        return _ACTION_STATUS[self.action]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Elicitation:
+    """A question a program asks (what ``on_elicitation`` receives)."""
+
+    execution_id: str
+    interaction_id: str
+    message: str
+    requested_schema: dict[str, JsonValue] | None = None
+
+
+ElicitationHandler: TypeAlias = Callable[[Elicitation], Awaitable[InteractionResponse]]
+"""``async (Elicitation) -> InteractionResponse``: answers questions during ``execute``."""
+
+
+def error_info(exc: BaseException) -> ErrorInfo:
+    """Describe an exception as data: ``failure``, ``defect`` or ``interrupt``."""
+    if not isinstance(exc, Exception):
+        cause = "interrupt"
+    elif isinstance(exc, OnlookerError):
+        cause = "failure"
+    else:
+        cause = "defect"
+    message = str(exc) or type(exc).__name__
+    return _build(ErrorInfo, {"type": type(exc).__name__, "message": message, "cause": cause})

@@ -1,0 +1,161 @@
+"""Context-scoped observers and attribution, both riding ``ContextVar``s.
+
+``observing(observer)`` adds a synchronous observer for the current context;
+``emit_event(event)`` sends to every observer in scope. ``attribution(...)``
+scopes the task and phase that every event emitted inside it records.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextvars import ContextVar, Token
+from types import TracebackType
+from typing import Final
+
+from ._events import Attribution, ExecutionEvent
+from ._observer import ObserverLike, observer_name, resolve_handler
+
+__all__ = ["attribution", "current_attribution", "emit_event", "observing"]
+
+logger: Final = logging.getLogger("onlooker")
+
+_Scoped = tuple[tuple[str, object], ...]
+_observers: ContextVar[_Scoped] = ContextVar("onlooker_observers", default=())
+_ROOT_ATTRIBUTION: Final = Attribution()
+_attribution: ContextVar[Attribution] = ContextVar(
+    "onlooker_attribution", default=_ROOT_ATTRIBUTION
+)
+
+
+class observing:  # used like a function: `with onlooker.observing(obs):`
+    """Install a synchronous observer for the current context (sync and async ``with``).
+
+    Scopes nest: an inner scope adds its observer to the outer ones. Events
+    emitted by executions started inside the scope — also after a pause and
+    a ``resume`` from elsewhere — reach it.
+    """
+
+    __slots__ = ("_entry", "_token")
+
+    def __init__(self, observer: ObserverLike, *, name: str | None = None) -> None:
+        handle, is_async = resolve_handler(observer)
+        if is_async:
+            raise TypeError(
+                "observing() takes a synchronous observer; subscribe asynchronous ones "
+                "through a plugin or engine.bus.subscribe(), which own their worker tasks"
+            )
+        self._entry = (name or observer_name(observer), handle)
+        self._token: Token[_Scoped] | None = None
+
+    def __enter__(self) -> None:
+        if self._token is not None:
+            raise RuntimeError("this observing() scope is already entered")
+        self._token = _observers.set((*_observers.get(), self._entry))
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._token is not None
+        _observers.reset(self._token)
+        self._token = None
+
+    async def __aenter__(self) -> None:
+        self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+def emit_event(event: ExecutionEvent) -> None:
+    """Send ``event`` to the observers in scope; a cheap no-op when there are none.
+
+    An observer's ``Exception`` is logged and swallowed; anything else
+    (cancellation, ``KeyboardInterrupt``) propagates.
+    """
+    scoped = _observers.get()
+    if scoped:
+        _deliver(scoped, event)
+
+
+def _deliver(scoped: _Scoped, event: ExecutionEvent) -> int:
+    """Deliver to scoped observers; returns how many raised."""
+    failures = 0
+    for name, handle in scoped:
+        try:
+            handle(event)  # type: ignore[operator]
+        except Exception as exc:
+            failures += 1
+            logger.error(
+                "observer %r failed on %s (execution %s): %s",
+                name,
+                event.kind,
+                event.execution_id,
+                exc,
+                exc_info=exc,
+                extra={
+                    "observer": name,
+                    "event_kind": event.kind,
+                    "execution_id": event.execution_id,
+                },
+            )
+    return failures
+
+
+class attribution:  # used like a function: `with onlooker.attribution(...)`
+    """Scope the ``task_id`` and ``phase`` recorded on every event emitted inside.
+
+    Works as a sync and an async context manager. Nesting inherits: a field
+    left unset keeps the outer scope's value.
+    """
+
+    __slots__ = ("_phase", "_task_id", "_token")
+
+    def __init__(self, *, task_id: str | None = None, phase: str | None = None) -> None:
+        self._task_id = task_id
+        self._phase = phase
+        self._token: Token[Attribution] | None = None
+
+    def __enter__(self) -> Attribution:
+        current = _attribution.get()
+        updated = current.model_copy(
+            update={
+                "task_id": self._task_id if self._task_id is not None else current.task_id,
+                "phase": self._phase if self._phase is not None else current.phase,
+            }
+        )
+        self._token = _attribution.set(updated)
+        return updated
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._token is not None
+        _attribution.reset(self._token)
+        self._token = None
+
+    async def __aenter__(self) -> Attribution:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+def current_attribution() -> Attribution:
+    """The attribution that an event emitted here would carry."""
+    return _attribution.get()

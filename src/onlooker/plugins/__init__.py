@@ -1,0 +1,1 @@
+"""Built-in plugins: history, metrics, audit, summary."""
