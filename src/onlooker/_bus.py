@@ -63,23 +63,26 @@ class BusStatistics:
     """``dropped`` by observer."""
 
 
-class _SyncGuard:
-    __slots__ = ("bus", "handle", "name")
+class _SyncFanOut:
+    """Every synchronous observer behind one Subject subscription, each one isolated."""
 
-    def __init__(
-        self, bus: EventBus, name: str, handle: Callable[[ExecutionEvent], object]
-    ) -> None:
+    __slots__ = ("bus", "observers", "subscription")
+
+    def __init__(self, bus: EventBus) -> None:
         self.bus = bus
-        self.name = name
-        self.handle = handle
+        self.observers: tuple[tuple[str, Callable[[ExecutionEvent], object]], ...] = ()
+        self.subscription: rx_abc.DisposableBase | None = None
 
     def on_next(self, event: ExecutionEvent) -> None:
-        try:
-            self.handle(event)
-        except Exception as exc:
-            self.bus._observer_failed(self.name, event, exc)
-        else:
-            self.bus._delivered += 1
+        observers = self.observers
+        failures = 0
+        for name, handle in observers:
+            try:
+                handle(event)
+            except Exception as exc:
+                failures += 1
+                self.bus._observer_failed(name, event, exc)
+        self.bus._delivered += len(observers) - failures
 
 
 class _RxGuard:
@@ -216,6 +219,7 @@ class EventBus:
 
     def __init__(self) -> None:
         self._subject: Subject[ExecutionEvent] = Subject()
+        self._sync = _SyncFanOut(self)
         self._queues: list[_AsyncQueue] = []
         self._full: set[_AsyncQueue] = set()
         self._task_group: TaskGroup | None = None
@@ -254,8 +258,7 @@ class EventBus:
         handle, is_async = resolve_handler(observer)
         label = name or observer_name(observer)
         if not is_async:
-            guard = _SyncGuard(self, label, handle)
-            return self._subject.subscribe(guard.on_next)
+            return self._subscribe_sync(label, handle)
         queue = _AsyncQueue(self, label, handle, queue_size, overflow)  # type: ignore[arg-type]
         self._queues.append(queue)
         if self._task_group is not None:
@@ -267,6 +270,20 @@ class EventBus:
             queue.close()
             if queue in self._queues and not queue.started:
                 self._queues.remove(queue)
+
+        return Disposable(dispose)
+
+    def _subscribe_sync(
+        self, name: str, handle: Callable[[ExecutionEvent], object]
+    ) -> rx_abc.DisposableBase:
+        fan_out = self._sync
+        entry = (name, handle)
+        fan_out.observers = (*fan_out.observers, entry)
+        if fan_out.subscription is None:
+            fan_out.subscription = self._subject.subscribe(fan_out.on_next)
+
+        def dispose() -> None:
+            fan_out.observers = tuple(o for o in fan_out.observers if o is not entry)
 
         return Disposable(dispose)
 
@@ -329,7 +346,9 @@ class EventBus:
             dropped=sum(self._dropped.values()),
             observer_errors=sum(self._errors.values()),
             queued=sum(len(q.queue) for q in self._queues),
-            subscribers=len(self._subject.observers),
+            subscribers=len(self._subject.observers)
+            - (self._sync.subscription is not None)
+            + len(self._sync.observers),
             errors_by_observer=dict(self._errors),
             dropped_by_observer=dict(self._dropped),
         )

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import Any, Generic, ParamSpec, TypeVar, cast, final, get_type_hints, overload
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Generic, ParamSpec, TypeVar, final, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
@@ -98,7 +98,7 @@ class Tool(Generic[P, R]):
     async def invoke(self, args: dict[str, Any]) -> Any:
         """Run the tool with already validated arguments."""
         if self.is_async:
-            return await cast(Callable[..., Awaitable[Any]], self.fn)(**args)
+            return await self.fn(**args)  # type: ignore[call-arg,misc]  # validated kwargs
         result = self.fn(**args)  # type: ignore[call-arg]
         if inspect.isawaitable(result):
             return await result

@@ -1,0 +1,195 @@
+"""Per-tool-call observation overhead, measured against baselines in the same run.
+
+(a) awaiting the tool function directly; (b) the same tool through
+``ctx.call`` with no plugins; (c) with three sync recording plugins; (d) one
+OpenTelemetry SDK span (SimpleSpanProcessor + InMemorySpanExporter) around the
+direct call; (e) the floor: building two events and two ``Subject.on_next``.
+Also: events/s built and emitted to three sync observers, and the memory of
+10,000 paused executions.
+
+Run: ``.venv/bin/python bench/overhead.py [--calls N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+from reactivex.subject import Subject
+
+import onlooker
+from onlooker import ExecutionContext, ExecutionEvent
+from onlooker._events import Attribution, ToolCallFinished, ToolCallStarted, _build, _now, new_id
+
+REPEATS = 5
+
+
+@onlooker.tool
+async def add(a: int, b: int) -> int:
+    """The tool under measurement: as cheap as a tool can be."""
+    return a + b
+
+
+class Recorder:
+    """A sync plugin observer that keeps every event."""
+
+    def __init__(self) -> None:
+        self.events: list[ExecutionEvent] = []
+
+    def handle(self, event: ExecutionEvent) -> None:
+        self.events.append(event)
+
+
+def recording_plugin(index: int) -> onlooker.Plugin[Recorder]:
+    return onlooker.define_plugin(id=f"recorder{index}", extension=lambda _ctx: Recorder(), observer=lambda r: r)
+
+
+async def best_of(run: Callable[[], Awaitable[float]]) -> float:
+    """Median of a few repeats, in µs per call."""
+    return statistics.median([await run() for _ in range(REPEATS)])
+
+
+async def direct(calls: int) -> float:
+    began = time.perf_counter()
+    for i in range(calls):
+        await add.fn(a=i, b=1)
+    return (time.perf_counter() - began) / calls * 1e6
+
+
+async def through_engine(calls: int, plugins: list[onlooker.Plugin[Any]]) -> float:
+    timing: list[float] = []
+
+    async def program(ctx: ExecutionContext) -> None:
+        began = time.perf_counter()
+        for i in range(calls):
+            await ctx.call("add", a=i, b=1)
+        timing.append((time.perf_counter() - began) / calls * 1e6)
+
+    async with onlooker.ExecutionEngine(tools=[add], plugins=plugins) as engine:
+        await engine.execute(program)
+    for plugin in plugins:  # keep memory flat between repeats
+        del plugin
+    return timing[0]
+
+
+def otel_tracer() -> Any:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider.get_tracer("bench"), exporter
+
+
+async def with_otel_span(calls: int) -> float:
+    tracer, exporter = otel_tracer()
+    began = time.perf_counter()
+    for i in range(calls):
+        with tracer.start_as_current_span("add"):
+            await add.fn(a=i, b=1)
+    elapsed = (time.perf_counter() - began) / calls * 1e6
+    exporter.clear()
+    return elapsed
+
+
+def event_floor(calls: int) -> float:
+    subject: Subject[ExecutionEvent] = Subject()
+    subject.subscribe(lambda _e: None)
+    attribution = Attribution()
+    began = time.perf_counter()
+    for i in range(calls):
+        for cls, kind in ((ToolCallStarted, "ToolCallStarted"), (ToolCallFinished, "ToolCallFinished")):
+            values: dict[str, Any] = {
+                "kind": kind,
+                "event_id": new_id(),
+                "execution_id": "x",
+                "seq": i,
+                "at": _now(),
+                "attribution": attribution,
+                "schema_version": 1,
+                "tool_call_id": "c",
+                "tool": "add",
+            }
+            if cls is ToolCallStarted:
+                values["args"] = {"a": i, "b": 1}
+            else:
+                values.update(status="completed", result=i + 1, error=None, duration_ms=0.0, metadata={})
+            subject.on_next(_build(cls, values))
+    return (time.perf_counter() - began) / calls * 1e6
+
+
+async def events_per_second(calls: int) -> float:
+    """Events built by the engine and delivered to three sync observers, per second."""
+    recorders = [Recorder() for _ in range(3)]
+    timing: list[float] = []
+
+    async def program(ctx: ExecutionContext) -> None:
+        began = time.perf_counter()
+        for i in range(calls):
+            await ctx.call("add", a=i, b=1)
+        timing.append(time.perf_counter() - began)
+
+    async with onlooker.ExecutionEngine(tools=[add]) as engine:
+        for recorder in recorders:
+            engine.bus.subscribe(recorder)
+        await engine.execute(program)
+    events = len(recorders[0].events) - 2  # the execution's own pair is outside the timing
+    return events / timing[0]
+
+
+async def paused_memory(count: int) -> float:
+    """MB held by ``count`` paused executions (tracemalloc)."""
+
+    async def asks(ctx: ExecutionContext) -> str:
+        answer = await ctx.elicit("go?")
+        return answer.action
+
+    gc.collect()
+    tracemalloc.start()
+    async with onlooker.ExecutionEngine() as engine:
+        before = tracemalloc.get_traced_memory()[0]
+        paused = [await engine.execute_with_pause(asks) for _ in range(count)]
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        assert all(isinstance(p, onlooker.PausedExecution) for p in paused)
+    return (after - before) / 1e6
+
+
+async def main(calls: int, paused: int) -> None:
+    a = await best_of(lambda: direct(calls))
+    b = await best_of(lambda: through_engine(calls, []))
+    c = await best_of(lambda: through_engine(calls, [recording_plugin(i) for i in range(3)]))
+    d = await best_of(lambda: with_otel_span(calls))
+    e = statistics.median(event_floor(calls) for _ in range(REPEATS))
+    rate = statistics.median([await events_per_second(calls) for _ in range(REPEATS)])
+    span = d - a
+    print(f"calls per measurement: {calls}, median of {REPEATS}")
+    print(f"(a) direct await                    {a:8.2f} µs/call")
+    print(f"(b) ctx.call, no plugins            {b:8.2f} µs/call   overhead {b - a:6.2f} µs")
+    print(f"(c) ctx.call, 3 sync plugins        {c:8.2f} µs/call   overhead {c - a:6.2f} µs")
+    print(f"(d) direct + one OpenTelemetry span {d:8.2f} µs/call   overhead {span:6.2f} µs")
+    print(f"(e) floor: 2 events + 2 on_next     {e:8.2f} µs/call")
+    print(f"ratio (b-a)/(d-a) = {(b - a) / span:5.2f}   target <= 0.5")
+    print(f"ratio (c-a)/(d-a) = {(c - a) / span:5.2f}   target <= 1.0")
+    print(f"events/s to three sync observers: {rate:,.0f}   target >= 300,000")
+    if paused:
+        mb = await paused_memory(paused)
+        print(f"{paused:,} paused executions: {mb:,.1f} MB   target <= 300 MB")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=20_000)
+    parser.add_argument("--paused", type=int, default=10_000)
+    parser.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
+    options = parser.parse_args()
+    anyio.run(main, options.calls, options.paused, backend=options.backend)
