@@ -14,10 +14,11 @@ __all__ = ["Tool", "ToolRegistry", "tool"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 
 
 @final
-class Tool(Generic[P, R]):
+class Tool(Generic[P, R_co]):
     """A function declared with ``@onlooker.tool``; calling it calls the function.
 
     ``reads``, ``writes`` and ``edits`` name the argument that holds a file
@@ -40,7 +41,7 @@ class Tool(Generic[P, R]):
 
     def __init__(
         self,
-        fn: Callable[P, R],
+        fn: Callable[P, R_co],
         *,
         name: str | None = None,
         description: str | None = None,
@@ -65,7 +66,7 @@ class Tool(Generic[P, R]):
                     f"tool {self.name!r}: {role}={arg!r} names no parameter of the function"
                 )
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co:
         return self.fn(*args, **kwargs)
 
     def __repr__(self) -> str:
