@@ -38,7 +38,15 @@ from ._events import (
     new_id,
     snapshot,
 )
-from ._hooks import HookAction, PostHookResult, PreHookResult, ToolUseContext, hook_name
+from ._hooks import (
+    _NO_HOOKS,
+    HookAction,
+    PostHookResult,
+    PreHookResult,
+    ToolUseContext,
+    _HookPlan,
+    hook_name,
+)
 from ._results import (
     Elicitation,
     ElicitationHandler,
@@ -51,7 +59,7 @@ from ._scope import _attribution
 from ._tools import Tool
 
 if TYPE_CHECKING:
-    from ._engine import ExecutionEngine, _HookPlan
+    from ._engine import ExecutionEngine
     from ._plugin import Plugin
 
 __all__ = ["ExecutionContext", "Program", "current_context"]
@@ -278,7 +286,7 @@ class ExecutionContext:
         metadata: dict[str, Any] = {}
         started = False
         try:
-            spec = engine._tools.get(name)
+            spec = engine._tools._tools.get(name)
             if spec is None:
                 raise UnknownToolError(
                     f"unknown tool {name!r}; known tools: {', '.join(sorted(engine._tools)) or 'none'}",
@@ -286,7 +294,7 @@ class ExecutionContext:
                 )
             validated = spec.validate_args(args)
             shown = validated
-            plan = engine._hook_plan(name, _attribution.get().phase)
+            plan = engine._hook_plan(name, _attribution.get().phase) if engine._hooks else _NO_HOOKS
             if plan.pre:
                 validated = await self._run_pre_hooks(plan, spec, call_id, validated, metadata)
                 shown = validated
@@ -304,7 +312,10 @@ class ExecutionContext:
                 await engine.bus.wait_for_space()
             token = _tool_call.set(call_id)
             try:
-                result = await spec.invoke(validated)
+                if spec.is_async:
+                    result = await spec.fn(**validated)
+                else:
+                    result = await spec.invoke(validated)
             finally:
                 _tool_call.reset(token)
             if plan.post:

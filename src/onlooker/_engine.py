@@ -6,7 +6,6 @@ import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack, suppress
-from dataclasses import dataclass
 from time import perf_counter
 from types import TracebackType
 from typing import Any, Final, TypeVar
@@ -33,7 +32,7 @@ from ._errors import (
     UnknownExecutionError,
 )
 from ._events import Attribution, ExecutionEvent, Trigger, new_id
-from ._hooks import HookMatcher, PostHook, PreHook
+from ._hooks import _NO_HOOKS, HookMatcher, _HookPlan
 from ._plugin import Plugin, PluginContext
 from ._results import (
     ElicitationHandler,
@@ -54,15 +53,6 @@ Ext = TypeVar("Ext")
 
 DEFAULT_PAUSE_TIMEOUT: Final = 3600.0
 DEFAULT_KEEP_RESULTS: Final = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class _HookPlan:
-    pre: tuple[tuple[HookMatcher, PreHook], ...]
-    post: tuple[tuple[HookMatcher, PostHook], ...]
-
-
-_NO_HOOKS: Final = _HookPlan((), ())
 
 
 class ExecutionEngine:
@@ -469,7 +459,11 @@ class ExecutionEngine:
                     "the execution expired", execution_id=run.root_id
                 )
                 result = ExecutionResult(
-                    execution_id, _failure_status(reason, run), None, _error_of(reason, run), _ms(began)
+                    execution_id,
+                    _failure_status(reason, run),
+                    None,
+                    _error_of(reason, run),
+                    _ms(began),
                 )
             else:
                 result = ExecutionResult(execution_id, "completed", value, None, _ms(began))

@@ -6,7 +6,7 @@ import enum
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from pydantic import JsonValue
 
@@ -119,3 +119,14 @@ def hook_name(hook: object) -> str:
         or getattr(hook, "__name__", None)
         or type(hook).__qualname__
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _HookPlan:
+    """The hooks that apply to one (tool, phase), flattened in order (cached by the engine)."""
+
+    pre: tuple[tuple[HookMatcher, PreHook], ...]
+    post: tuple[tuple[HookMatcher, PostHook], ...]
+
+
+_NO_HOOKS: Final = _HookPlan((), ())
