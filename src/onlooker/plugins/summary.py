@@ -1,0 +1,322 @@
+"""The summary plugin: what each execution did, in one small model.
+
+>>> summaries = summary.plugin()
+>>> async with onlooker.ExecutionEngine(tools=[...], plugins=[summaries]) as engine:
+...     result = await engine.execute(program)
+...     report = engine.extension(summaries).get(result.execution_id)
+>>> report.files_modified, report.success_rate, report.to_xml()
+
+A synchronous observer folds each event into a small per-execution record;
+``SummaryStore.get`` builds the frozen :class:`ExecutionSummary` on demand,
+so it is partial while the execution runs and final once it has finished.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections import OrderedDict
+from datetime import UTC, datetime
+from typing import Final, Literal
+
+from pydantic import BaseModel, ConfigDict, JsonValue
+
+import onlooker
+from onlooker import (
+    ErrorInfo,
+    ExecutionEvent,
+    ExecutionFinished,
+    ExecutionStarted,
+    PluginContext,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+
+__all__ = ["DEFAULT_KEEP", "ExecutionSummary", "SummaryStore", "ToolCallError", "plugin"]
+
+DEFAULT_KEEP: Final = 10_000
+"""How many finished root executions (with their children) a store keeps by default."""
+
+SummaryStatus = Literal["running", "completed", "failed", "cancelled", "expired"]
+
+_FROZEN: Final = ConfigDict(frozen=True, extra="forbid")
+_NOT_XML: Final = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+"""Characters XML 1.0 cannot carry (control characters, lone surrogates)."""
+_ROLES: Final = ("reads", "writes", "edits")
+
+
+class ToolCallError(BaseModel):
+    """One tool call that did not succeed: which tool, how it ended, and why."""
+
+    model_config = _FROZEN
+
+    tool: str
+    status: Literal["failed", "blocked", "cancelled"]
+    type: str
+    """The error's class name (``ToolBlockedError``, ``ValueError``, ...)."""
+    message: str
+
+
+class ExecutionSummary(BaseModel):
+    """What one execution did: files, tools, errors, and its children's summaries.
+
+    ``status`` is ``"running"`` until the execution finishes; ``duration_ms``
+    is then the time so far. Files come from the tools' ``reads`` /
+    ``writes`` / ``edits`` declarations, counted for calls that completed,
+    sorted and de-duplicated. ``tool_calls`` and ``tool_usage`` count
+    finished calls; ``success_rate`` is the share that ended ``completed``
+    or ``skipped`` (1.0 with no calls); the others are in ``errors``.
+    """
+
+    model_config = _FROZEN
+
+    execution_id: str
+    program: str
+    status: SummaryStatus
+    duration_ms: float
+    error: ErrorInfo | None = None
+    """Why the execution failed, when it did."""
+    files_read: tuple[str, ...] = ()
+    files_written: tuple[str, ...] = ()
+    files_edited: tuple[str, ...] = ()
+    files_modified: tuple[str, ...] = ()
+    """The union of ``files_written`` and ``files_edited``."""
+    tool_usage: dict[str, int] = {}
+    """Tool name -> number of finished calls, sorted by name."""
+    tool_calls: int = 0
+    success_rate: float = 1.0
+    errors: tuple[ToolCallError, ...] = ()
+    children: tuple[ExecutionSummary, ...] = ()
+    """The summaries of the executions this one spawned, in the order they started."""
+
+    def to_xml(self) -> str:
+        """This summary as well-formed XML (a string without an XML declaration).
+
+        Every value sits in an attribute, escaped, so ``<``, ``&``, quotes,
+        newlines and non-ASCII file names read back unchanged through any XML
+        parser. Characters XML 1.0 cannot carry at all (NUL and the other
+        control characters, lone surrogates) become U+FFFD.
+        """
+        return ET.tostring(self._element(), encoding="unicode")
+
+    def _element(self) -> ET.Element:
+        root = ET.Element(
+            "execution",
+            {
+                "id": _xml(self.execution_id),
+                "program": _xml(self.program),
+                "status": self.status,
+                "duration_ms": f"{self.duration_ms:.3f}",
+                "tool_calls": str(self.tool_calls),
+                "success_rate": f"{self.success_rate:.4f}",
+            },
+        )
+        if self.error is not None:
+            ET.SubElement(
+                root, "error", type=_xml(self.error.type), message=_xml(self.error.message)
+            )
+        for tag in ("files_read", "files_written", "files_edited", "files_modified"):
+            group = ET.SubElement(root, tag)
+            for path in getattr(self, tag):
+                ET.SubElement(group, "file", path=_xml(path))
+        usage = ET.SubElement(root, "tool_usage")
+        for name, count in self.tool_usage.items():
+            ET.SubElement(usage, "tool", name=_xml(name), count=str(count))
+        errors = ET.SubElement(root, "tool_errors")
+        for item in self.errors:
+            ET.SubElement(
+                errors,
+                "tool_error",
+                tool=_xml(item.tool),
+                status=item.status,
+                type=_xml(item.type),
+                message=_xml(item.message),
+            )
+        children = ET.SubElement(root, "children")
+        children.extend(child._element() for child in self.children)
+        return root
+
+
+def _xml(text: str) -> str:
+    return _NOT_XML.sub("\ufffd", text)
+
+
+class _Record:
+    """What the observer keeps per execution (mutable, cheap to update)."""
+
+    __slots__ = (
+        "at",
+        "children",
+        "duration_ms",
+        "error",
+        "errors",
+        "execution_id",
+        "files",
+        "in_flight",
+        "parent",
+        "program",
+        "status",
+        "tool_calls",
+        "usage",
+    )
+
+    def __init__(self, event: ExecutionStarted) -> None:
+        self.execution_id = event.execution_id
+        self.program = event.program
+        self.at = event.at
+        self.parent = event.attribution.parent_execution_id
+        self.status: SummaryStatus = "running"
+        self.duration_ms: float | None = None
+        self.error: ErrorInfo | None = None
+        self.children: list[str] = []
+        self.usage: dict[str, int] = {}
+        self.tool_calls = 0
+        self.errors: list[ToolCallError] = []
+        self.files: dict[str, set[str]] = {role: set() for role in _ROLES}
+        self.in_flight: dict[str, list[tuple[str, str]]] = {}
+        """tool call id -> (role, path) it will count if it completes."""
+
+
+class SummaryStore:
+    """The summary plugin's extension: ``get(execution_id)`` for any execution it saw.
+
+    It keeps the last ``keep`` finished root executions (each with its
+    children) and every running one.
+    """
+
+    def __init__(self, context: PluginContext, *, keep: int = DEFAULT_KEEP) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be at least 1, not {keep}")
+        self._keep = keep
+        self._records: dict[str, _Record] = {}
+        self._finished_roots: OrderedDict[str, None] = OrderedDict()
+        self._file_args: dict[str, tuple[tuple[str, str], ...]] = {}
+        for name, declared in context.tools.items():
+            roles = tuple(
+                (role, arg) for role in _ROLES if (arg := getattr(declared, role)) is not None
+            )
+            if roles:
+                self._file_args[name] = roles
+
+    def get(self, execution_id: str) -> ExecutionSummary | None:
+        """The summary of ``execution_id`` (partial while it runs), or ``None`` if unknown."""
+        record = self._records.get(execution_id)
+        return None if record is None else self._summary(record)
+
+    def __contains__(self, execution_id: object) -> bool:
+        return execution_id in self._records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def handle(self, event: ExecutionEvent) -> None:
+        """Fold one event into its execution's record (the plugin's sync observer)."""
+        if isinstance(event, ToolCallFinished):
+            self._finished_call(event)
+        elif isinstance(event, ToolCallStarted):
+            roles = self._file_args.get(event.tool)
+            if roles is not None:
+                record = self._records.get(event.execution_id)
+                if record is not None:
+                    record.in_flight[event.tool_call_id] = [
+                        (role, path) for role, arg in roles for path in _paths(event.args.get(arg))
+                    ]
+        elif isinstance(event, ExecutionStarted):
+            record = _Record(event)
+            self._records[event.execution_id] = record
+            parent = self._records.get(record.parent) if record.parent else None
+            if parent is not None:
+                parent.children.append(event.execution_id)
+        elif isinstance(event, ExecutionFinished):
+            record = self._records.get(event.execution_id)
+            if record is not None:
+                record.status = event.status
+                record.duration_ms = event.duration_ms
+                record.error = event.error
+                record.in_flight.clear()
+                if record.parent is None or record.parent not in self._records:
+                    self._finished_roots[record.execution_id] = None
+                    while len(self._finished_roots) > self._keep:
+                        oldest, _ = self._finished_roots.popitem(last=False)
+                        self._forget(oldest)
+
+    def _finished_call(self, event: ToolCallFinished) -> None:
+        record = self._records.get(event.execution_id)
+        if record is None:
+            return
+        record.tool_calls += 1
+        record.usage[event.tool] = record.usage.get(event.tool, 0) + 1
+        files = record.in_flight.pop(event.tool_call_id, None)
+        status = event.status
+        if status == "completed":
+            if files:
+                for role, path in files:
+                    record.files[role].add(path)
+        elif status != "skipped":
+            error = event.error
+            record.errors.append(
+                ToolCallError(
+                    tool=event.tool,
+                    status=status,
+                    type=error.type if error is not None else "unknown",
+                    message=error.message if error is not None else "",
+                )
+            )
+
+    def _forget(self, execution_id: str) -> None:
+        record = self._records.pop(execution_id, None)
+        if record is not None:
+            for child in record.children:
+                self._forget(child)
+
+    def _summary(self, record: _Record) -> ExecutionSummary:
+        written = record.files["writes"]
+        edited = record.files["edits"]
+        calls = record.tool_calls
+        if record.duration_ms is None:
+            duration = (datetime.now(UTC) - record.at).total_seconds() * 1000.0
+        else:
+            duration = record.duration_ms
+        return ExecutionSummary(
+            execution_id=record.execution_id,
+            program=record.program,
+            status=record.status,
+            duration_ms=max(duration, 0.0),
+            error=record.error,
+            files_read=tuple(sorted(record.files["reads"])),
+            files_written=tuple(sorted(written)),
+            files_edited=tuple(sorted(edited)),
+            files_modified=tuple(sorted(written | edited)),
+            tool_usage=dict(sorted(record.usage.items())),
+            tool_calls=calls,
+            success_rate=1.0 if calls == 0 else (calls - len(record.errors)) / calls,
+            errors=tuple(record.errors),
+            children=tuple(
+                self._summary(self._records[child])
+                for child in record.children
+                if child in self._records
+            ),
+        )
+
+
+def _paths(value: JsonValue) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [str(item) for item in value if item is not None]
+    return [str(value)]
+
+
+def plugin(*, keep: int = DEFAULT_KEEP) -> onlooker.Plugin[SummaryStore]:
+    """The summary plugin (id ``"summary"``); its extension is a :class:`SummaryStore`.
+
+    ``keep`` bounds memory: the number of finished root executions whose
+    summaries (children included) stay available.
+    """
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1, not {keep}")
+    return onlooker.define_plugin(
+        id="summary",
+        extension=lambda context: SummaryStore(context, keep=keep),
+        observer=lambda store: store,
+    )
