@@ -229,12 +229,17 @@ class ExecutionContext:
     def _emit(self, cls: type[Any], values: dict[str, Any]) -> None:
         seq = self._seq
         self._seq = seq + 1
-        values["event_id"] = new_id()
-        values["execution_id"] = self.execution_id
-        values["seq"] = seq
-        values["at"] = _now()
-        values["attribution"] = _attribution.get()
-        values["schema_version"] = _SCHEMA_VERSION
+        # Envelope first, in the models' field order: pydantic serializes ``__dict__``
+        # in its order, and an event must dump to the same JSON as its parsed copy.
+        values = {
+            "event_id": new_id(),
+            "execution_id": self.execution_id,
+            "seq": seq,
+            "at": _now(),
+            "attribution": _attribution.get(),
+            "schema_version": _SCHEMA_VERSION,
+            **values,
+        }
         self._engine._publish(_build(cls, values))
 
     def _emit_tool_finished(

@@ -57,7 +57,8 @@ ExecutionStatus: TypeAlias = Literal["completed", "failed", "cancelled", "expire
 InteractionMode: TypeAlias = Literal["inline", "paused"]
 ErrorCause: TypeAlias = Literal["failure", "defect", "interrupt"]
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+# Spelled out in each class (not a shared variable) so the pydantic mypy plugin
+# sees `frozen=True` and flags assignments in users' code.
 
 # Ids: a random per-process prefix and a counter. Unique across processes,
 # and ~10x cheaper than uuid4 on the hot path.
@@ -84,7 +85,7 @@ if hasattr(os, "register_at_fork"):
 class Trigger(BaseModel):
     """What started an execution: ``kind`` ("cli", "api", "schedule", ...) and free metadata."""
 
-    model_config = _FROZEN
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: str
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
@@ -97,7 +98,7 @@ class Attribution(BaseModel):
     ``depth`` is 0 for a root execution and grows by one per ``ctx.spawn``.
     """
 
-    model_config = _FROZEN
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     task_id: str | None = None
     phase: str | None = None
@@ -116,7 +117,7 @@ class ErrorInfo(BaseModel):
     (cancellation).
     """
 
-    model_config = _FROZEN
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     type: str
     message: str
@@ -124,7 +125,7 @@ class ErrorInfo(BaseModel):
 
 
 class _Envelope(BaseModel):
-    model_config = _FROZEN
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     event_id: str
     execution_id: str

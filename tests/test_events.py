@@ -1,0 +1,405 @@
+"""Events: frozen models, JSON round trips, parse_event errors, snapshots, ErrorInfo."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pydantic
+import pytest
+
+import onlooker
+from onlooker import (
+    Attribution,
+    ErrorInfo,
+    EventValidationError,
+    ExecutionContext,
+    ExecutionEngine,
+    ExecutionEvent,
+    ExecutionFinished,
+    ExecutionStarted,
+    InteractionResolved,
+    InteractionResponse,
+    InteractionStarted,
+    OnlookerError,
+    ToolCallFinished,
+    ToolCallStarted,
+    Trigger,
+    parse_event,
+)
+from onlooker.testing import RecordingObserver
+
+AT = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+
+
+def envelope(seq: int = 0) -> dict[str, Any]:
+    return {
+        "event_id": f"e{seq}",
+        "execution_id": "x1",
+        "seq": seq,
+        "at": AT,
+        "attribution": Attribution(task_id="t", phase="p", depth=2, parent_execution_id="x0"),
+    }
+
+
+def one_of_each() -> list[ExecutionEvent]:
+    error = ErrorInfo(type="ValueError", message="bad", cause="defect")
+    return [
+        ExecutionStarted(
+            **envelope(0),
+            program="prog",
+            trigger=Trigger(kind="cli", metadata={"argv": ["a", 1]}),
+            owner="ann",
+            input={"q": [1, 2.5, None, True]},
+        ),
+        ToolCallStarted(**envelope(1), tool_call_id="c1", tool="read", args={"path": "a.md"}),
+        ToolCallFinished(
+            **envelope(2),
+            tool_call_id="c1",
+            tool="read",
+            status="failed",
+            error=error,
+            duration_ms=1.25,
+            metadata={"hook": {"k": "v"}},
+        ),
+        InteractionStarted(
+            **envelope(3),
+            interaction_id="i1",
+            message="ok?",
+            requested_schema={"type": "object"},
+            mode="paused",
+        ),
+        InteractionResolved(
+            **envelope(4), interaction_id="i1", status="accepted", response={"yes": True}
+        ),
+        ExecutionFinished(**envelope(5), status="completed", result="done", duration_ms=3.0),
+    ]
+
+
+def valid_dict() -> dict[str, Any]:
+    return json.loads(one_of_each()[1].model_dump_json())  # type: ignore[no-any-return]
+
+
+async def tool_program(ctx: ExecutionContext) -> Any:
+    await ctx.call("echo", data={"a": [1, 2]})
+    answer = await ctx.elicit("sure?", schema={"type": "object"})
+    with contextlib.suppress(RuntimeError):
+        await ctx.call("boom")
+    return {"answer": answer.content}
+
+
+@onlooker.tool
+def echo(data: dict[str, Any]) -> dict[str, Any]:
+    """Return its argument."""
+    return data
+
+
+@onlooker.tool
+def boom() -> None:
+    """Always fails."""
+    raise RuntimeError("boom")
+
+
+class TestModels:
+    def test_kind_is_the_class_name(self) -> None:
+        for event in one_of_each():
+            assert event.kind == type(event).__name__
+
+    def test_every_event_is_frozen(self) -> None:
+        for event in one_of_each():
+            with pytest.raises(pydantic.ValidationError):
+                event.seq = 99  # type: ignore[misc]
+            assert event.seq != 99
+
+    def test_nested_models_are_frozen(self) -> None:
+        event = one_of_each()[0]
+        assert isinstance(event, ExecutionStarted)
+        with pytest.raises(pydantic.ValidationError):
+            event.attribution.depth = 5  # type: ignore[misc]
+        with pytest.raises(pydantic.ValidationError):
+            event.trigger.kind = "x"  # type: ignore[misc]
+
+    def test_extra_fields_are_forbidden(self) -> None:
+        with pytest.raises(pydantic.ValidationError):
+            ToolCallStarted(**envelope(), tool_call_id="c", tool="t", args={}, extra=1)  # type: ignore[call-arg]
+
+    def test_naive_timestamps_are_rejected(self) -> None:
+        values = envelope() | {"at": datetime(2026, 1, 1)}  # naive on purpose
+        with pytest.raises(pydantic.ValidationError):
+            ToolCallStarted(**values, tool_call_id="c", tool="t", args={})
+
+    def test_schema_version_defaults(self) -> None:
+        assert all(e.schema_version == onlooker.SCHEMA_VERSION for e in one_of_each())
+
+    def test_attribution_defaults(self) -> None:
+        assert Attribution() == Attribution(
+            task_id=None,
+            phase=None,
+            parent_execution_id=None,
+            parent_tool_call_id=None,
+            depth=0,
+            intent_id=None,
+        )
+
+
+class TestRoundTrip:
+    @pytest.mark.parametrize("index", range(6))
+    def test_json_str_bytes_and_dict(self, index: int) -> None:
+        event = one_of_each()[index]
+        raw = event.model_dump_json()
+        assert parse_event(raw) == event
+        assert parse_event(raw.encode()) == event
+        assert parse_event(json.loads(raw)) == event
+        assert parse_event(event.model_dump()) == event
+        assert type(parse_event(raw)) is type(event)
+        assert parse_event(raw).model_dump_json() == raw
+
+    @pytest.mark.anyio
+    async def test_engine_events_round_trip(self, anyio_backend: str) -> None:
+        recorder = RecordingObserver()
+
+        async def child(ctx: ExecutionContext) -> int:
+            return 7
+
+        async def program(ctx: ExecutionContext) -> Any:
+            value = await tool_program(ctx)
+            await ctx.spawn(child, task_id="kid")
+            return value
+
+        async def answer(_: onlooker.Elicitation) -> InteractionResponse:
+            return InteractionResponse.accept({"n": 1})
+
+        async with ExecutionEngine(tools=[echo, boom]) as engine:
+            with onlooker.observing(recorder):
+                result = await engine.execute(
+                    program, on_elicitation=answer, trigger="cli", input={"k": [1]}
+                )
+        assert result.status == "completed"
+        assert set(recorder.kinds()) == {
+            "ExecutionStarted",
+            "ToolCallStarted",
+            "ToolCallFinished",
+            "InteractionStarted",
+            "InteractionResolved",
+            "ExecutionFinished",
+        }
+        for event in recorder.events:
+            raw = event.model_dump_json()
+            again = parse_event(raw)
+            assert again == event, event.kind
+            assert again.model_dump_json() == raw
+            assert event.at.tzinfo is not None
+            assert event.at.utcoffset() is not None and event.at.utcoffset().total_seconds() == 0  # type: ignore[union-attr]
+            with pytest.raises(pydantic.ValidationError):
+                event.execution_id = "other"  # type: ignore[misc]
+
+    def test_json_schema_of_the_union(self) -> None:
+        schema = pydantic.TypeAdapter(ExecutionEvent).json_schema()
+        assert schema["discriminator"]["propertyName"] == "kind"
+        assert len(schema["oneOf"]) == 6
+
+
+class TestParseErrors:
+    def test_unknown_kind(self) -> None:
+        raw = valid_dict() | {"kind": "ToolCallExploded"}
+        with pytest.raises(EventValidationError, match="ToolCallExploded") as info:
+            parse_event(raw)
+        assert info.value.field == "kind"
+
+    def test_no_kind(self) -> None:
+        raw = valid_dict()
+        del raw["kind"]
+        with pytest.raises(EventValidationError, match="kind") as info:
+            parse_event(json.dumps(raw))
+        assert info.value.field == "kind"
+
+    @pytest.mark.parametrize("missing", ["tool", "tool_call_id", "args", "seq", "execution_id"])
+    def test_missing_field(self, missing: str) -> None:
+        raw = valid_dict()
+        del raw[missing]
+        with pytest.raises(EventValidationError, match=missing) as info:
+            parse_event(json.dumps(raw))
+        assert info.value.field == missing
+
+    def test_missing_nested_field(self) -> None:
+        raw = json.loads(one_of_each()[0].model_dump_json())
+        del raw["trigger"]["kind"]
+        with pytest.raises(EventValidationError, match=r"trigger\.kind") as info:
+            parse_event(raw)
+        assert info.value.field == "trigger.kind"
+
+    @pytest.mark.parametrize(
+        ("field", "value"),
+        [("seq", "three"), ("seq", -1), ("args", [1, 2]), ("at", "yesterday"), ("tool", 5)],
+    )
+    def test_wrong_type(self, field: str, value: object) -> None:
+        raw = valid_dict() | {field: value}
+        with pytest.raises(EventValidationError, match=field) as info:
+            parse_event(json.dumps(raw))
+        assert info.value.field == field
+
+    def test_naive_timestamp(self) -> None:
+        raw = valid_dict() | {"at": "2026-01-01T00:00:00"}
+        with pytest.raises(EventValidationError) as info:
+            parse_event(raw)
+        assert info.value.field == "at"
+
+    def test_bad_status(self) -> None:
+        raw = json.loads(one_of_each()[2].model_dump_json()) | {"status": "exploded"}
+        with pytest.raises(EventValidationError, match="status") as info:
+            parse_event(raw)
+        assert info.value.field == "status"
+
+    def test_extra_field(self) -> None:
+        raw = valid_dict() | {"surprise": 1}
+        with pytest.raises(EventValidationError, match="surprise") as info:
+            parse_event(raw)
+        assert info.value.field == "surprise"
+
+    def test_more_than_one_problem_is_counted(self) -> None:
+        raw = valid_dict()
+        del raw["tool"]
+        del raw["args"]
+        with pytest.raises(EventValidationError, match="1 more"):
+            parse_event(raw)
+
+    @pytest.mark.parametrize("raw", ["{not json", "", '{"kind": "ToolCallStarted",'])
+    def test_not_json(self, raw: str) -> None:
+        with pytest.raises(EventValidationError, match="JSON"):
+            parse_event(raw)
+
+    def test_not_utf8(self) -> None:
+        with pytest.raises(EventValidationError, match="UTF-8"):
+            parse_event(b'{"kind": "\xff\xfe"}')
+
+    @pytest.mark.parametrize("raw", ["[1, 2]", "42", '"ToolCallStarted"', "null"])
+    def test_json_that_is_not_an_object(self, raw: str) -> None:
+        with pytest.raises(EventValidationError):
+            parse_event(raw)
+
+    @pytest.mark.parametrize("raw", [42, None, [valid_dict()], 1.5])
+    def test_wrong_input_type(self, raw: Any) -> None:
+        with pytest.raises(EventValidationError, match="bytes, str or dict"):
+            parse_event(raw)
+
+    def test_is_an_onlooker_error_and_a_value_error(self) -> None:
+        with pytest.raises(OnlookerError):
+            parse_event("{")
+        with pytest.raises(ValueError):
+            parse_event("{")
+
+    def test_no_pydantic_error_leaks(self) -> None:
+        for raw in ("{", b"\xff", {"kind": 1}, {}, "[]", {"kind": "ExecutionFinished"}):
+            try:
+                parse_event(raw)
+            except EventValidationError as exc:
+                assert exc.__cause__ is None or not isinstance(
+                    exc.__cause__, pydantic.ValidationError
+                )
+                assert str(exc)
+            else:
+                pytest.fail(f"{raw!r} parsed")
+
+
+class TestErrorInfo:
+    @pytest.mark.parametrize(
+        ("exc", "cause"),
+        [
+            (onlooker.ToolError("expected"), "failure"),
+            (onlooker.ToolInputError("bad args", tool="t"), "failure"),
+            (onlooker.PluginError("plugin"), "failure"),
+            (ValueError("oops"), "defect"),
+            (KeyError("k"), "defect"),
+            (KeyboardInterrupt(), "interrupt"),
+        ],
+    )
+    def test_cause(self, exc: BaseException, cause: str) -> None:
+        from onlooker._results import error_info
+
+        info = error_info(exc)
+        assert info.cause == cause
+        assert info.type == type(exc).__name__
+        assert info.message
+        assert parse_event(
+            ToolCallFinished(
+                **envelope(), tool_call_id="c", tool="t", status="failed", error=info, duration_ms=0
+            ).model_dump_json()
+        ) == ToolCallFinished(
+            **envelope(), tool_call_id="c", tool="t", status="failed", error=info, duration_ms=0
+        )
+
+    def test_bad_cause_is_rejected(self) -> None:
+        with pytest.raises(pydantic.ValidationError):
+            ErrorInfo(type="X", message="m", cause="oops")  # type: ignore[arg-type]
+
+
+@onlooker.tool
+def keep(data: dict[str, Any], items: list[Any]) -> dict[str, Any]:
+    """Mutate what it received, then return a structure the program will mutate too."""
+    data["added_by_tool"] = True
+    items.append("added by tool")
+    return {"nested": {"list": [1, 2]}, "data": data}
+
+
+@onlooker.tool
+def keep_any(thing: Any) -> Any:
+    """Take anything, return it as it is."""
+    return thing
+
+
+class TestSnapshots:
+    @pytest.mark.anyio
+    async def test_mutation_after_emission_never_shows(self, anyio_backend: str) -> None:
+        recorder = RecordingObserver()
+        shared: dict[str, Any] = {"x": [1]}
+        given: dict[str, Any] = {"k": "v", "inner": {"deep": [1]}}
+
+        async def program(ctx: ExecutionContext) -> Any:
+            result = await ctx.call(keep, data=given, items=[0])
+            result["nested"]["list"].append(3)
+            result["data"]["later"] = 1
+            out = await ctx.call(keep_any, thing=shared)
+            out["x"].append(2)  # the same object the program passed in
+            shared["y"] = "late"
+            final = {"value": [1]}
+            ctx_final.append(final)
+            return final
+
+        ctx_final: list[dict[str, Any]] = []
+        start_input: dict[str, Any] = {"in": [1]}
+        async with ExecutionEngine(tools=[keep, keep_any]) as engine:
+            with onlooker.observing(recorder):
+                await engine.execute(program, input=start_input)
+        start_input["in"].append(2)
+        ctx_final[0]["value"].append(2)
+        given["inner"]["deep"].append(2)
+
+        started = recorder.of(ToolCallStarted)
+        finished = recorder.of(ToolCallFinished)
+        assert started[0].args == {"data": {"k": "v", "inner": {"deep": [1]}}, "items": [0]}
+        assert finished[0].result == {
+            "nested": {"list": [1, 2]},
+            "data": {"k": "v", "inner": {"deep": [1]}, "added_by_tool": True},
+        }
+        assert started[1].args == {"thing": {"x": [1]}}
+        assert finished[1].result == {"x": [1]}
+        assert recorder.of(ExecutionStarted)[0].input == {"in": [1]}
+        assert recorder.of(ExecutionFinished)[0].result == {"value": [1]}
+
+    @pytest.mark.anyio
+    async def test_odd_values_become_json(self, anyio_backend: str) -> None:
+        recorder = RecordingObserver()
+
+        async def program(ctx: ExecutionContext) -> Any:
+            return await ctx.call(keep_any, thing=(1, {2: "two"}, {3}))
+
+        async with ExecutionEngine(tools=[keep_any]) as engine:
+            with onlooker.observing(recorder):
+                result = await engine.execute(program)
+        assert result.value == (1, {2: "two"}, {3})  # the program gets the real object
+        finished = recorder.of(ToolCallFinished)[0]
+        assert finished.result == [1, {"2": "two"}, [3]]
+        for event in recorder.events:
+            assert parse_event(event.model_dump_json()) == event
