@@ -96,8 +96,13 @@ class HookMatcher:
     timeout: float = 30.0
 
     def __post_init__(self) -> None:
+        if self.pattern is not None and not isinstance(self.pattern, str):
+            raise TypeError(f"pattern must be a glob string or None, not {self.pattern!r}")
         if isinstance(self.phases, str):
             raise TypeError("phases must be a tuple of phase names, not a single string")
+        for hook in (*self.pre, *self.post):
+            if not callable(hook):
+                raise TypeError(f"a hook must be callable, not {hook!r}")
         if self.timeout <= 0:
             raise ValueError(f"timeout must be positive, not {self.timeout}")
         object.__setattr__(self, "pre", tuple(self.pre))

@@ -1,0 +1,559 @@
+"""Tool hooks: matching, order, actions, fail-closed pre-hooks, fail-safe post-hooks."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import onlooker
+from onlooker import (
+    ExecutionContext,
+    HookAbortError,
+    HookAction,
+    HookMatcher,
+    PostHookResult,
+    PreHookResult,
+    ToolBlockedError,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolInputError,
+    ToolUseContext,
+)
+from onlooker.testing import RecordingObserver
+
+pytestmark = pytest.mark.anyio
+
+ran: list[str] = []
+
+
+@onlooker.tool
+def echo(text: str) -> str:
+    """Return the text."""
+    ran.append(f"echo:{text}")
+    return text
+
+
+@onlooker.tool
+async def add(a: int, b: int) -> int:
+    """Add two integers."""
+    ran.append(f"add:{a}+{b}")
+    return a + b
+
+
+@onlooker.tool(mutating=True, writes="path")
+def write(path: str, content: str = "") -> int:
+    """Pretend to write a file."""
+    ran.append(f"write:{path}")
+    return len(content)
+
+
+TOOLS: list[onlooker.Tool[..., Any]] = [echo, add, write]
+
+
+@pytest.fixture(autouse=True)
+def _reset_ran() -> None:
+    ran.clear()
+
+
+async def run(
+    program: Callable[[ExecutionContext], Awaitable[Any]],
+    hooks: list[HookMatcher],
+    plugins: list[onlooker.Plugin[Any]] | None = None,
+) -> tuple[onlooker.ExecutionResult[Any], RecordingObserver]:
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine(tools=TOOLS, hooks=hooks, plugins=plugins or []) as engine:
+        with onlooker.observing(recorder):
+            result = await engine.execute(program)
+    return result, recorder
+
+
+def finished(recorder: RecordingObserver) -> list[ToolCallFinished]:
+    return recorder.of(ToolCallFinished)
+
+
+def pre(action: HookAction, *, is_async: bool, **fields: Any) -> Callable[..., Any]:
+    """A pre-hook (sync or async) that always decides ``action``."""
+    decision = PreHookResult(action, **fields)
+
+    def sync_hook(use: ToolUseContext) -> PreHookResult:
+        return decision
+
+    async def async_hook(use: ToolUseContext) -> PreHookResult:
+        await anyio.lowlevel.checkpoint()
+        return decision
+
+    return async_hook if is_async else sync_hook
+
+
+class TestMatching:
+    def test_glob_on_tool_name(self) -> None:
+        matcher = HookMatcher(pattern="fs.*")
+        assert matcher.matches("fs.read", None)
+        assert matcher.matches("fs.", "any")
+        assert not matcher.matches("fsread", None)
+        assert not matcher.matches("net.fs.read", None)
+        assert HookMatcher(pattern="*_file").matches("read_file", None)
+        assert not HookMatcher(pattern="READ").matches("read", None)  # case-sensitive
+
+    def test_phases(self) -> None:
+        matcher = HookMatcher(phases=("review", "deploy"))
+        assert matcher.matches("any", "review")
+        assert not matcher.matches("any", "plan")
+        assert not matcher.matches("any", None)
+        assert HookMatcher(phases=["x"]).phases == ("x",)
+        assert not HookMatcher(phases=()).matches("any", None)
+
+    def test_no_pattern_no_phases_matches_everything(self) -> None:
+        assert HookMatcher().matches("anything", None)
+        assert HookMatcher().matches("anything", "a phase")
+
+    def test_bad_matchers_are_refused(self) -> None:
+        with pytest.raises(TypeError, match="phases"):
+            HookMatcher(phases="review")
+        with pytest.raises(ValueError, match="timeout"):
+            HookMatcher(timeout=0)
+        with pytest.raises(TypeError, match="pattern"):
+            HookMatcher(pattern=3)  # type: ignore[arg-type]  # the point of the test
+        with pytest.raises(TypeError, match="callable"):
+            HookMatcher(pre=["not a hook"])  # type: ignore[list-item]  # the point of the test
+        with pytest.raises(TypeError, match="HookMatcher"):
+            onlooker.ExecutionEngine(hooks=[lambda use: None])  # type: ignore[list-item]
+
+    async def test_engine_applies_glob_and_phase(self) -> None:
+        seen: list[tuple[str, str | None]] = []
+
+        def spy(use: ToolUseContext) -> None:
+            seen.append((use.tool_name, use.attribution.phase))
+
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.call("echo", text="x")
+            await ctx.call("add", a=1, b=2)
+            with onlooker.attribution(phase="review"):
+                await ctx.call("echo", text="y")
+                await ctx.call("add", a=1, b=2)
+            await ctx.spawn(child, phase="review")
+
+        async def child(ctx: ExecutionContext) -> None:
+            await ctx.call("add", a=3, b=4)
+
+        hooks = [HookMatcher(pattern="a*", phases=("review",), pre=[spy])]
+        result, _ = await run(program, hooks)
+        assert result.status == "completed"
+        assert seen == [("add", "review"), ("add", "review")]
+
+
+class TestOrderAndInput:
+    async def test_hooks_run_in_registration_order_and_chain_input(self) -> None:
+        log: list[str] = []
+
+        def first(use: ToolUseContext) -> PreHookResult:
+            log.append(f"first saw {use.input['text']}")
+            return PreHookResult(modified_input={"text": use.input["text"] + "-1"})
+
+        async def second(use: ToolUseContext) -> PreHookResult:
+            log.append(f"second saw {use.input['text']}")
+            return PreHookResult(modified_input={**use.input, "text": use.input["text"] + "-2"})
+
+        def third(use: ToolUseContext) -> None:
+            log.append(f"third saw {use.input['text']}")
+
+        def post_a(use: ToolUseContext, output: Any) -> PostHookResult:
+            log.append(f"post_a saw {output}")
+            return PostHookResult(modified_output=output.upper())
+
+        async def post_b(use: ToolUseContext, output: Any) -> None:
+            log.append(f"post_b saw {output}")
+
+        from_plugin = onlooker.define_plugin(
+            id="hooks", hooks=lambda _ext: [HookMatcher(pre=[third], post=[post_b])]
+        )
+
+        async def program(ctx: ExecutionContext) -> Any:
+            return await ctx.call("echo", text="in")
+
+        hooks = [HookMatcher(pre=[first], post=[post_a]), HookMatcher(pattern="echo", pre=[second])]
+        result, recorder = await run(program, hooks, [from_plugin])
+        assert result.value == "IN-1-2"
+        assert log == [
+            "first saw in",
+            "second saw in-1",
+            "third saw in-1-2",
+            "post_a saw in-1-2",
+            "post_b saw IN-1-2",
+        ]
+        assert ran == ["echo:in-1-2"]
+        (started,) = recorder.of(ToolCallStarted)
+        assert started.args == {"text": "in-1-2"}  # what the tool really received
+        assert finished(recorder)[0].result == "IN-1-2"
+
+    async def test_modified_input_is_validated_and_coerced(self) -> None:
+        def coerce(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(modified_input={"a": "40", "b": use.input["b"]})
+
+        async def program(ctx: ExecutionContext) -> Any:
+            return await ctx.call("add", a=1, b=2)
+
+        result, recorder = await run(program, [HookMatcher(pre=[coerce])])
+        assert result.value == 42
+        assert recorder.of(ToolCallStarted)[0].args == {"a": 40, "b": 2}
+
+    async def test_invalid_modified_input_fails_the_call_naming_the_hook(self) -> None:
+        def breaks_input(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(modified_input={"a": "not a number", "b": 1})
+
+        caught: list[ToolInputError] = []
+
+        async def program(ctx: ExecutionContext) -> str:
+            try:
+                await ctx.call("add", a=1, b=2)
+            except ToolInputError as exc:
+                caught.append(exc)
+            return "went on"
+
+        result, recorder = await run(program, [HookMatcher(pre=[breaks_input])])
+        assert result.status == "completed" and result.value == "went on"
+        assert ran == []
+        (exc,) = caught
+        assert exc.hook is not None and "breaks_input" in exc.hook
+        assert "breaks_input" in str(exc) and "a" in str(exc)
+        (event,) = finished(recorder)
+        assert event.status == "failed"
+        assert event.error is not None and event.error.type == "ToolInputError"
+        assert "breaks_input" in event.error.message
+
+    async def test_hook_context_describes_the_call(self) -> None:
+        seen: list[ToolUseContext] = []
+
+        def spy(use: ToolUseContext) -> None:
+            seen.append(use)
+
+        def post_spy(use: ToolUseContext, output: Any) -> None:
+            seen.append(use)
+
+        async def program(ctx: ExecutionContext) -> str:
+            with onlooker.attribution(task_id="t1", phase="p1"):
+                await ctx.call("write", path="a.txt")
+            return ctx.execution_id
+
+        result, recorder = await run(program, [HookMatcher(pre=[spy], post=[post_spy])])
+        pre_use, post_use = seen
+        (event,) = finished(recorder)
+        for use in (pre_use, post_use):
+            assert use.tool_name == "write"
+            assert use.tool_call_id == event.tool_call_id
+            assert use.execution_id == result.value
+            assert use.mutating is True
+            assert use.attribution.task_id == "t1" and use.attribution.phase == "p1"
+        assert dict(pre_use.input) == {"path": "a.txt", "content": ""}
+        with pytest.raises(TypeError):
+            pre_use.input["path"] = "b.txt"  # type: ignore[index]  # read-only view
+
+    async def test_unknown_tool_runs_no_hook(self) -> None:
+        calls: list[str] = []
+
+        def spy(use: ToolUseContext) -> None:
+            calls.append(use.tool_name)
+
+        async def program(ctx: ExecutionContext) -> None:
+            with pytest.raises(onlooker.UnknownToolError):
+                await ctx.call("nope")
+
+        result, recorder = await run(program, [HookMatcher(pre=[spy])])
+        assert result.status == "completed" and calls == []
+        assert finished(recorder)[0].status == "failed"
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+class TestActions:
+    async def test_continue(self, is_async: bool) -> None:
+        hooks = [HookMatcher(pre=[pre(HookAction.CONTINUE, is_async=is_async)])]
+
+        async def program(ctx: ExecutionContext) -> Any:
+            return await ctx.call("add", a=2, b=3)
+
+        result, recorder = await run(program, hooks)
+        assert result.value == 5 and ran == ["add:2+3"]
+        assert finished(recorder)[0].status == "completed"
+
+    async def test_skip_returns_none_without_running_the_tool(self, is_async: bool) -> None:
+        hooks = [
+            HookMatcher(
+                pre=[pre(HookAction.SKIP, is_async=is_async, metadata={"cached": True})],
+                post=[lambda use, out: PostHookResult(metadata={"post": "never"})],
+            )
+        ]
+
+        async def program(ctx: ExecutionContext) -> Any:
+            return await ctx.call("add", a=2, b=3)
+
+        result, recorder = await run(program, hooks)
+        assert result.status == "completed" and result.value is None
+        assert ran == []
+        (event,) = finished(recorder)
+        assert event.status == "skipped" and event.result is None and event.error is None
+        assert event.metadata == {"cached": True}
+        assert len(recorder.of(ToolCallStarted)) == 1
+
+    async def test_caught_block_lets_the_execution_go_on(self, is_async: bool) -> None:
+        hooks = [
+            HookMatcher(
+                pattern="write",
+                pre=[pre(HookAction.BLOCK, is_async=is_async, reason="read-only day")],
+            )
+        ]
+        caught: list[ToolBlockedError] = []
+
+        async def program(ctx: ExecutionContext) -> Any:
+            try:
+                await ctx.call("write", path="x")
+            except ToolBlockedError as exc:
+                caught.append(exc)
+            return await ctx.call("add", a=1, b=1)
+
+        result, recorder = await run(program, hooks)
+        assert result.status == "completed" and result.value == 2
+        (exc,) = caught
+        assert exc.reason == "read-only day" and "read-only day" in str(exc)
+        assert exc.tool == "write"
+        assert ran == ["add:1+1"]
+        blocked, completed = finished(recorder)
+        assert blocked.status == "blocked" and completed.status == "completed"
+        assert blocked.error is not None and blocked.error.type == "ToolBlockedError"
+        assert blocked.error.cause == "failure"
+
+    async def test_uncaught_block_fails_the_execution(self, is_async: bool) -> None:
+        hooks = [HookMatcher(pre=[pre(HookAction.BLOCK, is_async=is_async)])]
+
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.call("echo", text="x")
+
+        result, _ = await run(program, hooks)
+        assert result.status == "failed"
+        assert result.error is not None and result.error.type == "ToolBlockedError"
+
+    async def test_caught_pre_abort_still_fails_the_execution(self, is_async: bool) -> None:
+        hooks = [HookMatcher(pre=[pre(HookAction.ABORT, is_async=is_async, reason="stop")])]
+
+        async def program(ctx: ExecutionContext) -> str:
+            with pytest.raises(HookAbortError, match="stop"):
+                await ctx.call("echo", text="x")
+            return "caught it"
+
+        result, recorder = await run(
+            program,
+            hooks,
+        )
+        assert ran == []
+        assert result.status == "failed" and result.value is None
+        assert result.error is not None and result.error.type == "HookAbortError"
+        assert "stop" in result.error.message
+        assert finished(recorder)[0].status == "blocked"
+        (end,) = recorder.of(onlooker.ExecutionFinished)
+        assert end.status == "failed"
+
+    async def test_post_abort_blocks_after_the_tool_ran(self, is_async: bool) -> None:
+        async def async_post(use: ToolUseContext, output: Any) -> PostHookResult:
+            return PostHookResult(HookAction.ABORT, reason="leaked secret", metadata={"x": 1})
+
+        def sync_post(use: ToolUseContext, output: Any) -> PostHookResult:
+            return PostHookResult(HookAction.ABORT, reason="leaked secret", metadata={"x": 1})
+
+        hooks = [HookMatcher(post=[async_post if is_async else sync_post])]
+
+        async def program(ctx: ExecutionContext) -> str:
+            try:
+                await ctx.call("echo", text="secret")
+            except HookAbortError as exc:
+                assert exc.reason == "leaked secret"
+            return "caught"
+
+        result, recorder = await run(program, hooks)
+        assert ran == ["echo:secret"]
+        assert result.status == "failed"
+        (event,) = finished(recorder)
+        assert event.status == "blocked" and event.result is None
+        assert event.metadata == {"x": 1}
+
+    async def test_post_hook_rewrites_output(self, is_async: bool) -> None:
+        async def async_post(use: ToolUseContext, output: Any) -> PostHookResult:
+            return PostHookResult(modified_output="[redacted]")
+
+        def sync_post(use: ToolUseContext, output: Any) -> PostHookResult:
+            return PostHookResult(modified_output="[redacted]")
+
+        async def program(ctx: ExecutionContext) -> Any:
+            return await ctx.call("echo", text="password=hunter2")
+
+        result, recorder = await run(
+            program, [HookMatcher(post=[async_post if is_async else sync_post])]
+        )
+        assert result.value == "[redacted]"
+        assert finished(recorder)[0].result == "[redacted]"
+
+    async def test_raising_pre_hook_blocks_naming_it(self, is_async: bool) -> None:
+        def broken_sync(use: ToolUseContext) -> None:
+            raise RuntimeError("policy store is down")
+
+        async def broken_async(use: ToolUseContext) -> None:
+            raise RuntimeError("policy store is down")
+
+        caught: list[ToolBlockedError] = []
+
+        async def program(ctx: ExecutionContext) -> str:
+            try:
+                await ctx.call("echo", text="x")
+            except ToolBlockedError as exc:
+                caught.append(exc)
+            return "went on"
+
+        hook = broken_async if is_async else broken_sync
+        result, recorder = await run(program, [HookMatcher(pre=[hook])])
+        assert result.status == "completed" and ran == []
+        (exc,) = caught
+        assert exc.hook is not None and hook.__name__ in exc.hook
+        assert hook.__name__ in str(exc) and "policy store is down" in str(exc)
+        assert isinstance(exc.__cause__, RuntimeError)
+        assert finished(recorder)[0].status == "blocked"
+
+    async def test_slow_pre_hook_blocks_naming_it(self, is_async: bool) -> None:
+        def slow_sync(use: ToolUseContext) -> None:
+            time.sleep(0.03)
+
+        async def slow_async(use: ToolUseContext) -> None:
+            await anyio.sleep(5)
+
+        caught: list[ToolBlockedError] = []
+
+        async def program(ctx: ExecutionContext) -> None:
+            try:
+                await ctx.call("echo", text="x")
+            except ToolBlockedError as exc:
+                caught.append(exc)
+
+        hook = slow_async if is_async else slow_sync
+        result, recorder = await run(program, [HookMatcher(pre=[hook], timeout=0.01)])
+        assert result.status == "completed" and ran == []
+        (exc,) = caught
+        assert exc.hook is not None and hook.__name__ in exc.hook
+        assert "timed out" in str(exc)
+        assert finished(recorder)[0].status == "blocked"
+
+    async def test_raising_or_slow_post_hook_is_logged_and_output_passes(
+        self, is_async: bool, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        def broken_sync(use: ToolUseContext, output: Any) -> None:
+            raise RuntimeError("metrics backend down")
+
+        async def broken_async(use: ToolUseContext, output: Any) -> None:
+            raise RuntimeError("metrics backend down")
+
+        async def slow(use: ToolUseContext, output: Any) -> PostHookResult:
+            await anyio.sleep(5)
+            return PostHookResult(modified_output="never")
+
+        async def program(ctx: ExecutionContext) -> Any:
+            return await ctx.call("echo", text="intact")
+
+        hook = broken_async if is_async else broken_sync
+        with caplog.at_level(logging.ERROR, logger="onlooker"):
+            result, recorder = await run(
+                program,
+                [HookMatcher(post=[hook]), HookMatcher(post=[slow], timeout=0.01)],
+            )
+        assert result.status == "completed" and result.value == "intact"
+        (event,) = finished(recorder)
+        assert event.status == "completed" and event.result == "intact"
+        messages = [r.getMessage() for r in caplog.records]
+        assert any(hook.__name__ in m and "echo" in m for m in messages)
+        assert any("slow" in m for m in messages)
+
+    async def test_hook_returning_garbage(self, is_async: bool) -> None:
+        def sync_garbage(use: ToolUseContext) -> Any:
+            return "yes"
+
+        async def async_garbage(use: ToolUseContext) -> Any:
+            return "yes"
+
+        async def program(ctx: ExecutionContext) -> None:
+            with pytest.raises(ToolBlockedError, match="PreHookResult"):
+                await ctx.call("echo", text="x")
+
+        hook = async_garbage if is_async else sync_garbage
+        result, _ = await run(program, [HookMatcher(pre=[hook])])
+        assert result.status == "completed" and ran == []
+
+
+class TestMetadata:
+    async def test_pre_and_post_metadata_merge_onto_the_finished_event(self) -> None:
+        def tag(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(metadata={"checked_by": "tag", "risk": "low"})
+
+        def retag(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(metadata={"risk": "medium"})
+
+        def post(use: ToolUseContext, output: Any) -> PostHookResult:
+            return PostHookResult(metadata={"output_len": len(output)})
+
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.call("echo", text="abc")
+            await ctx.call("add", a=1, b=1)
+
+        hooks = [HookMatcher(pre=[tag, retag]), HookMatcher(pattern="echo", post=[post])]
+        _, recorder = await run(program, hooks)
+        echo_event, add_event = finished(recorder)
+        assert echo_event.metadata == {"checked_by": "tag", "risk": "medium", "output_len": 3}
+        assert add_event.metadata == {"checked_by": "tag", "risk": "medium"}
+
+    async def test_blocked_call_keeps_metadata_and_no_hooks_means_empty(self) -> None:
+        def deny(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(HookAction.BLOCK, reason="no", metadata={"rule": "r1"})
+
+        async def program(ctx: ExecutionContext) -> None:
+            with pytest.raises(ToolBlockedError):
+                await ctx.call("write", path="x")
+            await ctx.call("echo", text="x")
+
+        _, recorder = await run(program, [HookMatcher(pattern="write", pre=[deny])])
+        blocked, plain = finished(recorder)
+        assert blocked.metadata == {"rule": "r1"}
+        assert plain.metadata == {}
+
+    async def test_metadata_is_a_snapshot(self) -> None:
+        shared: dict[str, Any] = {"items": [1]}
+
+        def tag(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(metadata=shared)
+
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.call("echo", text="x")
+            shared["items"].append(2)
+
+        _, recorder = await run(program, [HookMatcher(pre=[tag])])
+        metadata: Mapping[str, Any] = finished(recorder)[0].metadata
+        assert metadata == {"items": [1]}
+
+
+async def test_stream_stays_well_formed_under_every_action(
+    check_stream: Callable[[list[onlooker.ExecutionEvent]], None],
+) -> None:
+    actions = {"a": HookAction.SKIP, "b": HookAction.BLOCK, "c": HookAction.ABORT}
+
+    def decide(use: ToolUseContext) -> PreHookResult:
+        return PreHookResult(actions.get(str(use.input["text"]), HookAction.CONTINUE))
+
+    async def program(ctx: ExecutionContext) -> None:
+        for text in ("a", "b", "c", "d"):
+            with contextlib.suppress(onlooker.ToolError):
+                await ctx.call("echo", text=text)
+
+    result, recorder = await run(program, [HookMatcher(pre=[decide])])
+    check_stream(recorder.events)
+    assert [e.status for e in finished(recorder)] == ["skipped", "blocked", "blocked", "completed"]
+    assert result.status == "failed"
