@@ -1,0 +1,193 @@
+"""``onlooker history``: list, show and count the recorded executions."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import anyio
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ._common import db_url, parse_time, stderr, stdout
+from ._render import STYLES, execution_tree
+
+__all__ = ["history_app"]
+
+history_app = typer.Typer(
+    help="Read the recorded executions (the history database).",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+
+Db = Annotated[
+    str | None,
+    typer.Option(help="History database URL or SQLite file (default: .onlooker/history.db)."),
+]
+_STATUSES = ("running", "completed", "failed", "cancelled", "expired")
+Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+@history_app.command(
+    "list",
+    epilog=(
+        "[b]Examples[/b]\n\n"
+        "  onlooker history list --status failed --since 1d\n\n"
+        "  onlooker history list --tool fetch --json | jq .execution_id"
+    ),
+)
+def list_(
+    db: Db = None,
+    status: Annotated[
+        str | None,
+        typer.Option(help="running, completed, failed, cancelled or expired."),
+    ] = None,
+    tool: Annotated[str | None, typer.Option(help="Only executions that called this tool.")] = None,
+    trigger: Annotated[
+        str | None, typer.Option(help="Only executions with this trigger kind (cli, api, ...).")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Started at or after: ISO 8601 time or an age (30m, 2d).")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Started before: ISO 8601 time or an age (30m, 2d).")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many (newest first).")] = 50,
+    cursor: Annotated[
+        str | None, typer.Option(help="Continue after a previous page (its next cursor).")
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """List executions, newest first: a table, or one JSON object per line with --json."""
+    if status is not None and status not in _STATUSES:
+        raise typer.BadParameter(
+            f"{status!r} is not one of {', '.join(_STATUSES)}", param_hint="--status"
+        )
+    filters: dict[str, Any] = {
+        "status": status,
+        "tool": tool,
+        "trigger": trigger,
+        "since": parse_time(since, "--since"),
+        "until": parse_time(until, "--until"),
+        "limit": limit,
+        "cursor": cursor,
+    }
+
+    async def read() -> Any:
+        from onlooker.plugins import history
+
+        async with history.open(db_url(db)) as store:
+            return await store.list_executions(**filters)
+
+    page = _call(read)
+    if as_json:
+        for record in page:
+            typer.echo(record.model_dump_json())
+        if page.next_cursor is not None:
+            typer.echo(json.dumps({"next_cursor": page.next_cursor}))
+        return
+    table = Table("execution", "program", "trigger", "status", "started", "duration")
+    for record in page:
+        started = record.started_at.strftime("%Y-%m-%d %H:%M:%S") if record.started_at else ""
+        duration = f"{record.duration_ms:.1f} ms" if record.duration_ms is not None else ""
+        style = STYLES.get(record.status, "white")
+        table.add_row(
+            escape(record.execution_id),
+            escape(record.program or "?"),
+            escape(record.trigger or ""),
+            f"[{style}]{record.status}[/]",
+            started,
+            duration,
+        )
+    stdout.print(table)
+    if page.next_cursor is not None:
+        stdout.print(f"more: --cursor {page.next_cursor}")
+
+
+@history_app.command(
+    epilog=(
+        "[b]Examples[/b]\n\n"
+        "  onlooker history show 3f2a9c1e04b7-12\n\n"
+        "  onlooker history show 3f2a9c1e04b7-12 --json | jq '.tool_calls[].status'"
+    ),
+)
+def show(
+    execution_id: Annotated[str, typer.Argument(help="The execution's id.", show_default=False)],
+    db: Db = None,
+    as_json: Json = False,
+) -> None:
+    """Show one execution as a tree: tool calls, questions and child executions.
+
+    Exits 1 when no execution has this id.
+    """
+
+    async def read() -> Any:
+        from onlooker.plugins import history
+
+        async with history.open(db_url(db)) as store:
+            return await store.get_execution(execution_id)
+
+    tree = _call(read)
+    if tree is None:
+        stderr.print(f"[red]error[/]: no execution {escape(execution_id)!r} in the history")
+        raise typer.Exit(1)
+    if as_json:
+        typer.echo(tree.model_dump_json(indent=2))
+    else:
+        stdout.print(execution_tree(tree))
+
+
+@history_app.command(
+    epilog="[b]Examples[/b]\n\n  onlooker history stats --since 7d\n\n  onlooker history stats --json",
+)
+def stats(
+    db: Db = None,
+    since: Annotated[
+        str | None, typer.Option(help="Only executions since: ISO 8601 time or an age (30m, 2d).")
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Count executions by status and tool calls per tool (failure rate, p50 and p95)."""
+    moment = parse_time(since, "--since")
+
+    async def read() -> Any:
+        from onlooker.plugins import history
+
+        async with history.open(db_url(db)) as store:
+            return await store.stats(since=moment)
+
+    result = _call(read)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    by_status = ", ".join(f"{k} {v}" for k, v in sorted(result.executions_by_status.items()))
+    stdout.print(f"executions: {result.executions}" + (f" ({by_status})" if by_status else ""))
+    stdout.print(f"tool calls: {result.tool_calls}")
+    if result.tools:
+        table = Table("tool", "calls", "failed", "failure rate", "p50", "p95")
+        for tool in result.tools:
+            table.add_row(
+                escape(tool.tool),
+                str(tool.calls),
+                str(tool.failed),
+                f"{tool.failure_rate:.0%}",
+                _ms(tool.p50_ms),
+                _ms(tool.p95_ms),
+            )
+        stdout.print(table)
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f} ms"
+
+
+def _call(read: Any) -> Any:
+    """Run one read against the store; a store error is a clear message and exit 1."""
+    import onlooker
+
+    try:
+        return anyio.run(read)
+    except onlooker.OnlookerError as exc:
+        stderr.print(f"[red]error[/]: {escape(str(exc))}")
+        raise typer.Exit(1) from None
