@@ -141,8 +141,13 @@ class attribution:  # used like a function: `with onlooker.attribution(...)`
         tb: TracebackType | None,
     ) -> None:
         assert self._token is not None
+        intent = _attribution.get().intent_id
         _attribution.reset(self._token)
         self._token = None
+        outer = _attribution.get()
+        if intent is not None and intent != outer.intent_id:
+            # ctx.select_intent() inside the scope holds for the rest of the execution
+            _attribution.set(outer.model_copy(update={"intent_id": intent}))
 
     async def __aenter__(self) -> Attribution:
         return self.__enter__()
