@@ -179,6 +179,19 @@ class _AsyncQueue:
             await self._space.wait()
 
     async def run(self) -> None:
+        try:
+            await self._work()
+        except BaseException:
+            # The worker dies (the engine's task group sees why): release flush()
+            # and any emitter waiting for space, or closing the engine would hang.
+            self.queue.clear()
+            self.busy = False
+            self.close()
+            self.bus._full.discard(self)
+            self.bus._maybe_drained()
+            raise
+
+    async def _work(self) -> None:
         with anyio.CancelScope() as self.scope:
             queue = self.queue
             while True:

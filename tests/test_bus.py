@@ -1,0 +1,426 @@
+"""EventBus: isolation, ordering, async queues, overflow, statistics, Rx operators."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+import reactivex
+from anyio import wait_all_tasks_blocked
+from reactivex import operators as ops
+
+import onlooker
+from onlooker import (
+    Attribution,
+    EventBus,
+    ExecutionContext,
+    ExecutionEngine,
+    ExecutionEvent,
+    ToolCallStarted,
+)
+from onlooker.testing import RecordingObserver
+
+pytestmark = pytest.mark.anyio
+
+Check = Callable[[Sequence[ExecutionEvent]], None]
+
+
+def seq_of(e: ExecutionEvent) -> int:
+    return e.seq
+
+
+def kind_of(e: ExecutionEvent) -> str:
+    return e.kind
+
+
+def odd(e: ExecutionEvent) -> bool:
+    return e.seq % 2 == 1
+
+
+def tool_finished(e: ExecutionEvent) -> bool:
+    return e.kind == "ToolCallFinished"
+
+
+def event(seq: int, execution_id: str = "x") -> ToolCallStarted:
+    return ToolCallStarted(
+        event_id=f"e{seq}",
+        execution_id=execution_id,
+        seq=seq,
+        at=datetime.now(UTC),
+        attribution=Attribution(),
+        tool_call_id=f"c{seq}",
+        tool="t",
+        args={},
+    )
+
+
+@onlooker.tool
+def step(n: int) -> int:
+    """Return ``n``."""
+    return n
+
+
+async def calls(ctx: ExecutionContext) -> int:
+    """Four tool calls: 10 events."""
+    total = 0
+    for n in range(4):
+        total += await ctx.call(step, n=n)
+    return total
+
+
+class Boom(Exception):
+    pass
+
+
+class Stop(BaseException):
+    """A BaseException that is not cancellation."""
+
+
+class TestSyncObservers:
+    def test_inline_in_subscription_order(self) -> None:
+        bus = EventBus()
+        seen: list[tuple[str, int]] = []
+        bus.subscribe(lambda e: seen.append(("a", e.seq)))
+        bus.subscribe(lambda e: seen.append(("b", e.seq)))
+        bus.emit(event(0))
+        bus.emit(event(1))
+        assert seen == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+
+    def test_observer_object_and_callable(self) -> None:
+        bus = EventBus()
+        recorder = RecordingObserver()
+        plain: list[ExecutionEvent] = []
+        bus.subscribe(recorder)
+        bus.subscribe(plain.append)
+        sent = event(0)
+        bus.emit(sent)
+        assert recorder.events == plain == [sent]
+        assert recorder.events[0] is sent
+
+    def test_dispose_unsubscribes(self) -> None:
+        bus = EventBus()
+        seen: list[int] = []
+        other: list[int] = []
+        subscription = bus.subscribe(lambda e: seen.append(e.seq))
+        bus.subscribe(lambda e: other.append(e.seq))
+        bus.emit(event(0))
+        subscription.dispose()
+        bus.emit(event(1))
+        assert seen == [0]
+        assert other == [0, 1]
+        assert bus.statistics().subscribers == 1
+
+    def test_failing_observer_is_isolated_and_logged(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        bus = EventBus()
+        before: list[int] = []
+        after: list[int] = []
+
+        def flaky(e: ExecutionEvent) -> None:
+            if e.seq % 2 == 0:
+                raise Boom(f"no {e.seq}")
+
+        bus.subscribe(lambda e: before.append(e.seq))
+        bus.subscribe(flaky, name="flaky-one")
+        bus.subscribe(lambda e: after.append(e.seq))
+        with caplog.at_level(logging.ERROR, logger="onlooker"):
+            for seq in range(5):
+                bus.emit(event(seq, execution_id="exec-42"))
+        assert before == after == [0, 1, 2, 3, 4]
+        records = [r for r in caplog.records if r.name == "onlooker"]
+        assert len(records) == 3
+        for record in records:
+            message = record.getMessage()
+            assert "flaky-one" in message
+            assert "ToolCallStarted" in message
+            assert "exec-42" in message
+            assert record.exc_info is not None and isinstance(record.exc_info[1], Boom)
+        stats = bus.statistics()
+        assert stats.emitted == 5
+        assert stats.observer_errors == 3
+        assert stats.errors_by_observer == {"flaky-one": 3}
+        assert stats.delivered == 5 * 3 - 3
+        assert stats.dropped == 0
+        assert stats.subscribers == 3
+
+    def test_base_exception_propagates_to_the_emitter(self) -> None:
+        bus = EventBus()
+        first: list[int] = []
+
+        def stop(e: ExecutionEvent) -> None:
+            raise Stop
+
+        bus.subscribe(lambda e: first.append(e.seq))
+        bus.subscribe(stop)
+        with pytest.raises(Stop):
+            bus.emit(event(0))
+        assert first == [0]
+        assert bus.statistics().observer_errors == 0
+
+    def test_keyboard_interrupt_propagates(self) -> None:
+        bus = EventBus()
+
+        def interrupt(e: ExecutionEvent) -> None:
+            raise KeyboardInterrupt
+
+        bus.subscribe(interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            bus.emit(event(0))
+
+    def test_statistics_is_a_frozen_snapshot(self) -> None:
+        bus = EventBus()
+        stats = bus.statistics()
+        bus.subscribe(lambda e: None)
+        bus.emit(event(0))
+        assert stats.emitted == 0
+        with pytest.raises(AttributeError):
+            stats.emitted = 3  # type: ignore[misc]
+        assert bus.statistics().emitted == 1
+        assert bus.statistics().delivered == 1
+
+    @pytest.mark.parametrize(
+        ("kwargs", "message"),
+        [({"overflow": "explode"}, "overflow"), ({"queue_size": 0}, "queue_size")],
+    )
+    def test_bad_subscribe_arguments(self, kwargs: dict[str, Any], message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            EventBus().subscribe(lambda e: None, **kwargs)
+
+    def test_not_an_observer(self) -> None:
+        with pytest.raises(TypeError, match="handle"):
+            EventBus().subscribe(42)  # type: ignore[arg-type]
+
+    async def test_flush_without_async_observers_returns(self) -> None:
+        bus = EventBus()
+        bus.subscribe(lambda e: None)
+        bus.emit(event(0))
+        await bus.flush()
+
+
+class TestRx:
+    def test_operators(self) -> None:
+        bus = EventBus()
+        batches: list[list[int]] = []
+        bus.events.pipe(
+            ops.filter(odd),
+            ops.map(seq_of),
+            ops.buffer_with_count(2),
+        ).subscribe(batches.append)
+        for seq in range(9):
+            bus.emit(event(seq))
+        assert batches == [[1, 3], [5, 7]]
+
+    async def test_operators_on_engine_events(self) -> None:
+        finished: list[list[str]] = []
+        completed: list[bool] = []
+        async with ExecutionEngine(tools=[step]) as engine:
+            engine.bus.events.pipe(
+                ops.filter(tool_finished),
+                ops.map(kind_of),
+                ops.buffer_with_count(2),
+            ).subscribe(finished.append, on_completed=lambda: completed.append(True))
+            result = await engine.execute(calls)
+            assert result.value == 6
+            assert completed == []
+        assert finished == [["ToolCallFinished"] * 2] * 2
+        assert completed == [True], "closing the engine completes the Rx stream"
+
+    def test_raising_subscriber_costs_the_others_nothing(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        bus = EventBus()
+        first: list[int] = []
+        last: list[int] = []
+        attempts: list[int] = []
+        sync_seen: list[int] = []
+
+        def explode(e: ExecutionEvent) -> None:
+            attempts.append(e.seq)
+            raise Boom("rx subscriber")
+
+        bus.subscribe(lambda e: sync_seen.append(e.seq))
+        bus.events.subscribe(lambda e: first.append(e.seq))
+        bus.events.subscribe(explode)
+        bus.events.pipe(ops.map(seq_of)).subscribe(last.append)
+        with caplog.at_level(logging.ERROR, logger="onlooker"):
+            for seq in range(4):
+                bus.emit(event(seq))
+        assert first == last == sync_seen == [0, 1, 2, 3]
+        assert attempts == [0, 1, 2, 3], "the raising subscriber stays subscribed"
+        stats = bus.statistics()
+        assert stats.observer_errors == 4
+        assert list(stats.errors_by_observer.values()) == [4]
+        assert stats.subscribers == 4
+        assert len([r for r in caplog.records if "ToolCallStarted" in r.getMessage()]) == 4
+
+    def test_operator_error_is_logged_not_raised(self, caplog: pytest.LogCaptureFixture) -> None:
+        bus = EventBus()
+        others: list[int] = []
+
+        def bad_map(e: ExecutionEvent) -> int:
+            raise Boom("in an operator")
+
+        bus.events.pipe(ops.map(bad_map)).subscribe(lambda _: None)
+        bus.events.subscribe(lambda e: others.append(e.seq))
+        with caplog.at_level(logging.ERROR, logger="onlooker"):
+            bus.emit(event(0))
+            bus.emit(event(1))
+        assert others == [0, 1]
+
+    def test_dispose_rx_subscription(self) -> None:
+        bus = EventBus()
+        seen: list[int] = []
+        subscription = bus.events.subscribe(lambda e: seen.append(e.seq))
+        bus.emit(event(0))
+        subscription.dispose()
+        bus.emit(event(1))
+        assert seen == [0]
+        assert bus.statistics().subscribers == 0
+
+    def test_events_is_an_observable(self) -> None:
+        assert isinstance(EventBus().events, reactivex.Observable)
+
+
+class TestAsyncObservers:
+    async def test_flush_delivers_in_order(self) -> None:
+        seen: list[int] = []
+
+        async def slow(e: ExecutionEvent) -> None:
+            await anyio.lowlevel.checkpoint()
+            seen.append(e.seq)
+
+        async with ExecutionEngine() as engine:
+            engine.bus.subscribe(slow, name="slow")
+            for seq in range(50):
+                engine.bus.emit(event(seq))
+            await engine.bus.flush()
+            assert seen == list(range(50))
+            assert engine.bus.statistics().queued == 0
+            assert engine.bus.statistics().delivered == 50
+
+    async def test_failing_async_observer_is_isolated(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        seen: list[int] = []
+
+        class Flaky:
+            async def handle(self, e: ExecutionEvent) -> None:
+                seen.append(e.seq)
+                if e.seq == 1:
+                    raise Boom("async")
+
+        with caplog.at_level(logging.ERROR, logger="onlooker"):
+            async with ExecutionEngine() as engine:
+                engine.bus.subscribe(Flaky(), name="flaky-async")
+                for seq in range(3):
+                    engine.bus.emit(event(seq, execution_id="exec-7"))
+                await engine.bus.flush()
+        assert seen == [0, 1, 2]
+        stats = engine.bus.statistics()
+        assert stats.errors_by_observer == {"flaky-async": 1}
+        assert stats.delivered == 2
+        (record,) = [r for r in caplog.records if r.name == "onlooker"]
+        assert "flaky-async" in record.getMessage()
+        assert "exec-7" in record.getMessage()
+
+    async def test_drop_counts_what_it_drops(self) -> None:
+        gate = anyio.Event()
+        seen: list[int] = []
+
+        async def blocked(e: ExecutionEvent) -> None:
+            await gate.wait()
+            seen.append(e.seq)
+
+        async with ExecutionEngine() as engine:
+            engine.bus.subscribe(blocked, name="dropper", overflow="drop", queue_size=2)
+            await wait_all_tasks_blocked()
+            for seq in range(10):
+                engine.bus.emit(event(seq))
+            stats = engine.bus.statistics()
+            assert stats.dropped == 8
+            assert stats.dropped_by_observer == {"dropper": 8}
+            gate.set()
+            await engine.bus.flush()
+        assert seen == [0, 1]
+        assert engine.bus.statistics().delivered == 2
+
+    async def test_block_applies_backpressure(self, check_stream: Check) -> None:
+        gate = anyio.Event()
+        ran: list[int] = []
+        seen: list[ExecutionEvent] = []
+
+        @onlooker.tool
+        def record(n: int) -> int:
+            ran.append(n)
+            return n
+
+        async def handle(e: ExecutionEvent) -> None:
+            await gate.wait()
+            seen.append(e)
+
+        async def program(ctx: ExecutionContext) -> None:
+            for n in range(3):
+                await ctx.call(record, n=n)
+
+        plugin = onlooker.define_plugin(
+            id="slow", observer=lambda _: handle, overflow="block", queue_size=1
+        )
+        async with ExecutionEngine(tools=[record], plugins=[plugin]) as engine:
+            await wait_all_tasks_blocked()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(engine.execute, program)
+                await wait_all_tasks_blocked()
+                assert ran == [], "the emitter waits while the queue is full"
+                assert engine.bus.congested
+                assert engine.bus.statistics().queued >= 1
+                gate.set()
+        assert ran == [0, 1, 2]
+        assert engine.bus.statistics().dropped == 0
+        assert len(seen) == 8
+        check_stream(seen)
+
+    async def test_async_observer_base_exception_leaves_the_engine(self) -> None:
+        async def stop(e: ExecutionEvent) -> None:
+            if e.kind == "ToolCallStarted":
+                raise Stop
+
+        plugin = onlooker.define_plugin(id="stopper", observer=lambda _: stop)
+        with anyio.fail_after(10), pytest.raises(Stop):
+            async with ExecutionEngine(tools=[step], plugins=[plugin]) as engine:
+                await engine.execute(calls)
+                await anyio.sleep_forever()  # the crashed worker cancels this
+
+    async def test_async_observer_base_exception_while_idle(self) -> None:
+        async def stop(e: ExecutionEvent) -> None:
+            raise Stop
+
+        with anyio.fail_after(10), pytest.raises(Stop):
+            async with ExecutionEngine() as engine:
+                engine.bus.subscribe(stop)
+                engine.bus.emit(event(0))
+                await engine.bus.flush()
+
+    async def test_close_flushes(self) -> None:
+        seen: list[int] = []
+
+        async def slow(e: ExecutionEvent) -> None:
+            await anyio.lowlevel.checkpoint()
+            seen.append(e.seq)
+
+        async with ExecutionEngine() as engine:
+            engine.bus.subscribe(slow)
+            for seq in range(20):
+                engine.bus.emit(event(seq))
+        assert seen == list(range(20))
+
+    async def test_subscribe_after_close_is_refused(self) -> None:
+        async with ExecutionEngine() as engine:
+            pass
+        with pytest.raises(RuntimeError, match="closed"):
+            engine.bus.subscribe(lambda e: None)
