@@ -1,0 +1,79 @@
+"""``history.plugin()``: the store as an engine plugin, fed by a batching async observer."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from os import PathLike
+
+import anyio
+
+from onlooker import Plugin, PluginContext, define_plugin
+
+from ._store import HistoryStore, new_store
+from ._writer import DEFAULT_RETRY_DELAYS, BatchWriter
+
+__all__ = ["plugin"]
+
+PLUGIN_ID = "history"
+
+
+def plugin(
+    url: str | None = None,
+    *,
+    batch_size: int = 500,
+    flush_interval: float = 0.05,
+    spill_path: str | PathLike[str] | None = None,
+    retry_delays: Sequence[float] = DEFAULT_RETRY_DELAYS,
+) -> Plugin[HistoryStore]:
+    """Record every execution in a history database.
+
+    ``url`` is as for :func:`open` (default: ``.onlooker/history.db`` under
+    the current directory). Events are written off the hot path in batches
+    of up to ``batch_size`` events, or whatever arrived within
+    ``flush_interval`` seconds, one transaction per batch. A failed batch is
+    retried after each of ``retry_delays`` seconds; if it still fails, it
+    goes to the spill file (``spill_path``; default beside the SQLite file,
+    or under ``.onlooker/``) and is written on the next start, or as soon as
+    the database takes writes again. The extension is the
+    :class:`HistoryStore`; the engine fails to start (``PluginError`` caused
+    by a ``HistoryError``) when the database cannot be reached.
+    """
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
+    if not flush_interval > 0:
+        raise ValueError(f"flush_interval must be positive, not {flush_interval!r}")
+    delays = tuple(float(delay) for delay in retry_delays)
+    if any(delay < 0 for delay in delays):
+        raise ValueError(f"retry_delays must not be negative: {retry_delays!r}")
+
+    @asynccontextmanager
+    async def extension(ctx: PluginContext) -> AsyncIterator[HistoryStore]:
+        store = new_store(url, spill_path)
+        await store._start()
+        store._writer = writer = BatchWriter(
+            store._db,
+            store._spill,
+            ctx.logger,
+            batch_size=batch_size,
+            flush_interval=flush_interval,
+            retry_delays=delays,
+        )
+        writer.start()
+        try:
+            yield store
+        finally:
+            with anyio.CancelScope(shield=True):
+                await writer.aclose()
+                await store._aclose()
+
+    def observer(store: HistoryStore) -> BatchWriter:
+        assert store._writer is not None
+        return store._writer
+
+    return define_plugin(
+        id=PLUGIN_ID,
+        extension=extension,
+        observer=observer,
+        queue_size=max(4 * batch_size, 1024),
+    )

@@ -1,0 +1,262 @@
+"""The store's queries: blocking functions of a connection, run in a worker thread."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, RowMapping
+
+from onlooker import ExecutionEvent, HistoryError, parse_event
+
+from ._records import (
+    ExecutionList,
+    ExecutionRecord,
+    ExecutionTree,
+    HistoryStats,
+    InteractionRecord,
+    ToolCallRecord,
+    ToolStats,
+)
+from ._schema import events, executions, interactions, tool_calls
+
+__all__ = [
+    "EXECUTION_STATUSES",
+    "decode_cursor",
+    "event_list",
+    "execution_tree",
+    "list_executions",
+    "stats",
+]
+
+EXECUTION_STATUSES: Final = frozenset({"running", "completed", "failed", "cancelled", "expired"})
+_CHUNK: Final = 500  # ids per IN (...) clause
+
+
+def encode_cursor(sort_at: datetime, execution_id: str) -> str:
+    """An opaque keyset cursor: the last row's sort time and id."""
+    raw = json.dumps([sort_at.isoformat(), execution_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The position a cursor names; :class:`HistoryError` if it is not one of ours."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, execution_id = json.loads(raw)
+        moment = datetime.fromisoformat(at)
+        if moment.tzinfo is None or not isinstance(execution_id, str):
+            raise ValueError(cursor)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise HistoryError(f"invalid cursor {cursor!r}: pass back a next_cursor") from None
+    return moment, execution_id
+
+
+def _execution_fields(row: RowMapping) -> dict[str, Any]:
+    fields = dict(row)
+    fields["status"] = fields["status"] or "running"
+    fields["trigger_metadata"] = fields["trigger_metadata"] or {}
+    del fields["sort_at"]
+    return fields
+
+
+def list_executions(
+    conn: Connection,
+    *,
+    status: str | None,
+    tool: str | None,
+    trigger: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    limit: int,
+    cursor: str | None,
+) -> ExecutionList:
+    """A page of executions, newest first, with the cursor of the next page."""
+    query = sa.select(executions)
+    if status == "running":
+        query = query.where(executions.c.status.is_(None))
+    elif status is not None:
+        query = query.where(executions.c.status == status)
+    if trigger is not None:
+        query = query.where(executions.c.trigger == trigger)
+    if since is not None:
+        query = query.where(executions.c.sort_at >= since)
+    if until is not None:
+        query = query.where(executions.c.sort_at < until)
+    if tool is not None:
+        query = query.where(
+            sa.exists().where(
+                tool_calls.c.execution_id == executions.c.execution_id,
+                tool_calls.c.tool == tool,
+            )
+        )
+    if cursor is not None:
+        at, execution_id = decode_cursor(cursor)
+        query = query.where(
+            sa.or_(
+                executions.c.sort_at < at,
+                sa.and_(executions.c.sort_at == at, executions.c.execution_id < execution_id),
+            )
+        )
+    query = query.order_by(executions.c.sort_at.desc(), executions.c.execution_id.desc())
+    rows = conn.execute(query.limit(limit + 1)).mappings().all()
+    page = rows[:limit]
+    next_cursor = None
+    if len(rows) > limit:
+        last = page[-1]
+        next_cursor = encode_cursor(last["sort_at"], last["execution_id"])
+    return ExecutionList(
+        [ExecutionRecord(**_execution_fields(row)) for row in page], next_cursor=next_cursor
+    )
+
+
+def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
+    for start in range(0, len(ids), _CHUNK):
+        yield ids[start : start + _CHUNK]
+
+
+def execution_tree(conn: Connection, execution_id: str) -> ExecutionTree | None:
+    """The execution, its tool calls, interactions and descendants; ``None`` if unknown."""
+    root = conn.execute(
+        sa.select(executions).where(executions.c.execution_id == execution_id)
+    ).mappings().first()  # fmt: skip
+    if root is None:
+        return None
+    nodes: dict[str, RowMapping] = {execution_id: root}
+    children: defaultdict[str, list[str]] = defaultdict(list)
+    level = [execution_id]
+    while level:
+        found: list[str] = []
+        for ids in _chunks(level):
+            query = (
+                sa.select(executions)
+                .where(executions.c.parent_execution_id.in_(ids))
+                .order_by(executions.c.sort_at, executions.c.execution_id)
+            )
+            for row in conn.execute(query).mappings():
+                child = row["execution_id"]
+                if child in nodes:  # a cycle in hand-edited data; draw each node once
+                    continue
+                nodes[child] = row
+                children[row["parent_execution_id"]].append(child)
+                found.append(child)
+        level = found
+    calls: defaultdict[str, list[ToolCallRecord]] = defaultdict(list)
+    asks: defaultdict[str, list[InteractionRecord]] = defaultdict(list)
+    every = list(nodes)
+    for ids in _chunks(every):
+        query = (
+            sa.select(tool_calls)
+            .where(tool_calls.c.execution_id.in_(ids))
+            .order_by(tool_calls.c.execution_id, tool_calls.c.seq)
+        )
+        for row in conn.execute(query).mappings():
+            fields = dict(row)
+            fields["status"] = fields["status"] or "running"
+            fields["metadata"] = fields["metadata"] or {}
+            calls[row["execution_id"]].append(ToolCallRecord(**fields))
+        query = (
+            sa.select(interactions)
+            .where(interactions.c.execution_id.in_(ids))
+            .order_by(interactions.c.execution_id, interactions.c.seq)
+        )
+        for row in conn.execute(query).mappings():
+            fields = dict(row)
+            fields["status"] = fields["status"] or "open"
+            asks[row["execution_id"]].append(InteractionRecord(**fields))
+
+    def build(node: str) -> ExecutionTree:
+        return ExecutionTree(
+            **_execution_fields(nodes[node]),
+            tool_calls=tuple(calls[node]),
+            interactions=tuple(asks[node]),
+            children=tuple(build(child) for child in children[node]),
+        )
+
+    return build(execution_id)
+
+
+def event_list(conn: Connection, execution_id: str) -> list[ExecutionEvent]:
+    """The stored events of one execution, parsed, in ``seq`` order."""
+    query = (
+        sa.select(sa.cast(events.c.body, sa.Text))
+        .where(events.c.execution_id == execution_id)
+        .order_by(events.c.seq, events.c.event_id)
+    )
+    return [parse_event(body) for body in conn.execute(query).scalars()]
+
+
+def stats(conn: Connection, since: datetime | None) -> HistoryStats:
+    """Counts, failure rates and nearest-rank p50/p95 durations per tool."""
+    status = sa.func.coalesce(executions.c.status, "running")
+    query = sa.select(status, sa.func.count()).group_by(status)
+    if since is not None:
+        query = query.where(executions.c.sort_at >= since)
+    by_execution_status = {str(s): int(n) for s, n in conn.execute(query)}
+
+    finished: list[sa.ColumnElement[bool]] = [
+        tool_calls.c.status.is_not(None),
+        tool_calls.c.duration_ms.is_not(None),
+    ]
+    if since is not None:
+        finished.append(tool_calls.c.finished_at >= since)
+    counts: defaultdict[str, dict[str, int]] = defaultdict(dict)
+    query = (
+        sa.select(tool_calls.c.tool, tool_calls.c.status, sa.func.count())
+        .where(*finished)
+        .group_by(tool_calls.c.tool, tool_calls.c.status)
+    )
+    for tool, tool_status, count in conn.execute(query):
+        counts[tool][tool_status] = int(count)
+
+    ranked = (
+        sa.select(
+            tool_calls.c.tool,
+            tool_calls.c.duration_ms,
+            sa.func.row_number()
+            .over(partition_by=tool_calls.c.tool, order_by=tool_calls.c.duration_ms)
+            .label("rank"),
+            sa.func.count().over(partition_by=tool_calls.c.tool).label("n"),
+        )
+        .where(*finished)
+        .subquery()
+    )
+
+    def percentile(p: float) -> sa.ColumnElement[Any]:
+        return sa.func.min(sa.case((ranked.c.rank >= p * ranked.c.n, ranked.c.duration_ms)))
+
+    query = sa.select(ranked.c.tool, percentile(0.5), percentile(0.95)).group_by(ranked.c.tool)
+    percentiles: dict[str, tuple[float | None, float | None]] = {
+        row[0]: (row[1], row[2]) for row in conn.execute(query)
+    }
+
+    tools = []
+    for tool, by_status in counts.items():
+        calls = sum(by_status.values())
+        failed = by_status.get("failed", 0)
+        p50, p95 = percentiles.get(tool, (None, None))
+        tools.append(
+            ToolStats(
+                tool=tool,
+                calls=calls,
+                by_status=by_status,
+                failed=failed,
+                failure_rate=failed / calls if calls else 0.0,
+                p50_ms=p50,
+                p95_ms=p95,
+            )
+        )
+    tools.sort(key=lambda t: (-t.calls, t.tool))
+    return HistoryStats(
+        since=since,
+        executions=sum(by_execution_status.values()),
+        executions_by_status=by_execution_status,
+        tool_calls=sum(t.calls for t in tools),
+        tools=tuple(tools),
+    )

@@ -1,0 +1,228 @@
+"""The tables, the schema version, and migrations.
+
+Schema history: version 1 is the raw event log alone (``events``); version 2
+adds the projections (``executions``, ``tool_calls``, ``interactions``),
+which a migration rebuilds from the log. Because every projection is derived
+from ``events``, a later projection change migrates the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.types import TypeDecorator, TypeEngine, UserDefinedType
+
+from onlooker import SchemaVersionError
+
+__all__ = [
+    "HISTORY_SCHEMA_VERSION",
+    "events",
+    "executions",
+    "interactions",
+    "metadata",
+    "schema_version",
+    "setup_schema",
+    "tool_calls",
+]
+
+HISTORY_SCHEMA_VERSION: Final = 2
+"""The version of the history tables this onlooker reads and writes."""
+
+
+class _PgJson(UserDefinedType[Any]):
+    """PostgreSQL ``json``: exact text kept (``\\u0000`` allowed), parsed by psycopg on read."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "JSON"
+
+
+class Json(TypeDecorator[Any]):
+    """A JSON value: ``TEXT`` on SQLite, ``json`` on PostgreSQL; SQL ``NULL`` for ``None``."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(_PgJson())
+        return dialect.type_descriptor(sa.Text())
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else json.dumps(value, separators=(",", ":"))
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, str) and dialect.name != "postgresql":
+            return json.loads(value)
+        return value
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime: ``timestamptz`` on PostgreSQL, sortable text on SQLite."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"a naive datetime is ambiguous here, give it a timezone: {value}")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+metadata: Final = sa.MetaData()
+
+schema_version: Final = sa.Table(
+    "schema_version",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("version", sa.Integer, nullable=False),
+)
+
+events: Final = sa.Table(
+    "events",
+    metadata,
+    sa.Column("event_id", sa.Text, primary_key=True),
+    sa.Column("execution_id", sa.Text, nullable=False),
+    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("at", UtcDateTime, nullable=False),
+    sa.Column("body", Json, nullable=False),
+    sa.Index("ix_events_execution_seq", "execution_id", "seq"),
+)
+
+executions: Final = sa.Table(
+    "executions",
+    metadata,
+    sa.Column("execution_id", sa.Text, primary_key=True),
+    sa.Column("program", sa.Text),
+    sa.Column("trigger", sa.Text),
+    sa.Column("trigger_metadata", Json),
+    sa.Column("owner", sa.Text),
+    sa.Column("input", Json),
+    sa.Column("status", sa.Text),  # NULL while running
+    sa.Column("result", Json),
+    sa.Column("error", Json),
+    sa.Column("started_at", UtcDateTime),
+    sa.Column("finished_at", UtcDateTime),
+    sa.Column("duration_ms", sa.Float),
+    sa.Column("parent_execution_id", sa.Text),
+    sa.Column("parent_tool_call_id", sa.Text),
+    sa.Column("depth", sa.Integer, nullable=False),
+    sa.Column("task_id", sa.Text),
+    sa.Column("phase", sa.Text),
+    sa.Column("intent_id", sa.Text),
+    # started_at when known, else finished_at: the key of newest-first pagination
+    sa.Column("sort_at", UtcDateTime, nullable=False),
+    sa.Index("ix_executions_sort", "sort_at", "execution_id"),
+    sa.Index("ix_executions_parent", "parent_execution_id"),
+    sa.Index("ix_executions_status_sort", "status", "sort_at"),
+    sa.Index("ix_executions_trigger_sort", "trigger", "sort_at"),
+)
+
+tool_calls: Final = sa.Table(
+    "tool_calls",
+    metadata,
+    sa.Column("tool_call_id", sa.Text, primary_key=True),
+    sa.Column("execution_id", sa.Text, nullable=False),
+    sa.Column("tool", sa.Text, nullable=False),
+    sa.Column("status", sa.Text),  # NULL while running
+    sa.Column("args", Json),
+    sa.Column("result", Json),
+    sa.Column("error", Json),
+    sa.Column("metadata", Json),
+    sa.Column("duration_ms", sa.Float),
+    sa.Column("started_at", UtcDateTime),
+    sa.Column("finished_at", UtcDateTime),
+    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("phase", sa.Text),
+    sa.Column("task_id", sa.Text),
+    sa.Column("intent_id", sa.Text),
+    sa.Index("ix_tool_calls_execution_seq", "execution_id", "seq"),
+    sa.Index("ix_tool_calls_tool_execution", "tool", "execution_id"),
+    sa.Index("ix_tool_calls_finished", "finished_at"),
+)
+
+interactions: Final = sa.Table(
+    "interactions",
+    metadata,
+    sa.Column("interaction_id", sa.Text, primary_key=True),
+    sa.Column("execution_id", sa.Text, nullable=False),
+    sa.Column("message", sa.Text),
+    sa.Column("requested_schema", Json),
+    sa.Column("mode", sa.Text),
+    sa.Column("status", sa.Text),  # NULL while open
+    sa.Column("response", Json),
+    sa.Column("error", Json),
+    sa.Column("started_at", UtcDateTime),
+    sa.Column("resolved_at", UtcDateTime),
+    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Index("ix_interactions_execution_seq", "execution_id", "seq"),
+    sa.Index("ix_interactions_status", "status"),
+)
+
+_PROJECTIONS: Final = (executions, tool_calls, interactions)
+_ADVISORY_LOCK: Final = 0x6F6E6C6F  # "onlo": serializes schema setup across processes
+
+
+def setup_schema(conn: Connection, rebuild: Callable[[Connection], None]) -> int:
+    """Create missing tables, check the version, migrate an older schema.
+
+    Runs in the caller's transaction. ``rebuild`` re-derives the projections
+    from ``events`` (a migration step). Returns the version found before
+    setup (0 for a new database).
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADVISORY_LOCK})
+    inspector = sa.inspect(conn)
+    if not inspector.has_table("schema_version"):
+        metadata.create_all(conn, checkfirst=True)
+        conn.execute(sa.insert(schema_version).values(id=1, version=HISTORY_SCHEMA_VERSION))
+        return 0
+    found = conn.execute(sa.select(sa.func.max(schema_version.c.version))).scalar()
+    if found is None:
+        raise SchemaVersionError(
+            "the history database has an empty schema_version table; it was not made by onlooker",
+            found=0,
+            supported=HISTORY_SCHEMA_VERSION,
+        )
+    if found > HISTORY_SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"the history database has schema version {found}, newer than the version "
+            f"{HISTORY_SCHEMA_VERSION} this onlooker supports: upgrade onlooker",
+            found=found,
+            supported=HISTORY_SCHEMA_VERSION,
+        )
+    if found < HISTORY_SCHEMA_VERSION:
+        _migrate(conn, found, rebuild)
+    return int(found)
+
+
+def _migrate(conn: Connection, found: int, rebuild: Callable[[Connection], None]) -> None:
+    if found < 1:
+        raise SchemaVersionError(
+            f"the history database has an unknown schema version {found}",
+            found=found,
+            supported=HISTORY_SCHEMA_VERSION,
+        )
+    # 1 -> 2: the projections appear; rebuilt from the event log.
+    for table in _PROJECTIONS:
+        table.drop(conn, checkfirst=True)
+    metadata.create_all(conn, checkfirst=True)
+    rebuild(conn)
+    conn.execute(sa.update(schema_version).values(version=HISTORY_SCHEMA_VERSION))
