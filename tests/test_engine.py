@@ -1,0 +1,711 @@
+"""ExecutionEngine: lifecycle, tool calls, questions, children, every pair closing on every path."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import onlooker
+from onlooker import (
+    Elicitation,
+    ExecutionContext,
+    ExecutionEngine,
+    ExecutionEvent,
+    ExecutionFinished,
+    ExecutionStarted,
+    InteractionResolved,
+    InteractionResponse,
+    InteractionStarted,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolError,
+    ToolInputError,
+    Trigger,
+    UnknownToolError,
+)
+from onlooker.testing import RecordingObserver
+
+pytestmark = pytest.mark.anyio
+
+Check = Callable[[Sequence[ExecutionEvent]], None]
+
+
+class Stop(BaseException):
+    """A BaseException that is not cancellation."""
+
+
+class Oops(Exception):
+    pass
+
+
+@onlooker.tool
+def add(a: int, b: int = 1) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@onlooker.tool(name="fetch", description="Fetch a page.")
+async def fetch_page(url: str) -> str:
+    await anyio.lowlevel.checkpoint()
+    return f"<{url}>"
+
+
+@onlooker.tool
+def explode(message: str = "boom") -> None:
+    """Raise a plain exception (a defect)."""
+    raise Oops(message)
+
+
+@onlooker.tool
+def refuse() -> None:
+    """Raise a ToolError (an expected failure)."""
+    raise ToolError("not today", tool="refuse")
+
+
+@onlooker.tool
+async def hang() -> None:
+    """Never return."""
+    await anyio.sleep_forever()
+
+
+TOOLS: list[onlooker.Tool[..., Any]] = [add, fetch_page, explode, refuse, hang]
+
+
+async def run(
+    program: onlooker.Program[Any], **kwargs: Any
+) -> tuple[onlooker.ExecutionResult[Any], RecordingObserver]:
+    recorder = RecordingObserver()
+    async with ExecutionEngine(tools=TOOLS) as engine:
+        with onlooker.observing(recorder):
+            result = await engine.execute(program, **kwargs)
+    return result, recorder
+
+
+class TestLifecycle:
+    async def test_order_and_seq(self, check_stream: Check) -> None:
+        async def program(ctx: ExecutionContext) -> int:
+            first = await ctx.call("add", a=1, b=2)
+            answer = await ctx.elicit("more?", schema={"type": "object"})
+            assert answer.action == "accept"
+            return int(first) + await ctx.call(add, a=10)
+
+        async def yes(question: Elicitation) -> InteractionResponse:
+            assert question.message == "more?"
+            assert question.requested_schema == {"type": "object"}
+            return InteractionResponse.accept({"ok": True})
+
+        result, recorder = await run(program, on_elicitation=yes, input={"n": 1}, owner="ann")
+        assert result.status == "completed" and result.ok
+        assert result.value == 14
+        assert result.error is None
+        assert result.duration_ms >= 0
+        assert recorder.kinds() == [
+            "ExecutionStarted",
+            "ToolCallStarted",
+            "ToolCallFinished",
+            "InteractionStarted",
+            "InteractionResolved",
+            "ToolCallStarted",
+            "ToolCallFinished",
+            "ExecutionFinished",
+        ]
+        assert [e.seq for e in recorder] == list(range(8))
+        assert {e.execution_id for e in recorder} == {result.execution_id}
+        assert len({e.event_id for e in recorder}) == 8
+        check_stream(recorder.events)
+        started = recorder.of(ExecutionStarted)[0]
+        assert started.input == {"n": 1}
+        assert started.owner == "ann"
+        assert started.program.endswith("program")
+        assert started.trigger == Trigger(kind="api")
+        calls = recorder.of(ToolCallStarted)
+        assert [c.args for c in calls] == [{"a": 1, "b": 2}, {"a": 10, "b": 1}]
+        done = recorder.of(ToolCallFinished)
+        assert [(d.status, d.result, d.error) for d in done] == [
+            ("completed", 3, None),
+            ("completed", 11, None),
+        ]
+        assert [d.tool_call_id for d in done] == [c.tool_call_id for c in calls]
+        question = recorder.of(InteractionStarted)[0]
+        assert (question.mode, question.message) == ("inline", "more?")
+        assert question.requested_schema == {"type": "object"}
+        answer = recorder.of(InteractionResolved)[0]
+        assert (answer.status, answer.response) == ("accepted", {"ok": True})
+        finished = recorder.of(ExecutionFinished)[0]
+        assert (finished.status, finished.result, finished.error) == ("completed", 14, None)
+
+    async def test_trigger_shorthand(self) -> None:
+        async def program(ctx: ExecutionContext) -> str:
+            return ctx.trigger.kind
+
+        result, recorder = await run(program, trigger="cli")
+        assert result.value == "cli"
+        assert recorder.of(ExecutionStarted)[0].trigger == Trigger(kind="cli", metadata={})
+        full = Trigger(kind="schedule", metadata={"cron": "* * * * *"})
+        _, recorder = await run(program, trigger=full)
+        assert recorder.of(ExecutionStarted)[0].trigger == full
+
+    @pytest.mark.parametrize("trigger", ["", 3, None])
+    async def test_bad_trigger(self, trigger: Any) -> None:
+        async def program(ctx: ExecutionContext) -> None:
+            pass
+
+        async with ExecutionEngine() as engine:
+            with pytest.raises(TypeError, match="trigger"):
+                await engine.execute(program, trigger=trigger)
+
+    async def test_async_and_sync_tools_by_name_and_object(self) -> None:
+        async def program(ctx: ExecutionContext) -> list[Any]:
+            return [
+                await ctx.call("fetch", url="a"),
+                await ctx.call(fetch_page, url="b"),
+                await ctx.call("add", a=1),
+            ]
+
+        result, recorder = await run(program)
+        assert result.value == ["<a>", "<b>", 2]
+        assert [e.tool for e in recorder.of(ToolCallStarted)] == ["fetch", "fetch", "add"]
+
+    async def test_no_handler_declines(self) -> None:
+        async def program(ctx: ExecutionContext) -> str:
+            return (await ctx.elicit("hello?")).action
+
+        result, recorder = await run(program)
+        assert result.value == "decline"
+        resolved = recorder.of(InteractionResolved)[0]
+        assert (resolved.status, resolved.response) == ("declined", None)
+
+    @pytest.mark.parametrize(
+        ("response", "status"),
+        [(InteractionResponse.decline(), "declined"), (InteractionResponse.cancel(), "cancelled")],
+    )
+    async def test_handler_answers(self, response: InteractionResponse, status: str) -> None:
+        async def program(ctx: ExecutionContext) -> str:
+            return (await ctx.elicit("hello?")).action
+
+        async def handler(_: Elicitation) -> InteractionResponse:
+            return response
+
+        result, recorder = await run(program, on_elicitation=handler)
+        assert result.value == response.action
+        assert recorder.of(InteractionResolved)[0].status == status
+
+    async def test_failing_handler(self, check_stream: Check) -> None:
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.elicit("hello?")
+
+        async def handler(_: Elicitation) -> InteractionResponse:
+            raise Oops("handler broke")
+
+        result, recorder = await run(program, on_elicitation=handler)
+        assert result.status == "failed"
+        resolved = recorder.of(InteractionResolved)[0]
+        assert resolved.status == "failed"
+        assert resolved.error is not None and resolved.error.type == "Oops"
+        check_stream(recorder.events)
+
+    async def test_handler_returning_garbage(self) -> None:
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.elicit("hello?")
+
+        async def handler(_: Elicitation) -> InteractionResponse:
+            return "yes"  # type: ignore[return-value]
+
+        result, recorder = await run(program, on_elicitation=handler)
+        assert result.status == "failed"
+        assert result.error is not None and "InteractionResponse" in result.error.message
+        assert recorder.of(InteractionResolved)[0].status == "failed"
+
+    async def test_engine_runs_once(self) -> None:
+        engine = ExecutionEngine()
+        async with engine:
+            with pytest.raises(RuntimeError, match="once"):
+                await engine.__aenter__()
+        with pytest.raises(RuntimeError):
+            async with engine:
+                pass
+
+    async def test_execute_needs_a_running_engine(self) -> None:
+        async def program(ctx: ExecutionContext) -> None:
+            pass
+
+        engine = ExecutionEngine()
+        with pytest.raises(RuntimeError, match="async with"):
+            await engine.execute(program)
+        async with engine:
+            pass
+        with pytest.raises(RuntimeError, match="closed"):
+            await engine.execute(program)
+
+    async def test_aclose(self) -> None:
+        engine = ExecutionEngine()
+        await engine.__aenter__()
+        await engine.aclose()
+        with pytest.raises(RuntimeError):
+            await engine.execute_with_pause(add)  # type: ignore[arg-type]
+
+    def test_bad_arguments(self) -> None:
+        with pytest.raises(ValueError, match="pause_timeout"):
+            ExecutionEngine(pause_timeout=0)
+        with pytest.raises(TypeError, match="HookMatcher"):
+            ExecutionEngine(hooks=["nope"])  # type: ignore[list-item]
+        with pytest.raises(ValueError, match="add"):
+            ExecutionEngine(tools=[add, add])
+
+    async def test_tool_registry(self) -> None:
+        engine = ExecutionEngine(tools=TOOLS)
+        assert sorted(engine.tools) == ["add", "explode", "fetch", "hang", "refuse"]
+        assert engine.tools["fetch"].description == "Fetch a page."
+        assert engine.tools["add"].description == "Add two numbers."
+
+
+class TestToolFailures:
+    async def test_a_tools_exception_reaches_the_program_unchanged(
+        self, check_stream: Check
+    ) -> None:
+        caught: list[BaseException] = []
+
+        async def program(ctx: ExecutionContext) -> str:
+            try:
+                await ctx.call("explode", message="kaput")
+            except Oops as exc:
+                caught.append(exc)
+            return "survived"
+
+        result, recorder = await run(program)
+        assert result.value == "survived"
+        assert type(caught[0]) is Oops and str(caught[0]) == "kaput"
+        finished = recorder.of(ToolCallFinished)[0]
+        assert finished.status == "failed"
+        assert finished.result is None
+        assert finished.error is not None
+        assert (finished.error.type, finished.error.message, finished.error.cause) == (
+            "Oops",
+            "kaput",
+            "defect",
+        )
+        check_stream(recorder.events)
+
+    async def test_tool_error_is_a_failure(self) -> None:
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.call("refuse")
+
+        result, recorder = await run(program)
+        assert result.status == "failed"
+        assert result.error is not None
+        assert (result.error.type, result.error.cause) == ("ToolError", "failure")
+        assert recorder.of(ToolCallFinished)[0].error == result.error
+
+    async def test_failing_program(self, check_stream: Check) -> None:
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.call("add", a=1)
+            raise KeyError("missing")
+
+        result, recorder = await run(program)
+        assert result.status == "failed" and not result.ok
+        assert result.value is None
+        assert result.error is not None
+        assert (result.error.type, result.error.cause) == ("KeyError", "defect")
+        finished = recorder.of(ExecutionFinished)[0]
+        assert (finished.status, finished.error) == ("failed", result.error)
+        check_stream(recorder.events)
+
+    @pytest.mark.parametrize(
+        ("args", "problem"),
+        [
+            ({"a": "not a number"}, "a"),
+            ({}, "a"),
+            ({"a": 1, "c": 2}, "c"),
+        ],
+    )
+    async def test_bad_arguments(
+        self, args: dict[str, Any], problem: str, check_stream: Check
+    ) -> None:
+        errors: list[ToolInputError] = []
+        ran: list[bool] = []
+
+        @onlooker.tool
+        def strict(a: int) -> int:
+            ran.append(True)
+            return a
+
+        async def program(ctx: ExecutionContext) -> None:
+            try:
+                await ctx.call("strict", **args)
+            except ToolInputError as exc:
+                errors.append(exc)
+
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=[strict]) as engine:
+            with onlooker.observing(recorder):
+                result = await engine.execute(program)
+        assert result.status == "completed"
+        assert ran == []
+        (error,) = errors
+        assert error.tool == "strict"
+        assert "strict" in str(error) and problem in str(error)
+        assert recorder.kinds() == [
+            "ExecutionStarted",
+            "ToolCallStarted",
+            "ToolCallFinished",
+            "ExecutionFinished",
+        ]
+        assert recorder.of(ToolCallStarted)[0].args == args
+        finished = recorder.of(ToolCallFinished)[0]
+        assert finished.status == "failed"
+        assert finished.error is not None
+        assert (finished.error.type, finished.error.cause) == ("ToolInputError", "failure")
+        assert problem in finished.error.message
+        check_stream(recorder.events)
+
+    async def test_uncaught_bad_arguments_fail_the_execution(self) -> None:
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.call("add", a=[1])
+
+        result, _ = await run(program)
+        assert result.status == "failed"
+        assert result.error is not None and result.error.type == "ToolInputError"
+
+    async def test_unknown_tool(self, check_stream: Check) -> None:
+        errors: list[UnknownToolError] = []
+
+        async def program(ctx: ExecutionContext) -> None:
+            try:
+                await ctx.call("teleport", where="moon")
+            except UnknownToolError as exc:
+                errors.append(exc)
+            await ctx.call("teleport")
+
+        result, recorder = await run(program)
+        assert errors[0].tool == "teleport"
+        assert "teleport" in str(errors[0]) and "add" in str(errors[0])
+        assert result.status == "failed"
+        assert result.error is not None
+        assert (result.error.type, result.error.cause) == ("UnknownToolError", "failure")
+        assert recorder.kinds().count("ToolCallStarted") == 2
+        assert recorder.kinds().count("ToolCallFinished") == 2
+        assert recorder.of(ToolCallStarted)[0].args == {"where": "moon"}
+        assert {f.status for f in recorder.of(ToolCallFinished)} == {"failed"}
+        check_stream(recorder.events)
+
+
+class TestCancellation:
+    async def test_move_on_after_around_execute(self, check_stream: Check) -> None:
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.call("add", a=1)
+            await ctx.call("hang")
+
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=TOOLS) as engine:
+            with onlooker.observing(recorder):
+                with anyio.move_on_after(0.05) as scope:
+                    await engine.execute(program)
+                assert scope.cancelled_caught
+                assert await engine.execute(_returns_one) is not None
+        cancelled = [
+            e for e in recorder.events if e.execution_id == recorder.events[0].execution_id
+        ]
+        kinds = [e.kind for e in cancelled]
+        assert kinds == [
+            "ExecutionStarted",
+            "ToolCallStarted",
+            "ToolCallFinished",
+            "ToolCallStarted",
+            "ToolCallFinished",
+            "ExecutionFinished",
+        ]
+        hung = cancelled[4]
+        assert isinstance(hung, ToolCallFinished)
+        assert hung.status == "cancelled"
+        assert hung.error is not None and hung.error.cause == "interrupt"
+        finished = cancelled[5]
+        assert isinstance(finished, ExecutionFinished)
+        assert finished.status == "cancelled"
+        assert finished.error is not None and finished.error.cause == "interrupt"
+        check_stream(recorder.events)
+
+    async def test_cancel_scope_cancelled_directly(self, check_stream: Check) -> None:
+        recorder = RecordingObserver()
+
+        async def program(ctx: ExecutionContext) -> None:
+            await anyio.sleep_forever()
+
+        async with ExecutionEngine(tools=TOOLS) as engine:
+            with onlooker.observing(recorder), anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(engine.execute, program)
+                    await anyio.wait_all_tasks_blocked()
+                    scope.cancel()
+        assert recorder.kinds() == ["ExecutionStarted", "ExecutionFinished"]
+        assert recorder.of(ExecutionFinished)[0].status == "cancelled"
+        check_stream(recorder.events)
+
+    async def test_cancelled_while_a_handler_answers(self, check_stream: Check) -> None:
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.elicit("wait for me")
+
+        async def slow(_: Elicitation) -> InteractionResponse:
+            await anyio.sleep_forever()
+            raise AssertionError
+
+        recorder = RecordingObserver()
+        async with ExecutionEngine() as engine:
+            with onlooker.observing(recorder), anyio.move_on_after(0.02):
+                await engine.execute(program, on_elicitation=slow)
+        resolved = recorder.of(InteractionResolved)[0]
+        assert resolved.status == "cancelled"
+        assert resolved.error is not None and resolved.error.cause == "interrupt"
+        assert recorder.of(ExecutionFinished)[0].status == "cancelled"
+        check_stream(recorder.events)
+
+    async def test_cancelled_inside_a_child(self, check_stream: Check) -> None:
+        async def child(ctx: ExecutionContext) -> None:
+            await ctx.call("hang")
+
+        async def parent(ctx: ExecutionContext) -> None:
+            await ctx.spawn(child)
+
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=TOOLS) as engine:
+            with onlooker.observing(recorder), anyio.move_on_after(0.02):
+                await engine.execute(parent)
+        statuses = [e.status for e in recorder.of(ExecutionFinished)]
+        assert statuses == ["cancelled", "cancelled"]
+        check_stream(recorder.events)
+
+
+class TestObserverBaseException:
+    async def test_stops_the_execution_before_the_tool_runs(self, check_stream: Check) -> None:
+        ran: list[int] = []
+
+        @onlooker.tool
+        def record(n: int) -> int:
+            ran.append(n)
+            return n
+
+        def stop_on_call(event: ExecutionEvent) -> None:
+            if isinstance(event, ToolCallStarted):
+                raise Stop
+
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.call(record, n=1)
+            ran.append(99)
+
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=[record]) as engine:
+            engine.bus.subscribe(recorder)
+            engine.bus.subscribe(stop_on_call, name="stopper")
+            with pytest.raises(Stop):
+                await engine.execute(program)
+            assert ran == [], "neither the tool nor the rest of the program ran"
+            assert engine.bus.statistics().observer_errors == 0
+        assert recorder.kinds() == [
+            "ExecutionStarted",
+            "ToolCallStarted",
+            "ToolCallFinished",
+            "ExecutionFinished",
+        ]
+        assert recorder.of(ToolCallFinished)[0].status == "cancelled"
+        assert recorder.of(ExecutionFinished)[0].status == "cancelled"
+        check_stream(recorder.events)
+
+    async def test_keyboard_interrupt_from_a_plugin(self) -> None:
+        def interrupt(event: ExecutionEvent) -> None:
+            if event.kind == "ExecutionStarted":
+                raise KeyboardInterrupt
+
+        plugin = onlooker.define_plugin(id="ki", observer=lambda _: interrupt)
+        ran: list[bool] = []
+
+        async def program(ctx: ExecutionContext) -> None:
+            ran.append(True)
+
+        async with ExecutionEngine(plugins=[plugin]) as engine:
+            with pytest.raises(KeyboardInterrupt):
+                await engine.execute(program)
+        assert ran == []
+
+
+class TestEngineBlock:
+    async def test_body_exception_is_not_wrapped(self) -> None:
+        with pytest.raises(KeyError) as info:
+            async with ExecutionEngine():
+                raise KeyError("mine")
+        assert type(info.value) is KeyError
+
+    async def test_body_exception_with_a_paused_execution(self, check_stream: Check) -> None:
+        recorder = RecordingObserver()
+
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.elicit("?")
+
+        with pytest.raises(KeyError):
+            async with ExecutionEngine() as engine:
+                engine.bus.subscribe(recorder)
+                await engine.execute_with_pause(program)
+                raise KeyError("mine")
+        assert recorder.of(ExecutionFinished)[0].status == "cancelled"
+        check_stream(recorder.events)
+
+    async def test_body_base_exception_is_not_wrapped(self) -> None:
+        with pytest.raises(Stop):
+            async with ExecutionEngine():
+                raise Stop
+
+    async def test_body_cancelled_from_outside(self) -> None:
+        with anyio.move_on_after(0.01) as scope:
+            async with ExecutionEngine():
+                await anyio.sleep_forever()
+        assert scope.cancelled_caught
+
+
+class TestChildren:
+    async def test_spawn_records_the_tree(self, check_stream: Check) -> None:
+        async def grandchild(ctx: ExecutionContext) -> int:
+            return ctx.depth
+
+        async def child(ctx: ExecutionContext) -> int:
+            inner = await ctx.spawn(grandchild, phase="deep")
+            assert inner.value is not None
+            return inner.value + 10
+
+        @onlooker.tool
+        async def delegate() -> int:
+            nested = await onlooker.current_context().spawn(child, task_id="sub")
+            assert nested.value is not None
+            return nested.value
+
+        async def parent(ctx: ExecutionContext) -> Any:
+            direct = await ctx.spawn(child, task_id="kid", input={"x": 1})
+            via_tool = await ctx.call(delegate)
+            return [direct.value, via_tool]
+
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=[delegate]) as engine:
+            with onlooker.observing(recorder):
+                result = await engine.execute(parent)
+        assert result.value == [12, 12]
+        check_stream(recorder.events)
+        starts = recorder.of(ExecutionStarted)
+        assert len(starts) == 5
+        root = starts[0]
+        assert root.attribution.depth == 0
+        assert root.attribution.parent_execution_id is None
+        kid = starts[1]
+        assert kid.attribution.parent_execution_id == root.execution_id
+        assert kid.attribution.parent_tool_call_id is None
+        assert (kid.attribution.depth, kid.attribution.task_id) == (1, "kid")
+        assert kid.input == {"x": 1}
+        assert kid.trigger.kind == "spawn"
+        grand = starts[2]
+        assert grand.attribution.parent_execution_id == kid.execution_id
+        assert (grand.attribution.depth, grand.attribution.phase) == (2, "deep")
+        assert grand.attribution.task_id == "kid"
+        call = recorder.of(ToolCallStarted)[0]
+        sub = starts[3]
+        assert sub.attribution.parent_tool_call_id == call.tool_call_id
+        assert sub.attribution.parent_execution_id == root.execution_id
+        assert sub.attribution.task_id == "sub"
+
+    async def test_failing_child_is_a_result(self) -> None:
+        async def child(ctx: ExecutionContext) -> None:
+            raise Oops("child")
+
+        async def parent(ctx: ExecutionContext) -> str:
+            outcome = await ctx.spawn(child)
+            assert outcome.error is not None
+            return outcome.status
+
+        result, recorder = await run(parent)
+        assert result.value == "failed"
+        assert [e.status for e in recorder.of(ExecutionFinished)] == ["failed", "completed"]
+
+    async def test_child_elicitation_goes_to_the_handler(self) -> None:
+        asked: list[str] = []
+
+        async def child(ctx: ExecutionContext) -> Any:
+            return (await ctx.elicit("child asks")).content
+
+        async def parent(ctx: ExecutionContext) -> Any:
+            return (await ctx.spawn(child)).value
+
+        async def handler(question: Elicitation) -> InteractionResponse:
+            asked.append(question.execution_id)
+            return InteractionResponse.accept({"a": 1})
+
+        result, recorder = await run(parent, on_elicitation=handler)
+        assert result.value == {"a": 1}
+        child_id = recorder.of(ExecutionStarted)[1].execution_id
+        assert asked == [child_id]
+        assert recorder.of(InteractionStarted)[0].execution_id == child_id
+
+    def test_current_context_outside(self) -> None:
+        with pytest.raises(RuntimeError, match="no onlooker execution"):
+            onlooker.current_context()
+
+
+async def _returns_one(ctx: ExecutionContext) -> int:
+    return 1
+
+
+class TestConcurrency:
+    async def test_300_concurrent_executions_lose_nothing(self, check_stream: Check) -> None:
+        sync_seen: list[ExecutionEvent] = []
+        async_seen: list[ExecutionEvent] = []
+
+        async def handle(event: ExecutionEvent) -> None:
+            async_seen.append(event)
+
+        plugins = [
+            onlooker.define_plugin(id="sync", observer=lambda _: sync_seen.append),
+            onlooker.define_plugin(id="async", observer=lambda _: handle, queue_size=16),
+        ]
+        results: list[onlooker.ExecutionResult[Any]] = []
+
+        async def program(ctx: ExecutionContext) -> int:
+            total = await ctx.call("add", a=1)
+            return int(total) + int(await ctx.call("fetch", url="u") == "<u>")
+
+        async def one() -> None:
+            results.append(await engine.execute(program))
+
+        async with (
+            ExecutionEngine(tools=TOOLS, plugins=plugins) as engine,
+            anyio.create_task_group() as tg,
+        ):
+            for _ in range(300):
+                tg.start_soon(one)
+        assert len(results) == 300
+        assert all(r.value == 3 for r in results)
+        assert len(sync_seen) == len(async_seen) == 300 * 6
+        assert async_seen == sync_seen, "the async observer saw the same order"
+        check_stream(sync_seen)
+        stats = engine.bus.statistics()
+        assert (stats.emitted, stats.delivered, stats.dropped) == (1800, 3600, 0)
+
+    async def test_async_observers_flushed_in_order_on_close(self, check_stream: Check) -> None:
+        order: list[tuple[str, int]] = []
+        slow_seen: list[tuple[str, int]] = []
+
+        class Slow:
+            async def handle(self, event: ExecutionEvent) -> None:
+                await anyio.lowlevel.checkpoint()
+                slow_seen.append((event.execution_id, event.seq))
+
+        plugin = onlooker.define_plugin(id="slow", observer=lambda _: Slow())
+
+        async def program(ctx: ExecutionContext) -> None:
+            for n in range(3):
+                await ctx.call("fetch", url=str(n))
+
+        async with ExecutionEngine(tools=TOOLS, plugins=[plugin]) as engine:
+            engine.bus.subscribe(lambda e: order.append((e.execution_id, e.seq)))
+            async with anyio.create_task_group() as tg:
+                for _ in range(20):
+                    tg.start_soon(engine.execute, program)
+            assert len(order) == 20 * 8
+        assert slow_seen == order
