@@ -557,3 +557,31 @@ async def test_stream_stays_well_formed_under_every_action(
     check_stream(recorder.events)
     assert [e.status for e in finished(recorder)] == ["skipped", "blocked", "blocked", "completed"]
     assert result.status == "failed"
+
+
+class AsyncCallable:
+    """A hook object whose ``__call__`` is async."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    async def __call__(self, use: ToolUseContext) -> PreHookResult:
+        self.seen.append(use.tool_name)
+        return PreHookResult(modified_input={"text": "from object"})
+
+
+async def test_hook_shapes_async_objects_and_sync_functions_returning_awaitables() -> None:
+    obj = AsyncCallable()
+
+    async def later(use: ToolUseContext, output: Any) -> PostHookResult:
+        return PostHookResult(modified_output=f"{output}!")
+
+    def returns_awaitable(use: ToolUseContext, output: Any) -> Awaitable[PostHookResult]:
+        return later(use, output)
+
+    async def program(ctx: ExecutionContext) -> Any:
+        return await ctx.call("echo", text="x")
+
+    result, _ = await run(program, [HookMatcher(pre=[obj], post=[returns_awaitable])])
+    assert result.value == "from object!"
+    assert obj.seen == ["echo"]

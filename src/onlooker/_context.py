@@ -45,7 +45,7 @@ from ._hooks import (
     PreHookResult,
     ToolUseContext,
     _HookPlan,
-    hook_name,
+    _use_context,
 )
 from ._results import (
     Elicitation,
@@ -301,8 +301,10 @@ class ExecutionContext:
             shown = validated
             plan = engine._hook_plan(name, _attribution.get().phase) if engine._hooks else _NO_HOOKS
             if plan.pre:
-                validated = await self._run_pre_hooks(plan, spec, call_id, validated, metadata)
+                validated, use = await self._run_pre_hooks(plan, spec, call_id, validated, metadata)
                 shown = validated
+            else:
+                use = None
             started = True
             self._emit(
                 ToolCallStarted,
@@ -325,7 +327,7 @@ class ExecutionContext:
                 _tool_call.reset(token)
             if plan.post:
                 result = await self._run_post_hooks(
-                    plan, spec, call_id, validated, result, metadata
+                    plan, spec, call_id, validated, result, metadata, use
                 )
         except _Skipped:
             if not started:
@@ -370,19 +372,31 @@ class ExecutionContext:
         call_id: str,
         args: dict[str, Any],
         metadata: dict[str, Any],
-    ) -> dict[str, Any]:
-        for matcher, hook in plan.pre:
-            name = hook_name(hook)
-            use = ToolUseContext(
-                spec.name,
-                MappingProxyType(args),
-                call_id,
-                _attribution.get(),
-                self.execution_id,
-                spec.mutating,
-            )
+    ) -> tuple[dict[str, Any], ToolUseContext]:
+        """Run the pre-hooks in order; the input they leave, and the context they saw."""
+        use = _use_context(
+            spec.name,
+            MappingProxyType(args),
+            call_id,
+            _attribution.get(),
+            self.execution_id,
+            spec.mutating,
+        )
+        for hook, timeout, name, is_async in plan.pre_steps:
             try:
-                decision = await _call_hook(hook, matcher.timeout, use)
+                if is_async:
+                    decision = await _await_within(hook(use), timeout)
+                else:
+                    began = perf_counter()
+                    decision = hook(use)
+                    if (
+                        decision is not None
+                        and type(decision) is not PreHookResult
+                        and inspect.isawaitable(decision)
+                    ):
+                        decision = await _await_within(decision, timeout - (perf_counter() - began))
+                    if perf_counter() - began > timeout:
+                        raise TimeoutError(f"hook took longer than {timeout}s")
             except Exception as exc:  # fail-closed: a broken governance hook blocks
                 problem = "timed out" if isinstance(exc, TimeoutError) else f"failed: {exc!r}"
                 raise ToolBlockedError(
@@ -400,11 +414,20 @@ class ExecutionContext:
                     tool=spec.name,
                     hook=name,
                 )
-            metadata.update(decision.metadata)
+            if decision.metadata:
+                metadata.update(decision.metadata)
             action = decision.action
             if action is HookAction.CONTINUE:
                 if decision.modified_input is not None:
                     args = spec.validate_args(decision.modified_input, hook=name)
+                    use = _use_context(
+                        spec.name,
+                        MappingProxyType(args),
+                        call_id,
+                        use.attribution,
+                        self.execution_id,
+                        spec.mutating,
+                    )
             elif action is HookAction.SKIP:
                 raise _Skipped
             elif action is HookAction.BLOCK:
@@ -422,7 +445,7 @@ class ExecutionContext:
                     tool=spec.name,
                     reason=reason,
                 )
-        return args
+        return args, use
 
     async def _run_post_hooks(
         self,
@@ -432,10 +455,11 @@ class ExecutionContext:
         args: dict[str, Any],
         output: Any,
         metadata: dict[str, Any],
+        use: ToolUseContext | None,
     ) -> Any:
-        for matcher, hook in plan.post:
-            name = hook_name(hook)
-            use = ToolUseContext(
+        """Run the post-hooks in order (fail-safe); the output they leave."""
+        if use is None:  # no pre-hooks built one
+            use = _use_context(
                 spec.name,
                 MappingProxyType(args),
                 call_id,
@@ -443,8 +467,21 @@ class ExecutionContext:
                 self.execution_id,
                 spec.mutating,
             )
+        for hook, timeout, name, is_async in plan.post_steps:
             try:
-                decision = await _call_hook(hook, matcher.timeout, use, output)
+                if is_async:
+                    decision = await _await_within(hook(use, output), timeout)
+                else:
+                    began = perf_counter()
+                    decision = hook(use, output)
+                    if (
+                        decision is not None
+                        and type(decision) is not PostHookResult
+                        and inspect.isawaitable(decision)
+                    ):
+                        decision = await _await_within(decision, timeout - (perf_counter() - began))
+                    if perf_counter() - began > timeout:
+                        raise TimeoutError(f"hook took longer than {timeout}s")
             except Exception as exc:  # fail-safe: observability never breaks the call
                 logger.error(
                     "post-hook %r failed on tool %r (execution %s); output passed unchanged",
@@ -461,7 +498,8 @@ class ExecutionContext:
                     "post-hook %r returned %r, not PostHookResult; ignored", name, decision
                 )
                 continue
-            metadata.update(decision.metadata)
+            if decision.metadata:
+                metadata.update(decision.metadata)
             if decision.action is HookAction.ABORT:
                 reason = decision.reason or "no reason given"
                 raise HookAbortError(
@@ -590,18 +628,9 @@ class ExecutionContext:
         _attribution.set(_attribution.get().model_copy(update={"intent_id": intent_id}))
 
 
-async def _call_hook(hook: Callable[..., Any], timeout: float, *args: Any) -> Any:  # noqa: ASYNC109  # per-matcher timeout
-    if inspect.iscoroutinefunction(hook):
-        with anyio.fail_after(timeout):
-            return await hook(*args)
-    began = perf_counter()
-    decision = hook(*args)
-    if inspect.isawaitable(decision):
-        with anyio.fail_after(max(timeout - (perf_counter() - began), 0.0)):
-            return await decision
-    if perf_counter() - began > timeout:
-        raise TimeoutError(f"hook took longer than {timeout}s")
-    return decision
+async def _await_within(awaitable: Awaitable[Any], timeout: float) -> Any:  # noqa: ASYNC109  # per-matcher timeout
+    with anyio.fail_after(max(timeout, 0.0)):
+        return await awaitable
 
 
 def current_context() -> ExecutionContext:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -126,12 +127,56 @@ def hook_name(hook: object) -> str:
     )
 
 
+def _is_async(hook: object) -> bool:
+    if inspect.iscoroutinefunction(hook):
+        return True
+    call = getattr(type(hook), "__call__", None)  # noqa: B004  # an object with async __call__
+    return not inspect.isfunction(hook) and inspect.iscoroutinefunction(call)
+
+
+_Step: TypeAlias = tuple[Callable[..., Any], float, str, bool]
+"""(hook, timeout, name, is_async): what the runner needs, worked out once per plan."""
+
+
 @dataclass(frozen=True, slots=True)
 class _HookPlan:
     """The hooks that apply to one (tool, phase), flattened in order (cached by the engine)."""
 
     pre: tuple[tuple[HookMatcher, PreHook], ...]
     post: tuple[tuple[HookMatcher, PostHook], ...]
+    pre_steps: tuple[_Step, ...] = field(init=False, repr=False, compare=False)
+    post_steps: tuple[_Step, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name, hooks in (("pre_steps", self.pre), ("post_steps", self.post)):
+            steps = tuple((h, m.timeout, hook_name(h), _is_async(h)) for m, h in hooks)
+            object.__setattr__(self, name, steps)
 
 
 _NO_HOOKS: Final = _HookPlan((), ())
+
+_new: Final = object.__new__
+_USE_SETTERS: Final = tuple(
+    ToolUseContext.__dict__[f].__set__
+    for f in ("tool_name", "input", "tool_call_id", "attribution", "execution_id", "mutating")
+)
+
+
+def _use_context(
+    tool_name: str,
+    input: Mapping[str, Any],
+    tool_call_id: str,
+    attribution: Attribution,
+    execution_id: str,
+    mutating: bool,
+) -> ToolUseContext:
+    """``ToolUseContext(...)`` without the frozen ``__init__``'s per-field cost (hot path)."""
+    use: ToolUseContext = _new(ToolUseContext)
+    s1, s2, s3, s4, s5, s6 = _USE_SETTERS
+    s1(use, tool_name)
+    s2(use, input)
+    s3(use, tool_call_id)
+    s4(use, attribution)
+    s5(use, execution_id)
+    s6(use, mutating)
+    return use
