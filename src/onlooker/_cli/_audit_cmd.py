@@ -10,7 +10,6 @@ import typer
 from rich.markup import escape
 
 from ._common import db_url, stderr, stdout
-from ._render import event_line
 
 __all__ = ["audit_app"]
 
@@ -72,6 +71,8 @@ def tail(
 ) -> None:
     """Print the events of a trail, one per line (Ctrl-C stops --follow)."""
     from onlooker.plugins import audit
+
+    from ._render import event_line
 
     _exists(path)
     try:

@@ -22,11 +22,10 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, Final
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing alone costs ~10 ms here
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 __all__ = ["HOOK_EVENTS", "run"]
 
@@ -64,7 +63,7 @@ def run(args: list[str]) -> int:
     audit_dir = _default_audit_dir()
     try:
         options = _parse_args(args)
-        audit_dir = Path(options.get("--audit-dir") or audit_dir)
+        audit_dir = options.get("--audit-dir") or audit_dir
         payload = _read_payload()
         denial = _decide(payload, options.get("--deny-commands"))
         if denial is not None:
@@ -77,9 +76,9 @@ def run(args: list[str]) -> int:
     return 0
 
 
-def _default_audit_dir() -> Path:
+def _default_audit_dir() -> str:
     project = os.environ.get("CLAUDE_PROJECT_DIR")
-    return Path(project or ".") / ".onlooker" / "audit"
+    return os.path.join(project or ".", ".onlooker", "audit")
 
 
 def _parse_args(args: list[str]) -> dict[str, str]:
@@ -159,59 +158,65 @@ def session_id_of(raw: str) -> str:
     return cleaned
 
 
-def _record(audit_dir: Path, payload: dict[str, Any], denial: tuple[str, str] | None) -> None:
+def _record(audit_dir: str, payload: dict[str, Any], denial: tuple[str, str] | None) -> None:
     session = session_id_of(payload["session_id"])
-    session_dir = audit_dir / session
+    session_dir = os.path.join(audit_dir, session)
     try:
-        session_dir.mkdir(parents=True, exist_ok=True)
+        os.makedirs(session_dir, exist_ok=True)
     except OSError as exc:
-        raise _HookError(
-            f"cannot create the session directory {str(session_dir)!r}: {exc}"
-        ) from None
-    with _locked(session_dir / _LOCK):
-        state = _load_state(session_dir / _STATE)
+        raise _HookError(f"cannot create the session directory {session_dir!r}: {exc}") from None
+    state_path = os.path.join(session_dir, _STATE)
+    # One exclusive lock per session: concurrent hook processes take turns, so
+    # seq has no gaps or duplicates and the hash chain stays linear.
+    with open(os.path.join(session_dir, _LOCK), "a+b") as lock:
+        _lock(lock.fileno())
+        state = _load_state(state_path)
         events = _Events(session, state).build(payload, denial)
         _write(audit_dir, session, events)
-        _save_state(session_dir / _STATE, state)
+        _save_state(state_path, state)
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock: concurrent hook processes of one session take turns."""
-    with open(path, "a+b") as handle:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows: no advisory locks
-            yield
-            return
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def _lock(fd: int) -> None:
+    """Take an exclusive lock on ``fd``; closing the file releases it."""
+    if sys.platform == "win32":
+        import msvcrt
+
+        msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX)
 
 
-def _load_state(path: Path) -> dict[str, Any]:
+def _load_state(path: str) -> dict[str, Any]:
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, encoding="utf-8") as handle:
+            state = json.load(handle)
     except FileNotFoundError:
         return {"seq": 0, "calls": {}, "started": None}
     except (OSError, ValueError) as exc:
-        raise _HookError(f"hook state {str(path)!r} is unreadable: {exc}") from None
+        raise _HookError(f"hook state {path!r} is unreadable: {exc}") from None
     if not isinstance(state, dict) or not isinstance(state.get("seq"), int):
-        raise _HookError(f"hook state {str(path)!r} is malformed")
+        raise _HookError(f"hook state {path!r} is malformed")
     state.setdefault("calls", {})
     state.setdefault("started", None)
     return state
 
 
-def _save_state(path: Path, state: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(state), encoding="utf-8")
+def _save_state(path: str, state: dict[str, Any]) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(state, handle)
     os.replace(tmp, path)
 
 
-def _write(audit_dir: Path, session: str, events: list[dict[str, Any]]) -> None:
+def _iso(moment: float) -> str:
+    """``moment`` (epoch seconds) as an ISO 8601 UTC time, without importing datetime."""
+    micros = int(moment * 1_000_000) % 1_000_000
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(moment)) + f".{micros:06d}+00:00"
+
+
+def _write(audit_dir: str, session: str, events: list[dict[str, Any]]) -> None:
     from onlooker.plugins.audit._writer import TrailWriter
 
     writer = TrailWriter(audit_dir, session)
@@ -229,7 +234,7 @@ class _Events:
         self.state = state
         self.events: list[dict[str, Any]] = []
         self.now = time.time()
-        self.at = datetime.fromtimestamp(self.now, UTC).isoformat()
+        self.at = _iso(self.now)
 
     def build(
         self, payload: dict[str, Any], denial: tuple[str, str] | None
@@ -359,14 +364,15 @@ _ERROR_TYPES: Final = {
 }
 
 
-def _report(audit_dir: Path, exc: Exception) -> None:
-    at = datetime.now(UTC).isoformat()
-    line = f"{at} onlooker hook claude-code: {type(exc).__name__}: {exc}\n"
+def _report(audit_dir: str, exc: Exception) -> None:
+    line = f"{_iso(time.time())} onlooker hook claude-code: {type(exc).__name__}: {exc}\n"
     try:
-        audit_dir.mkdir(parents=True, exist_ok=True)
-        with open(audit_dir / "audit.err", "a", encoding="utf-8") as err:
+        os.makedirs(audit_dir, exist_ok=True)
+        with open(os.path.join(audit_dir, "audit.err"), "a", encoding="utf-8") as err:
             err.write(line)
     except OSError:
         # Nowhere to keep it: stderr is all that is left (never stdout, which the agent reads).
-        with suppress(OSError):
+        try:  # noqa: SIM105  # contextlib.suppress would cost an import
             sys.stderr.write(line)
+        except OSError:
+            pass

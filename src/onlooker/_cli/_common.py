@@ -10,12 +10,26 @@ from typing import Final
 import typer
 from rich.console import Console
 
-__all__ = ["db_url", "parse_time", "stderr", "stdout"]
+__all__ = ["STYLES", "db_url", "parse_time", "stderr", "stdout"]
 
-stdout: Final = Console(highlight=False, soft_wrap=True)
+stdout: Final = Console(highlight=False)
 """Results: trees, tables, JSON."""
-stderr: Final = Console(stderr=True, highlight=False, soft_wrap=True)
+stderr: Final = Console(stderr=True, highlight=False)
 """Progress and problems."""
+
+STYLES: Final = {
+    "completed": "green",
+    "accepted": "green",
+    "failed": "red",
+    "blocked": "red",
+    "expired": "yellow",
+    "cancelled": "yellow",
+    "declined": "yellow",
+    "skipped": "dim",
+    "running": "cyan",
+    "open": "cyan",
+}
+"""The colour of each status, wherever one is shown."""
 
 _RELATIVE: Final = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ._common import db_url, parse_time, stderr, stdout
-from ._render import STYLES, execution_tree
+from ._common import STYLES, db_url, parse_time, stderr, stdout
+
+if TYPE_CHECKING:
+    from onlooker.plugins.history import ExecutionList, ExecutionTree, HistoryStats
 
 __all__ = ["history_app"]
+
+T = TypeVar("T")
 
 history_app = typer.Typer(
     help="Read the recorded executions (the history database).",
@@ -74,7 +79,7 @@ def list_(
         "cursor": cursor,
     }
 
-    async def read() -> Any:
+    async def read() -> ExecutionList:
         from onlooker.plugins import history
 
         async with history.open(db_url(db)) as store:
@@ -122,7 +127,7 @@ def show(
     Exits 1 when no execution has this id.
     """
 
-    async def read() -> Any:
+    async def read() -> ExecutionTree | None:
         from onlooker.plugins import history
 
         async with history.open(db_url(db)) as store:
@@ -135,6 +140,8 @@ def show(
     if as_json:
         typer.echo(tree.model_dump_json(indent=2))
     else:
+        from ._render import execution_tree
+
         stdout.print(execution_tree(tree))
 
 
@@ -151,7 +158,7 @@ def stats(
     """Count executions by status and tool calls per tool (failure rate, p50 and p95)."""
     moment = parse_time(since, "--since")
 
-    async def read() -> Any:
+    async def read() -> HistoryStats:
         from onlooker.plugins import history
 
         async with history.open(db_url(db)) as store:
@@ -182,8 +189,12 @@ def _ms(value: float | None) -> str:
     return "" if value is None else f"{value:.1f} ms"
 
 
-def _call(read: Any) -> Any:
-    """Run one read against the store; a store error is a clear message and exit 1."""
+def _call(read: Callable[[], Awaitable[T]]) -> T:
+    """Run one read against the store.
+
+    A store error (unreachable database, newer schema) is a message and exit
+    1; a bad argument the store rejects (a malformed cursor) is exit 2.
+    """
     import onlooker
 
     try:
@@ -191,3 +202,5 @@ def _call(read: Any) -> Any:
     except onlooker.OnlookerError as exc:
         stderr.print(f"[red]error[/]: {escape(str(exc))}")
         raise typer.Exit(1) from None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Final, assert_never
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, assert_never
 
 from rich.markup import escape
 from rich.table import Table
@@ -20,23 +21,15 @@ from onlooker import (
     ToolCallStarted,
 )
 
-if TYPE_CHECKING:  # the stores stay unimported until a command needs them
+if TYPE_CHECKING:  # the summary store stays unimported until a command needs it
+    from datetime import datetime
+
     from onlooker.plugins.history import ExecutionTree, InteractionRecord, ToolCallRecord
     from onlooker.plugins.summary import ExecutionSummary
 
-__all__ = ["event_line", "execution_tree", "short", "summary_table"]
+from ._common import STYLES
 
-STYLES: Final = {
-    "completed": "green",
-    "accepted": "green",
-    "failed": "red",
-    "blocked": "red",
-    "expired": "yellow",
-    "cancelled": "yellow",
-    "declined": "yellow",
-    "skipped": "dim",
-    "running": "cyan",
-}
+__all__ = ["event_line", "execution_tree", "short", "summary_table"]
 
 
 def short(value: object, limit: int = 60) -> str:
@@ -49,7 +42,7 @@ def _status(status: str) -> str:
     return f"[{STYLES.get(status, 'white')}]{status}[/]"
 
 
-def _args(args: dict[str, object]) -> str:
+def _args(args: Mapping[str, object]) -> str:
     return ", ".join(f"{key}={short(value, 40)}" for key, value in args.items())
 
 
@@ -77,27 +70,42 @@ def _execution_label(node: ExecutionTree) -> str:
 
 
 def _add_steps(parent: Tree, node: ExecutionTree) -> None:
-    steps: list[tuple[int, ToolCallRecord | None, InteractionRecord | None]] = [
-        (call.seq, call, None) for call in node.tool_calls
+    # Steps in seq order; each child right after the last step that began before it.
+    steps: list[tuple[int, ToolCallRecord | InteractionRecord]] = [
+        (call.seq, call) for call in node.tool_calls
     ]
-    steps += [(question.seq, None, question) for question in node.interactions]
-    for _, step, question in sorted(steps, key=lambda item: item[0]):
-        if step is not None:
-            args = _args(step.args) if step.args is not None else "…"
-            line = f"[cyan]{escape(step.tool)}[/]({escape(args)})  {_status(step.status)}"
-            if step.duration_ms is not None:
-                line += f" {step.duration_ms:.1f} ms"
-            if step.error is not None:
-                line += f"  [red]{escape(step.error.message)}[/]"
-            elif step.result is not None:
-                line += f"  → {escape(short(step.result))}"
-        elif question is not None:
-            line = f"[magenta]? {escape(question.message or '?')}[/]  {_status(question.status)}"
-            if question.response is not None:
-                line += f"  {escape(short(question.response))}"
-        parent.add(line)
-    for child in node.children:
+    steps += [(question.seq, question) for question in node.interactions]
+    children = list(node.children)
+    for _, step in sorted(steps, key=lambda item: item[0]):
+        while children and _before(children[0].started_at, step.started_at):
+            child = children.pop(0)
+            _add_steps(parent.add(_execution_label(child)), child)
+        parent.add(_step_line(step))
+    for child in children:
         _add_steps(parent.add(_execution_label(child)), child)
+
+
+def _before(child: datetime | None, step: datetime | None) -> bool:
+    return child is not None and step is not None and child < step
+
+
+def _step_line(step: ToolCallRecord | InteractionRecord) -> str:
+    from onlooker.plugins.history import InteractionRecord  # sqlalchemy: only when drawing
+
+    if isinstance(step, InteractionRecord):
+        line = f"[magenta]? {escape(step.message or '?')}[/]  {_status(step.status)}"
+        if step.response is not None:
+            line += f"  {escape(short(step.response))}"
+        return line
+    args = _args(step.args) if step.args is not None else "…"
+    line = f"[cyan]{escape(step.tool)}[/]({escape(args)})  {_status(step.status)}"
+    if step.duration_ms is not None:
+        line += f" {step.duration_ms:.1f} ms"
+    if step.error is not None:
+        line += f"  [red]{escape(step.error.message)}[/]"
+    elif step.result is not None:
+        line += f"  → {escape(short(step.result))}"
+    return line
 
 
 def summary_table(summary: ExecutionSummary) -> Table:

@@ -1,0 +1,88 @@
+"""What ``onlooker run`` does once its arguments are checked: the engine, the plugins, the output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+from rich.console import Console
+
+import onlooker
+from onlooker import Elicitation, ExecutionEvent, InteractionResponse
+
+from ._common import stderr, stdout
+from ._prompt import ask
+from ._render import event_line, execution_tree, summary_table
+
+__all__ = ["run_program"]
+
+
+async def run_program(
+    function: onlooker.Program[Any],
+    tools: list[onlooker.Tool[..., Any]],
+    url: str | None,
+    audit_dir: Path | None,
+    session: str | None,
+    content: dict[str, Any] | None,
+    interactive: bool,
+    quiet: bool,
+) -> str:
+    """Run ``function`` with every built-in plugin, print its tree and summary; its status."""
+    from onlooker.plugins import audit, history, metrics, summary
+
+    summaries = summary.plugin()
+    plugins: list[onlooker.Plugin[Any]] = [history.plugin(url), metrics.plugin(), summaries]
+    trail = None
+    if audit_dir is not None:
+        trail = audit.plugin(directory=audit_dir, session_id=session)
+        plugins.append(trail)
+    if not quiet:
+        plugins.append(
+            onlooker.define_plugin(id="cli-progress", observer=lambda _: _Progress(stderr))
+        )
+
+    async def answer(question: Elicitation) -> InteractionResponse:
+        if content is not None:
+            return InteractionResponse.accept(content)
+        if interactive:
+            return await anyio.to_thread.run_sync(ask, question, stderr)
+        return InteractionResponse.decline()
+
+    async with onlooker.ExecutionEngine(tools=tools, plugins=plugins) as engine:
+        result = await engine.execute(function, on_elicitation=answer, trigger="cli")
+        report = engine.extension(summaries).get(result.execution_id)
+        trail_path = _trail_path(engine.extension(trail)) if trail is not None else None
+    async with history.open(url) as store:
+        tree = await store.get_execution(result.execution_id)
+    stdout.print()
+    if tree is not None:
+        stdout.print(execution_tree(tree))
+    if report is not None:
+        stdout.print()
+        stdout.print(summary_table(report))
+    if result.status == "completed":
+        stdout.print(f"\n[green]result[/]: {json.dumps(result.value, default=repr)}")
+    stdout.print(
+        f"\nhistory: onlooker history show {result.execution_id}"
+        + (f" --db '{url}'" if url else "")
+    )
+    if trail_path is not None:
+        stdout.print(f"audit:   onlooker audit verify {trail_path}")
+    return result.status
+
+
+def _trail_path(extension: object) -> str | None:
+    path = getattr(extension, "path", None)
+    return None if path is None else str(path)
+
+
+class _Progress:
+    """Prints one line per event while the program runs."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def handle(self, event: ExecutionEvent) -> None:
+        self.console.print(event_line(event))

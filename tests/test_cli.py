@@ -1,0 +1,388 @@
+"""The ``onlooker`` command line: every command through typer's CliRunner, exit codes, JSON.
+
+Exit codes: 0 ok, 1 the thing checked is bad, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import onlooker
+from onlooker._cli._app import app
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "research_agent.py"
+ANSWER = '{"approve": true}'
+EXECUTABLE = shutil.which("onlooker", path=str(Path(sys.executable).parent))
+
+FAILING = '''
+import onlooker
+
+@onlooker.tool
+def explode(reason: str) -> None:
+    """Always fails."""
+    raise RuntimeError(reason)
+
+async def main(ctx: onlooker.ExecutionContext) -> None:
+    await ctx.call(explode, reason="boom")
+'''
+
+WITH_TOOLS_LIST = '''
+import onlooker
+
+@onlooker.tool
+def hidden() -> int:
+    """Not in TOOLS: unknown to the engine."""
+    return 1
+
+@onlooker.tool
+def shown() -> int:
+    """In TOOLS."""
+    return 2
+
+TOOLS = [shown]
+
+async def go(ctx: onlooker.ExecutionContext) -> list[str]:
+    try:
+        await ctx.call("hidden")
+    except onlooker.UnknownToolError:
+        pass
+    return [str(await ctx.call("shown"))]
+'''
+
+
+def invoke(*args: str, input: str | None = None) -> Any:
+    return runner.invoke(app, list(args), input=input)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh current directory: .onlooker/ (history, audit) is created here."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def recorded(workdir: Path) -> dict[str, Any]:
+    """The research agent run once; its execution id, trail and JSON listing."""
+    result = invoke("run", str(EXAMPLE), "--answer", ANSWER, "--session", "demo", "--quiet")
+    assert result.exit_code == 0, result.output
+    listing = invoke("history", "list", "--json")
+    assert listing.exit_code == 0, listing.output
+    records = [json.loads(line) for line in listing.stdout.splitlines()]
+    root = next(r for r in records if r["parent_execution_id"] is None)
+    return {
+        "root": root["execution_id"],
+        "records": records,
+        "trail": workdir / ".onlooker/audit/demo",
+    }
+
+
+def trail_file(trail: Path) -> Path:
+    (path,) = sorted(trail.glob("events*.jsonl"))[-1:]
+    return path
+
+
+class TestHelpAndUsage:
+    @pytest.mark.parametrize(
+        "command",
+        [
+            ["run"],
+            ["schema"],
+            ["history", "list"],
+            ["history", "show"],
+            ["history", "stats"],
+            ["audit", "verify"],
+            ["audit", "tail"],
+            ["audit", "replay"],
+            ["metrics", "serve"],
+            ["hook", "claude-code"],
+            ["hook", "install"],
+            ["hook", "uninstall"],
+        ],
+    )
+    def test_every_command_has_help_with_examples(self, command: list[str]) -> None:
+        result = invoke(*command, "--help")
+        assert result.exit_code == 0, result.output
+        assert "Examples" in result.output
+        assert f"onlooker {' '.join(command)}" in " ".join(result.output.split())
+
+    def test_no_command_shows_help(self) -> None:
+        result = invoke()
+        assert "history" in result.output and "audit" in result.output
+
+    @pytest.mark.parametrize(
+        "args",
+        [
+            ["frobnicate"],
+            ["run", "missing.py"],
+            ["run", "notes.txt"],
+            ["run", str(EXAMPLE), "--answer", "[1, 2]"],
+            ["run", str(EXAMPLE), "--answer", "{oops"],
+            ["run", str(EXAMPLE), "--answer", "{}", "--interactive"],
+            ["run", f"{EXAMPLE}:no_such_function"],
+            ["run", f"{EXAMPLE}:search"],  # a tool, not an async program
+            ["history", "list", "--status", "exploded"],
+            ["history", "list", "--since", "last tuesday"],
+            ["history", "list", "--limit", "0"],
+            ["audit", "verify", "no/such/trail"],
+        ],
+    )
+    def test_usage_errors_exit_2(self, args: list[str], workdir: Path) -> None:
+        result = invoke(*args)
+        assert result.exit_code == 2, result.output
+
+
+class TestSchema:
+    def test_prints_the_event_union(self) -> None:
+        result = invoke("schema")
+        assert result.exit_code == 0
+        schema = json.loads(result.stdout)
+        assert set(schema["discriminator"]["mapping"]) == {
+            "ExecutionStarted",
+            "ToolCallStarted",
+            "ToolCallFinished",
+            "InteractionStarted",
+            "InteractionResolved",
+            "ExecutionFinished",
+        }
+
+
+class TestRun:
+    def test_prints_the_tree_and_the_summary(self, workdir: Path) -> None:
+        result = invoke("run", str(EXAMPLE), "--answer", ANSWER)
+        assert result.exit_code == 0, result.output
+        out = result.stdout
+        for expected in ("read_file", "search", "fetch", "write_file", "count_words", "summarize"):
+            assert expected in out
+        assert "unreachable" in out  # the failing call, with its error
+        assert "Write the report" in out and "accepted" in out
+        assert "report written" in out
+        assert "success rate" in out
+        assert "onlooker history show" in out
+        assert (workdir / ".onlooker" / "history.db").exists()
+        assert any((workdir / ".onlooker" / "audit").iterdir())
+        assert "→ read_file" in result.stderr  # progress, on stderr
+
+    def test_a_question_without_answer_is_declined(self, workdir: Path) -> None:
+        result = invoke("run", str(EXAMPLE), "--no-audit", "--quiet")
+        assert result.exit_code == 0, result.output
+        assert "declined" in result.stdout
+        assert "not approved" in result.stdout
+        assert not (workdir / ".onlooker" / "audit").exists()
+
+    def test_a_failed_execution_exits_1(self, workdir: Path) -> None:
+        (workdir / "failing.py").write_text(FAILING)
+        result = invoke("run", "failing.py", "--quiet")
+        assert result.exit_code == 1, result.output
+        assert "boom" in result.stdout
+        assert "failed" in result.stdout
+
+    def test_a_tools_list_and_a_named_function(self, workdir: Path) -> None:
+        (workdir / "listed.py").write_text(WITH_TOOLS_LIST)
+        result = invoke("run", "listed.py:go", "--quiet", "--no-audit")
+        assert result.exit_code == 0, result.output
+        assert '["2"]' in result.stdout
+
+    def test_interactive_asks_in_the_terminal(self, workdir: Path) -> None:
+        result = runner.invoke(
+            app, ["run", str(EXAMPLE), "--interactive", "--no-audit", "--quiet"], input="y\ny\n"
+        )
+        assert result.exit_code == 0, result.output
+        assert "report written" in result.stdout
+
+    def test_an_explicit_database(self, workdir: Path) -> None:
+        result = invoke("run", str(EXAMPLE), "--db", "other.db", "--no-audit", "--quiet")
+        assert result.exit_code == 0, result.output
+        assert (workdir / "other.db").exists()
+        assert not (workdir / ".onlooker" / "history.db").exists()
+        listing = invoke("history", "list", "--db", "other.db", "--json")
+        assert len(listing.stdout.splitlines()) == 2  # the root and its child
+
+
+class TestHistory:
+    def test_list_as_json_lines(self, recorded: dict[str, Any]) -> None:
+        records = recorded["records"]
+        assert len(records) == 2
+        assert {r["program"] for r in records} == {"main", "summarize"}
+        assert all(r["status"] == "completed" for r in records)
+
+    def test_list_filters(self, recorded: dict[str, Any]) -> None:
+        failed = invoke("history", "list", "--status", "failed", "--json")
+        assert failed.exit_code == 0 and failed.stdout == ""
+        by_tool = invoke("history", "list", "--tool", "count_words", "--json", "--since", "1h")
+        assert [json.loads(line)["program"] for line in by_tool.stdout.splitlines()] == [
+            "summarize"
+        ]
+        paged = invoke("history", "list", "--limit", "1", "--json")
+        lines = [json.loads(line) for line in paged.stdout.splitlines()]
+        assert len(lines) == 2 and "next_cursor" in lines[-1]
+        rest = invoke(
+            "history", "list", "--limit", "1", "--json", "--cursor", lines[-1]["next_cursor"]
+        )
+        assert json.loads(rest.stdout.splitlines()[0])["execution_id"] != lines[0]["execution_id"]
+
+    def test_list_as_a_table(self, recorded: dict[str, Any]) -> None:
+        result = invoke("history", "list")
+        assert result.exit_code == 0
+        assert recorded["root"] in result.stdout
+        assert "completed" in result.stdout
+
+    def test_show(self, recorded: dict[str, Any]) -> None:
+        result = invoke("history", "show", recorded["root"])
+        assert result.exit_code == 0, result.output
+        assert "fetch" in result.stdout and "summarize" in result.stdout
+
+    def test_show_as_json(self, recorded: dict[str, Any]) -> None:
+        result = invoke("history", "show", recorded["root"], "--json")
+        tree = json.loads(result.stdout)
+        assert tree["execution_id"] == recorded["root"]
+        statuses = [call["status"] for call in tree["tool_calls"]]
+        assert statuses.count("failed") == 1
+        assert tree["interactions"][0]["status"] == "accepted"
+        assert [child["program"] for child in tree["children"]] == ["summarize"]
+
+    def test_show_an_unknown_id_exits_1(self, recorded: dict[str, Any]) -> None:
+        result = invoke("history", "show", "no-such-execution")
+        assert result.exit_code == 1
+        assert "no-such-execution" in result.output
+
+    def test_stats(self, recorded: dict[str, Any]) -> None:
+        result = invoke("history", "stats")
+        assert result.exit_code == 0
+        assert "fetch" in result.stdout and "executions: 2" in result.stdout
+        data = json.loads(invoke("history", "stats", "--json").stdout)
+        assert data["executions"] == 2
+        fetch = next(t for t in data["tools"] if t["tool"] == "fetch")
+        assert fetch["failed"] == 1
+
+
+class TestAudit:
+    def test_verify_an_intact_trail(self, recorded: dict[str, Any]) -> None:
+        result = invoke("audit", "verify", str(recorded["trail"]))
+        assert result.exit_code == 0, result.output
+        assert "ok" in result.stdout
+
+    def test_verify_a_tampered_trail_names_file_and_line(self, recorded: dict[str, Any]) -> None:
+        path = trail_file(recorded["trail"])
+        lines = path.read_text().splitlines(keepends=True)
+        lines[3] = lines[3].replace("fetch", "fetcH").replace("search", "seArch")
+        assert lines[3] != path.read_text().splitlines(keepends=True)[3]
+        path.write_text("".join(lines))
+        result = invoke("audit", "verify", str(recorded["trail"]))
+        assert result.exit_code == 1
+        assert path.name in result.stdout
+        assert "4" in result.stdout
+
+    def test_verify_a_torn_tail(self, recorded: dict[str, Any]) -> None:
+        path = trail_file(recorded["trail"])
+        with path.open("a") as handle:
+            handle.write('{"seq": 99, "half a rec')
+        result = invoke("audit", "verify", str(recorded["trail"]))
+        assert result.exit_code == 1
+        assert path.name in result.stdout
+
+    def test_tail(self, recorded: dict[str, Any]) -> None:
+        result = invoke("audit", "tail", str(recorded["trail"]))
+        assert result.exit_code == 0
+        assert "fetch" in result.stdout
+        as_json = invoke("audit", "tail", str(recorded["trail"]), "--json")
+        events = [onlooker.parse_event(line) for line in as_json.stdout.splitlines()]
+        assert {e.execution_id for e in events} >= {recorded["root"]}
+        assert events[0].kind == "ExecutionStarted"
+
+    def test_replay_rebuilds_history_idempotently(
+        self, recorded: dict[str, Any], workdir: Path
+    ) -> None:
+        target = f"sqlite:///{workdir / 'rebuilt.db'}"
+        first = invoke("audit", "replay", str(recorded["trail"]), "--db", target)
+        assert first.exit_code == 0, first.output
+        again = invoke("audit", "replay", str(recorded["trail"]), "--db", target)
+        assert again.exit_code == 0, again.output
+        listing = invoke("history", "list", "--db", target, "--json")
+        rebuilt = [json.loads(line) for line in listing.stdout.splitlines()]
+        assert sorted(r["execution_id"] for r in rebuilt) == sorted(
+            r["execution_id"] for r in recorded["records"]
+        )
+        shown = json.loads(
+            invoke("history", "show", recorded["root"], "--db", target, "--json").stdout
+        )
+        assert len(shown["tool_calls"]) == 6
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class TestMetrics:
+    def test_serve_exposes_the_history(self, recorded: dict[str, Any], workdir: Path) -> None:
+        assert EXECUTABLE is not None
+        port = free_port()
+        server = subprocess.Popen(
+            [EXECUTABLE, "metrics", "serve", "--port", str(port)],
+            cwd=workdir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            body = ""
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                        body = r.read().decode()
+                    break
+                except OSError:
+                    if server.poll() is not None:
+                        break
+                    time.sleep(0.05)
+            assert "onlooker_" in body, server.stderr.read().decode() if server.poll() else body
+            assert 'tool="fetch"' in body
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+            assert server.stderr is not None
+            server.stderr.close()
+
+
+class TestEndToEnd:
+    def test_run_as_a_real_process_on_a_fresh_database(self, tmp_path: Path) -> None:
+        assert EXECUTABLE is not None
+        result = subprocess.run(
+            [EXECUTABLE, "run", str(EXAMPLE), "--answer", ANSWER],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "COLUMNS": "200"},
+            check=False,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "fetch" in result.stdout and "unreachable" in result.stdout
+        assert "report written" in result.stdout
+        assert (tmp_path / ".onlooker" / "history.db").is_file()
+        (trail,) = (tmp_path / ".onlooker" / "audit").iterdir()
+        verify = subprocess.run(
+            [EXECUTABLE, "audit", "verify", str(trail)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert verify.returncode == 0, verify.stdout + verify.stderr
