@@ -327,6 +327,10 @@ class TestXml:
         assert usage is not None and usage.get("name") == "read<&>" and usage.get("count") == "2"
         tool_error = root.find("tool_errors/tool_error")
         assert tool_error is not None and tool_error.get("message") == "<&'\">"
+        pretty = ET.fromstring(report.to_xml(indent=True))
+        assert [(e.tag, e.attrib) for e in pretty.iter()] == [
+            (e.tag, e.attrib) for e in root.iter()
+        ]
         (child,) = root.findall("children/execution")
         assert child.get("id") == "e2"
         assert files_of(child, "files_edited") == ["ü&<>.py"]

@@ -89,15 +89,21 @@ class ExecutionSummary(BaseModel):
     children: tuple[ExecutionSummary, ...] = ()
     """The summaries of the executions this one spawned, in the order they started."""
 
-    def to_xml(self) -> str:
+    def to_xml(self, *, indent: bool = False) -> str:
         """This summary as well-formed XML (a string without an XML declaration).
+
+        ``indent=True`` puts each element on its own line (values are unaffected:
+        they all live in attributes).
 
         Every value sits in an attribute, escaped, so ``<``, ``&``, quotes,
         newlines and non-ASCII file names read back unchanged through any XML
         parser. Characters XML 1.0 cannot carry at all (NUL and the other
         control characters, lone surrogates) become U+FFFD.
         """
-        return ET.tostring(self._element(), encoding="unicode")
+        root = self._element()
+        if indent:
+            ET.indent(root)
+        return ET.tostring(root, encoding="unicode")
 
     def _element(self) -> ET.Element:
         root = ET.Element(
