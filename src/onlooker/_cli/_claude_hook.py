@@ -60,19 +60,24 @@ class _HookError(Exception):
 
 def run(args: list[str]) -> int:
     """Handle one hook invocation; ``args`` follow ``hook claude-code``. Always returns 0."""
-    audit_dir = _default_audit_dir()
+    problems: list[Exception] = []
+    options = _parse_args(args, problems)
+    audit_dir = options.get("--audit-dir") or _default_audit_dir()
     try:
-        options = _parse_args(args)
-        audit_dir = options.get("--audit-dir") or audit_dir
         payload = _read_payload()
-        denial = _decide(payload, options.get("--deny-commands"))
+        try:
+            denial = _decide(payload, options.get("--deny-commands"))
+        except Exception as exc:  # fail-closed: broken governance denies
+            denial = ("error", f"onlooker: deny rules failed: {exc!r}")
         if denial is not None:
             _deny(denial[1])
         if os.environ.get("ONLOOKER_AUDIT_DISABLE", "").strip() not in ("", "0"):
             return 0
         _record(audit_dir, payload, denial)
     except Exception as exc:  # fail-safe: the agent never pays for a recording problem
-        _report(audit_dir, exc)
+        problems.append(exc)
+    for problem in problems:
+        _report(audit_dir, problem)
     return 0
 
 
@@ -81,17 +86,24 @@ def _default_audit_dir() -> str:
     return os.path.join(project or ".", ".onlooker", "audit")
 
 
-def _parse_args(args: list[str]) -> dict[str, str]:
+def _parse_args(args: list[str], problems: list[Exception]) -> dict[str, str]:
+    """``--audit-dir`` and ``--deny-commands``; anything else is reported and ignored.
+
+    A ``--deny-commands`` without a value is kept as ``""``: an unreadable
+    rule file, which denies (fail-closed).
+    """
     options: dict[str, str] = {}
     rest = iter(args)
     for arg in rest:
         name, eq, value = arg.partition("=")
         if name not in ("--audit-dir", "--deny-commands"):
-            raise _HookError(f"unknown option {arg!r} (expected --audit-dir, --deny-commands)")
+            problems.append(_HookError(f"ignored unknown option {arg!r}"))
+            continue
         if not eq:
             value = next(rest, "")
-        if not value:
-            raise _HookError(f"option {name} needs a value")
+        if not value and name == "--audit-dir":
+            problems.append(_HookError("option --audit-dir needs a value"))
+            continue
         options[name] = value
     return options
 
@@ -213,7 +225,7 @@ def _save_state(path: str, state: dict[str, Any]) -> None:
 def _iso(moment: float) -> str:
     """``moment`` (epoch seconds) as an ISO 8601 UTC time, without importing datetime."""
     micros = int(moment * 1_000_000) % 1_000_000
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(moment)) + f".{micros:06d}+00:00"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(moment)) + f".{micros:06d}Z"
 
 
 def _write(audit_dir: str, session: str, events: list[dict[str, Any]]) -> None:
