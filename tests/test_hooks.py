@@ -585,3 +585,25 @@ async def test_hook_shapes_async_objects_and_sync_functions_returning_awaitables
     result, _ = await run(program, [HookMatcher(pre=[obj], post=[returns_awaitable])])
     assert result.value == "from object!"
     assert obj.seen == ["echo"]
+
+
+async def test_abort_in_a_child_fails_the_child_and_its_parent() -> None:
+    def abort_writes(use: ToolUseContext) -> PreHookResult | None:
+        return PreHookResult(HookAction.ABORT, reason="no writes today") if use.mutating else None
+
+    async def child(ctx: ExecutionContext) -> None:
+        with contextlib.suppress(HookAbortError):
+            await ctx.call("write", path="x")
+
+    async def parent(ctx: ExecutionContext) -> str:
+        result = await ctx.spawn(child)
+        assert result.status == "failed"
+        assert result.error is not None and "no writes today" in result.error.message
+        await ctx.call("echo", text="still runs")
+        return "parent done"
+
+    result, recorder = await run(parent, [HookMatcher(pre=[abort_writes])])
+    assert ran == ["echo:still runs"]
+    assert result.status == "failed"
+    assert result.error is not None and result.error.type == "HookAbortError"
+    assert [e.status for e in recorder.of(onlooker.ExecutionFinished)] == ["failed", "failed"]
