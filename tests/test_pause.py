@@ -1,0 +1,471 @@
+"""execute_with_pause / resume / cancel: detached executions, scope, expiry, closing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import onlooker
+from onlooker import (
+    ExecutionContext,
+    ExecutionEngine,
+    ExecutionEvent,
+    ExecutionExpiredError,
+    ExecutionFinished,
+    ExecutionNotPausedError,
+    ExecutionResult,
+    ExecutionStarted,
+    InteractionResolved,
+    InteractionResponse,
+    InteractionStarted,
+    PausedExecution,
+    ToolCallFinished,
+    UnknownExecutionError,
+)
+from onlooker.testing import RecordingObserver
+
+pytestmark = pytest.mark.anyio
+
+Check = Callable[[Sequence[ExecutionEvent]], None]
+ACCEPT = InteractionResponse.accept
+
+
+@onlooker.tool
+def note(text: str) -> str:
+    """Echo ``text``."""
+    return text
+
+
+async def ask_twice(ctx: ExecutionContext) -> list[Any]:
+    first = await ctx.elicit("name?", schema={"type": "object"})
+    await ctx.call(note, text="between")
+    second = await ctx.elicit("sure?")
+    return [first.content, second.action]
+
+
+def paused(outcome: ExecutionResult[Any] | PausedExecution) -> PausedExecution:
+    assert isinstance(outcome, PausedExecution), outcome
+    return outcome
+
+
+def finished(outcome: ExecutionResult[Any] | PausedExecution) -> ExecutionResult[Any]:
+    assert isinstance(outcome, ExecutionResult), outcome
+    return outcome
+
+
+class FinishWatcher:
+    """A sync observer that lets a test wait for an execution's end without sleeping."""
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+
+    def handle(self, event: ExecutionEvent) -> None:
+        if isinstance(event, ExecutionFinished) and event.attribution.depth == 0:
+            self.done.set()
+
+
+class TestPauseResume:
+    async def test_round_trip(self, check_stream: Check) -> None:
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=[note]) as engine:
+            with onlooker.observing(recorder):
+                first = paused(await engine.execute_with_pause(ask_twice, trigger="api"))
+            assert first.message == "name?"
+            assert first.requested_schema == {"type": "object"}
+            assert first.asking_execution_id == first.execution_id
+            second = paused(await engine.resume(first.execution_id, ACCEPT({"name": "Ada"})))
+            assert second.execution_id == first.execution_id
+            assert second.interaction_id != first.interaction_id
+            assert second.message == "sure?"
+            result = finished(
+                await engine.resume(first.execution_id, InteractionResponse.decline())
+            )
+        assert result.status == "completed"
+        assert result.value == [{"name": "Ada"}, "decline"]
+        assert result.execution_id == first.execution_id
+        assert recorder.kinds() == [
+            "ExecutionStarted",
+            "InteractionStarted",
+            "InteractionResolved",
+            "ToolCallStarted",
+            "ToolCallFinished",
+            "InteractionStarted",
+            "InteractionResolved",
+            "ExecutionFinished",
+        ]
+        questions = recorder.of(InteractionStarted)
+        assert [q.mode for q in questions] == ["paused", "paused"]
+        assert [q.interaction_id for q in questions] == [
+            first.interaction_id,
+            second.interaction_id,
+        ]
+        answers = recorder.of(InteractionResolved)
+        assert [(a.status, a.response) for a in answers] == [
+            ("accepted", {"name": "Ada"}),
+            ("declined", None),
+        ]
+        check_stream(recorder.events)
+
+    async def test_a_program_that_never_asks_returns_its_result(self) -> None:
+        async def quick(ctx: ExecutionContext) -> str:
+            return await ctx.call(note, text="hi")
+
+        async def broken(ctx: ExecutionContext) -> None:
+            raise ValueError("broken")
+
+        async with ExecutionEngine(tools=[note]) as engine:
+            result = finished(await engine.execute_with_pause(quick))
+            assert (result.status, result.value) == ("completed", "hi")
+            failure = finished(await engine.execute_with_pause(broken))
+            assert failure.status == "failed"
+            assert failure.error is not None and failure.error.type == "ValueError"
+
+    async def test_resume_unknown_id(self) -> None:
+        async with ExecutionEngine() as engine:
+            with pytest.raises(UnknownExecutionError, match="nope") as info:
+                await engine.resume("nope", ACCEPT())
+            assert info.value.execution_id == "nope"
+            with pytest.raises(UnknownExecutionError):
+                await engine.cancel("nope")
+
+    async def test_resume_of_a_running_execution(self, check_stream: Check) -> None:
+        gate = anyio.Event()
+
+        @onlooker.tool
+        async def wait() -> str:
+            await gate.wait()
+            return "waited"
+
+        async def program(ctx: ExecutionContext) -> str:
+            await ctx.elicit("go?")
+            return await ctx.call(wait)
+
+        recorder = RecordingObserver()
+        outcomes: list[ExecutionResult[Any] | PausedExecution] = []
+        async with ExecutionEngine(tools=[wait]) as engine:
+            engine.bus.subscribe(recorder)
+            pause = paused(await engine.execute_with_pause(program))
+
+            async def answer() -> None:
+                outcomes.append(await engine.resume(pause.execution_id, ACCEPT()))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(answer)
+                await anyio.wait_all_tasks_blocked()
+                with pytest.raises(ExecutionNotPausedError) as info:
+                    await engine.resume(pause.execution_id, ACCEPT())
+                assert info.value.execution_id == pause.execution_id
+                gate.set()
+        result = finished(outcomes[0])
+        assert (result.status, result.value) == ("completed", "waited")
+        assert recorder.kinds().count("InteractionResolved") == 1
+        check_stream(recorder.events)
+
+    async def test_second_concurrent_resume_is_refused(self) -> None:
+        async with ExecutionEngine() as engine:
+            pause = paused(await engine.execute_with_pause(ask_twice_no_tool))
+            outcomes: list[ExecutionResult[Any] | PausedExecution] = []
+            errors: list[BaseException] = []
+
+            async def answer(content: dict[str, Any]) -> None:
+                try:
+                    outcomes.append(await engine.resume(pause.execution_id, ACCEPT(content)))
+                except ExecutionNotPausedError as exc:
+                    errors.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(answer, {"n": 1})
+                tg.start_soon(answer, {"n": 2})
+            assert len(errors) == 1 and len(outcomes) == 1
+            second = paused(outcomes[0])
+            result = finished(await engine.resume(second.execution_id, ACCEPT({"n": 3})))
+        assert result.value in ([{"n": 1}, {"n": 3}], [{"n": 2}, {"n": 3}])
+
+    async def test_resume_of_a_finished_execution_returns_the_same_result(self) -> None:
+        async with ExecutionEngine(tools=[note]) as engine:
+            pause = paused(await engine.execute_with_pause(ask_twice))
+            again = paused(await engine.resume(pause.execution_id, ACCEPT({"a": 1})))
+            result = finished(await engine.resume(again.execution_id, ACCEPT()))
+            assert await engine.resume(pause.execution_id, ACCEPT()) == result
+            assert await engine.resume(pause.execution_id, InteractionResponse.cancel()) is result
+            assert await engine.cancel(pause.execution_id) is result
+
+    async def test_finished_results_are_kept_for_a_bounded_number(self) -> None:
+        async def quick(ctx: ExecutionContext) -> int:
+            return 1
+
+        async with ExecutionEngine(keep_results=2) as engine:
+            ids = [finished(await engine.execute_with_pause(quick)).execution_id for _ in range(3)]
+            with pytest.raises(UnknownExecutionError):
+                await engine.resume(ids[0], ACCEPT())
+            assert finished(await engine.resume(ids[1], ACCEPT())).value == 1
+            assert finished(await engine.resume(ids[2], ACCEPT())).value == 1
+
+    async def test_resume_needs_a_response(self) -> None:
+        async with ExecutionEngine(tools=[note]) as engine:
+            pause = paused(await engine.execute_with_pause(ask_twice))
+            with pytest.raises(TypeError, match="InteractionResponse"):
+                await engine.resume(pause.execution_id, {"name": "x"})  # type: ignore[arg-type]
+            # the execution is undisturbed
+            assert isinstance(
+                await engine.resume(pause.execution_id, ACCEPT({"x": 1})), PausedExecution
+            )
+
+    async def test_many_paused_at_once(self, check_stream: Check) -> None:
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=[note]) as engine:
+            engine.bus.subscribe(recorder)
+            pauses = [paused(await engine.execute_with_pause(ask_twice)) for _ in range(50)]
+            assert len({p.execution_id for p in pauses}) == 50
+            results: list[ExecutionResult[Any]] = []
+
+            async def drive(pause: PausedExecution) -> None:
+                outcome = await engine.resume(pause.execution_id, ACCEPT({"id": pause.message}))
+                results.append(
+                    finished(await engine.resume(paused(outcome).execution_id, ACCEPT()))
+                )
+
+            async with anyio.create_task_group() as tg:
+                for pause in pauses:
+                    tg.start_soon(drive, pause)
+        assert len(results) == 50 and all(r.status == "completed" for r in results)
+        check_stream(recorder.events)
+
+
+async def ask_twice_no_tool(ctx: ExecutionContext) -> list[Any]:
+    first = await ctx.elicit("one")
+    second = await ctx.elicit("two")
+    return [first.content, second.content]
+
+
+class TestScopeSurvivesTheDetach:
+    async def test_resume_from_another_task_with_another_scope(self, check_stream: Check) -> None:
+        at_start = RecordingObserver()
+        at_resume = RecordingObserver()
+        outcomes: list[ExecutionResult[Any] | PausedExecution] = []
+        async with ExecutionEngine(tools=[note]) as engine:
+            with onlooker.observing(at_start):
+                pause = paused(await engine.execute_with_pause(ask_twice))
+
+            async def resume_elsewhere(response: InteractionResponse) -> None:
+                with onlooker.observing(at_resume):
+                    outcomes.append(await engine.resume(pause.execution_id, response))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(resume_elsewhere, ACCEPT({"who": "me"}))
+            paused(outcomes[-1])
+
+            async with anyio.create_task_group() as tg:  # and from a task with no scope
+                tg.start_soon(engine.resume, pause.execution_id, ACCEPT())
+        assert len(at_resume) == 0, "a scope only resume had gets nothing"
+        assert at_start.kinds() == [
+            "ExecutionStarted",
+            "InteractionStarted",
+            "InteractionResolved",
+            "ToolCallStarted",
+            "ToolCallFinished",
+            "InteractionStarted",
+            "InteractionResolved",
+            "ExecutionFinished",
+        ]
+        check_stream(at_start.events)
+
+    async def test_cancel_from_another_scope_reports_to_the_start_scope(
+        self, check_stream: Check
+    ) -> None:
+        at_start = RecordingObserver()
+        at_cancel = RecordingObserver()
+        async with ExecutionEngine(tools=[note]) as engine:
+            with onlooker.observing(at_start):
+                pause = paused(await engine.execute_with_pause(ask_twice))
+            with onlooker.observing(at_cancel):
+                result = await engine.cancel(pause.execution_id)
+        assert result.status == "cancelled"
+        assert len(at_cancel) == 0
+        assert at_start.kinds()[-2:] == ["InteractionResolved", "ExecutionFinished"]
+        check_stream(at_start.events)
+
+    async def test_attribution_survives_the_detach(self) -> None:
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=[note]) as engine:
+            with onlooker.observing(recorder), onlooker.attribution(task_id="t", phase="p"):
+                pause = paused(await engine.execute_with_pause(ask_twice))
+            with onlooker.attribution(task_id="other"):
+                outcome = await engine.resume(pause.execution_id, ACCEPT())
+            await engine.resume(paused(outcome).execution_id, ACCEPT())
+        assert {(e.attribution.task_id, e.attribution.phase) for e in recorder} == {("t", "p")}
+
+
+class TestCancelAndClose:
+    async def test_cancel_a_paused_execution(self, check_stream: Check) -> None:
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=[note]) as engine:
+            engine.bus.subscribe(recorder)
+            pause = paused(await engine.execute_with_pause(ask_twice))
+            result = await engine.cancel(pause.execution_id)
+            assert result.status == "cancelled"
+            assert result.error is not None and result.error.cause == "interrupt"
+            assert await engine.resume(pause.execution_id, ACCEPT()) is result
+        resolved = recorder.of(InteractionResolved)[0]
+        assert resolved.status == "cancelled"
+        finish = recorder.of(ExecutionFinished)[0]
+        assert (finish.status, finish.error) == ("cancelled", result.error)
+        check_stream(recorder.events)
+
+    async def test_cancel_a_running_execution(self, check_stream: Check) -> None:
+        @onlooker.tool
+        async def forever() -> None:
+            await anyio.sleep_forever()
+
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.elicit("start?")
+            await ctx.call(forever)
+
+        recorder = RecordingObserver()
+        outcomes: list[ExecutionResult[Any] | PausedExecution] = []
+        async with ExecutionEngine(tools=[forever]) as engine:
+            engine.bus.subscribe(recorder)
+            pause = paused(await engine.execute_with_pause(program))
+
+            async def answer() -> None:
+                outcomes.append(await engine.resume(pause.execution_id, ACCEPT()))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(answer)
+                await anyio.wait_all_tasks_blocked()
+                result = await engine.cancel(pause.execution_id)
+        assert result.status == "cancelled"
+        assert outcomes == [result], "the waiting resume gets the final result"
+        assert recorder.of(ToolCallFinished)[0].status == "cancelled"
+        check_stream(recorder.events)
+
+    async def test_close_cancels_paused_executions(self, check_stream: Check) -> None:
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=[note]) as engine:
+            engine.bus.subscribe(recorder)
+            for _ in range(5):
+                paused(await engine.execute_with_pause(ask_twice))
+        ends = recorder.of(ExecutionFinished)
+        assert [e.status for e in ends] == ["cancelled"] * 5
+        assert [e.status for e in recorder.of(InteractionResolved)] == ["cancelled"] * 5
+        check_stream(recorder.events)
+
+    async def test_close_delivers_closing_events_to_async_observers(
+        self, check_stream: Check
+    ) -> None:
+        seen: list[ExecutionEvent] = []
+
+        async def handle(event: ExecutionEvent) -> None:
+            await anyio.lowlevel.checkpoint()
+            seen.append(event)
+
+        plugin = onlooker.define_plugin(id="late", observer=lambda _: handle)
+        async with ExecutionEngine(tools=[note], plugins=[plugin]) as engine:
+            for _ in range(3):
+                paused(await engine.execute_with_pause(ask_twice))
+        assert [e.kind for e in seen].count("ExecutionFinished") == 3
+        check_stream(seen)
+
+
+class TestExpiry:
+    async def test_unanswered_pause_expires(self, check_stream: Check) -> None:
+        recorder = RecordingObserver()
+        watcher = FinishWatcher()
+        async with ExecutionEngine(tools=[note], pause_timeout=0.02) as engine:
+            engine.bus.subscribe(recorder)
+            engine.bus.subscribe(watcher)
+            pause = paused(await engine.execute_with_pause(ask_twice))
+            await watcher.done.wait()
+            result = finished(await engine.resume(pause.execution_id, ACCEPT()))
+        assert result.status == "expired"
+        assert result.error is not None
+        assert (result.error.type, result.error.cause) == ("ExecutionExpiredError", "failure")
+        resolved = recorder.of(InteractionResolved)[0]
+        assert resolved.status == "expired"
+        assert recorder.of(ExecutionFinished)[0].status == "expired"
+        check_stream(recorder.events)
+
+    async def test_expiry_wins_even_if_the_program_catches_it(self, check_stream: Check) -> None:
+        caught: list[str] = []
+
+        async def stubborn(ctx: ExecutionContext) -> str:
+            try:
+                await ctx.elicit("anyone?")
+            except ExecutionExpiredError:
+                caught.append("first")
+            try:
+                await ctx.elicit("still there?")
+            except ExecutionExpiredError:
+                caught.append("second")
+            await ctx.call(note, text="after")
+            return "done anyway"
+
+        recorder = RecordingObserver()
+        watcher = FinishWatcher()
+        async with ExecutionEngine(tools=[note], pause_timeout=0.02) as engine:
+            engine.bus.subscribe(recorder)
+            engine.bus.subscribe(watcher)
+            pause = paused(await engine.execute_with_pause(stubborn))
+            await watcher.done.wait()
+            result = finished(await engine.resume(pause.execution_id, ACCEPT()))
+        assert caught == ["first", "second"]
+        assert result.status == "expired"
+        assert [r.status for r in recorder.of(InteractionResolved)] == ["expired", "expired"]
+        assert recorder.of(ExecutionFinished)[0].status == "expired"
+        check_stream(recorder.events)
+
+    async def test_answered_in_time_does_not_expire(self) -> None:
+        async with ExecutionEngine(tools=[note], pause_timeout=30) as engine:
+            pause = paused(await engine.execute_with_pause(ask_twice))
+            again = paused(await engine.resume(pause.execution_id, ACCEPT()))
+            assert finished(await engine.resume(again.execution_id, ACCEPT())).ok
+
+
+class TestChildPauses:
+    async def test_child_elicitation_pauses_the_root(self, check_stream: Check) -> None:
+        async def child(ctx: ExecutionContext) -> Any:
+            return (await ctx.elicit("child question")).content
+
+        async def parent(ctx: ExecutionContext) -> Any:
+            before = await ctx.call(note, text="before")
+            outcome = await ctx.spawn(child, task_id="kid")
+            return [before, outcome.value]
+
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=[note]) as engine:
+            engine.bus.subscribe(recorder)
+            pause = paused(await engine.execute_with_pause(parent))
+            root_id = recorder.of(ExecutionStarted)[0].execution_id
+            child_id = recorder.of(ExecutionStarted)[1].execution_id
+            assert pause.execution_id == root_id
+            assert pause.asking_execution_id == child_id
+            assert pause.message == "child question"
+            question = recorder.of(InteractionStarted)[0]
+            assert question.execution_id == child_id
+            assert question.interaction_id == pause.interaction_id
+            assert question.attribution.parent_execution_id == root_id
+            with pytest.raises(UnknownExecutionError):
+                await engine.resume(child_id, ACCEPT())
+            result = finished(await engine.resume(root_id, ACCEPT({"c": 1})))
+        assert result.value == ["before", {"c": 1}]
+        assert recorder.of(InteractionResolved)[0].execution_id == child_id
+        check_stream(recorder.events)
+
+    async def test_cancelling_the_root_closes_the_child(self, check_stream: Check) -> None:
+        async def child(ctx: ExecutionContext) -> None:
+            await ctx.elicit("child question")
+
+        async def parent(ctx: ExecutionContext) -> None:
+            await ctx.spawn(child)
+
+        recorder = RecordingObserver()
+        async with ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            pause = paused(await engine.execute_with_pause(parent))
+            await engine.cancel(pause.execution_id)
+        assert [e.status for e in recorder.of(ExecutionFinished)] == ["cancelled", "cancelled"]
+        check_stream(recorder.events)
