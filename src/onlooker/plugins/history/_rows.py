@@ -16,9 +16,11 @@ from typing import Any, Final
 from pydantic_core import to_json
 
 from onlooker import (
+    ErrorInfo,
     ExecutionEvent,
     ExecutionFinished,
     ExecutionStarted,
+    InteractionResolved,
     InteractionStarted,
     ToolCallFinished,
     ToolCallStarted,
@@ -111,10 +113,6 @@ def _upsert(table: str, columns: Sequence[str], placeholder: str) -> str:
     )
 
 
-def _same(value: str) -> str:
-    return value
-
-
 def _no_nul(value: str) -> str:
     # PostgreSQL text cannot hold NUL; the raw event keeps it, JSON-escaped.
     return value.replace("\x00", "\ufffd") if "\x00" in value else value
@@ -126,24 +124,18 @@ def _sqlite_time(at: datetime) -> str:
     return at.isoformat(" ", "microseconds")[:26]  # the format SQLAlchemy's DateTime reads
 
 
-def _pg_time(at: datetime) -> datetime:
-    return at
-
-
 @dataclass(frozen=True, slots=True)
 class Flavor:
     """How one backend wants its parameters."""
 
     placeholder: str
-    text: Callable[[str], str]
-    time: Callable[[datetime], Any]
 
     @staticmethod
     def for_backend(backend: str) -> Flavor:
         """The flavor of ``sqlite`` or ``postgresql``."""
         if backend == "sqlite":
-            return Flavor("?", _same, _sqlite_time)
-        return Flavor("%s", _no_nul, _pg_time)
+            return Flavor("?")
+        return Flavor("%s")
 
     def statements(self) -> Statements:
         """The SQL of the write path."""
@@ -174,8 +166,8 @@ def _json(value: Any) -> str | None:
     return None if value is None else to_json(value).decode()
 
 
-def _opt(text: Callable[[str], str], value: str | None) -> str | None:
-    return None if value is None else text(value)
+def _error(error: ErrorInfo | None) -> str | None:
+    return None if error is None else error.model_dump_json()
 
 
 def _merge(old: tuple[Any, ...], new: tuple[Any, ...], mins: tuple[int, ...]) -> tuple[Any, ...]:
@@ -189,87 +181,130 @@ def _merge(old: tuple[Any, ...], new: tuple[Any, ...], mins: tuple[int, ...]) ->
 _EXECUTION_MINS: Final = (EXECUTION_COLUMNS.index("sort_at"),)
 _TOOL_CALL_MINS: Final = (TOOL_CALL_COLUMNS.index("seq"),)
 _INTERACTION_MINS: Final = (INTERACTION_COLUMNS.index("seq"),)
+_AT: Final = '"at":"'
+_NUL: Final = "\\u0000"  # how JSON spells NUL
+
+
+def _sqlite_time_from(body: str, at: datetime) -> str:
+    # The body already spells the time; reuse it when it is UTC with microseconds.
+    start = body.find(_AT) + 6
+    if body[start + 26 : start + 28] == 'Z"':
+        return body[start : start + 10] + " " + body[start + 11 : start + 26]
+    return _sqlite_time(at)
+
+
+def _sanitize(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(_no_nul(value) if type(value) is str else value for value in row)
 
 
 def build_rows(batch: Sequence[ExecutionEvent], flavor: Flavor) -> Rows:
     """The rows that ``batch`` writes: one per event, one per touched entity."""
-    text, time = flavor.text, flavor.time
+    sqlite = flavor.placeholder == "?"
     event_rows: list[tuple[Any, ...]] = []
     executions: dict[str, tuple[Any, ...]] = {}
     tool_calls: dict[str, tuple[Any, ...]] = {}
     interactions: dict[str, tuple[Any, ...]] = {}
     for event in batch:
-        at = time(event.at)
-        execution_id = text(event.execution_id)
-        event_rows.append(
-            (text(event.event_id), execution_id, event.seq, event.kind, at, event.model_dump_json())
-        )
-        attribution = event.attribution
-        if isinstance(event, ToolCallStarted | ToolCallFinished):
-            if isinstance(event, ToolCallStarted):
-                row: tuple[Any, ...] = (
-                    text(event.tool_call_id), execution_id, text(event.tool), None,
-                    _json(event.args), None, None, None, None, at, None, event.seq,
-                    _opt(text, attribution.phase), _opt(text, attribution.task_id),
-                    _opt(text, attribution.intent_id),
-                )  # fmt: skip
-            else:
+        body = _SERIALIZERS[event.kind](event).decode()
+        at: Any = _sqlite_time_from(body, event.at) if sqlite else event.at
+        execution_id = event.execution_id
+        kind = event.kind
+        a = event.attribution
+        row: tuple[Any, ...]
+        if kind == "ToolCallStarted":
+            assert isinstance(event, ToolCallStarted)
+            row = (
+                event.tool_call_id, execution_id, event.tool, None, _json(event.args), None,
+                None, None, None, at, None, event.seq, a.phase, a.task_id, a.intent_id,
+            )  # fmt: skip
+            table = tool_calls
+        elif kind == "ToolCallFinished":
+            assert isinstance(event, ToolCallFinished)
+            key = event.tool_call_id
+            started = tool_calls.get(key)
+            if started is not None and started[10] is None:  # the usual pair, merged directly
                 row = (
-                    text(event.tool_call_id), execution_id, text(event.tool), event.status,
-                    None, _json(event.result),
-                    None if event.error is None else event.error.model_dump_json(),
-                    _json(event.metadata), event.duration_ms, None, at, event.seq,
-                    _opt(text, attribution.phase), _opt(text, attribution.task_id),
-                    _opt(text, attribution.intent_id),
+                    key, execution_id, event.tool, event.status, started[4],
+                    _json(event.result), _error(event.error), _json(event.metadata),
+                    event.duration_ms, started[9], at, started[11], a.phase, a.task_id,
+                    a.intent_id,
                 )  # fmt: skip
-            key = row[0]
-            old = tool_calls.get(key)
-            tool_calls[key] = row if old is None else _merge(old, row, _TOOL_CALL_MINS)
-        elif isinstance(event, ExecutionStarted | ExecutionFinished):
-            if isinstance(event, ExecutionStarted):
-                trigger = event.trigger
-                row = (
-                    execution_id, text(event.program), text(trigger.kind),
-                    _json(trigger.metadata), _opt(text, event.owner), _json(event.input),
-                    None, None, None, at, None, None,
-                    _opt(text, attribution.parent_execution_id),
-                    _opt(text, attribution.parent_tool_call_id), attribution.depth,
-                    _opt(text, attribution.task_id), _opt(text, attribution.phase),
-                    _opt(text, attribution.intent_id), at,
-                )  # fmt: skip
-            else:
-                row = (
-                    execution_id, None, None, None, None, None, event.status,
-                    _json(event.result),
-                    None if event.error is None else event.error.model_dump_json(),
-                    None, at, event.duration_ms,
-                    _opt(text, attribution.parent_execution_id),
-                    _opt(text, attribution.parent_tool_call_id), attribution.depth,
-                    _opt(text, attribution.task_id), _opt(text, attribution.phase),
-                    _opt(text, attribution.intent_id), at,
-                )  # fmt: skip
-            old = executions.get(execution_id)
-            executions[execution_id] = row if old is None else _merge(old, row, _EXECUTION_MINS)
+                if not sqlite and _NUL in body:
+                    row = _sanitize(row)
+                tool_calls[key] = row
+                event_rows.append((event.event_id, execution_id, event.seq, kind, at, body))
+                continue
+            row = (
+                key, execution_id, event.tool, event.status, None, _json(event.result),
+                _error(event.error), _json(event.metadata), event.duration_ms, None, at,
+                event.seq, a.phase, a.task_id, a.intent_id,
+            )  # fmt: skip
+            table = tool_calls
+        elif kind == "ExecutionStarted":
+            assert isinstance(event, ExecutionStarted)
+            trigger = event.trigger
+            row = (
+                execution_id, event.program, trigger.kind, _json(trigger.metadata), event.owner,
+                _json(event.input), None, None, None, at, None, None, a.parent_execution_id,
+                a.parent_tool_call_id, a.depth, a.task_id, a.phase, a.intent_id, at,
+            )  # fmt: skip
+            table = executions
+        elif kind == "ExecutionFinished":
+            assert isinstance(event, ExecutionFinished)
+            row = (
+                execution_id, None, None, None, None, None, event.status, _json(event.result),
+                _error(event.error), None, at, event.duration_ms, a.parent_execution_id,
+                a.parent_tool_call_id, a.depth, a.task_id, a.phase, a.intent_id, at,
+            )  # fmt: skip
+            table = executions
+        elif kind == "InteractionStarted":
+            assert isinstance(event, InteractionStarted)
+            row = (
+                event.interaction_id, execution_id, event.message, _json(event.requested_schema),
+                event.mode, None, None, None, at, None, event.seq,
+            )  # fmt: skip
+            table = interactions
         else:
-            if isinstance(event, InteractionStarted):
-                row = (
-                    text(event.interaction_id), execution_id, text(event.message),
-                    _json(event.requested_schema), event.mode, None, None, None, at, None,
-                    event.seq,
-                )  # fmt: skip
-            else:
-                row = (
-                    text(event.interaction_id), execution_id, None, None, None, event.status,
-                    _json(event.response),
-                    None if event.error is None else event.error.model_dump_json(),
-                    None, at, event.seq,
-                )  # fmt: skip
-            key = row[0]
-            old = interactions.get(key)
-            interactions[key] = row if old is None else _merge(old, row, _INTERACTION_MINS)
+            assert isinstance(event, InteractionResolved)
+            row = (
+                event.interaction_id, execution_id, None, None, None, event.status,
+                _json(event.response), _error(event.error), None, at, event.seq,
+            )  # fmt: skip
+            table = interactions
+        if not sqlite and _NUL in body:
+            row = _sanitize(row)
+            event_rows.append(_sanitize((event.event_id, execution_id, event.seq, kind, at, body)))
+        else:
+            event_rows.append((event.event_id, execution_id, event.seq, kind, at, body))
+        key = row[0]
+        old = table.get(key)
+        if old is None:
+            table[key] = row
+        else:
+            mins = (
+                _TOOL_CALL_MINS
+                if table is tool_calls
+                else _EXECUTION_MINS
+                if table is executions
+                else _INTERACTION_MINS
+            )
+            table[key] = _merge(old, row, mins)
     return Rows(
         event_rows,
         list(executions.values()),
         list(tool_calls.values()),
         list(interactions.values()),
     )
+
+
+_SERIALIZERS: Final[dict[str, Callable[[Any], bytes]]] = {
+    cls.__name__: cls.__pydantic_serializer__.to_json
+    for cls in (
+        ExecutionStarted,
+        ToolCallStarted,
+        ToolCallFinished,
+        InteractionStarted,
+        InteractionResolved,
+        ExecutionFinished,
+    )
+}

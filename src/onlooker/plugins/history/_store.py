@@ -147,6 +147,15 @@ class HistoryStore:
         _aware(since, "since")
         return await self._read(lambda conn: _read.stats(conn, since))
 
+    async def query(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn(connection)`` in a worker thread and return its result.
+
+        For SQL the store has no method for: build it with SQLAlchemy Core
+        over :mod:`onlooker.plugins.history.tables`. The connection is in a
+        transaction that is rolled back afterwards, so use it for reading.
+        """
+        return await self._read(fn)
+
     async def flush(self) -> None:
         """Wait until the plugin's observer has written what it accepted (no-op without one)."""
         if self._writer is not None:
