@@ -142,9 +142,16 @@ _LAZY: dict[str, str] = {
 }
 
 
+_SUBMODULES = frozenset({"plugins", "policies", "testing"})
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
+        if name in _SUBMODULES:  # `import onlooker; onlooker.policies.require_intent()`
+            value = importlib.import_module(f"onlooker.{name}")
+            globals()[name] = value
+            return value
         raise AttributeError(f"module 'onlooker' has no attribute {name!r}")
     value = getattr(importlib.import_module(f"onlooker.{module}"), name)
     globals()[name] = value

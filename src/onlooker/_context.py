@@ -297,6 +297,12 @@ class ExecutionContext:
                     f"unknown tool {name!r}; known tools: {', '.join(sorted(engine._tools)) or 'none'}",
                     tool=name,
                 )
+            if self._run.aborted is not None:  # ABORT ended the whole execution
+                raise HookAbortError(
+                    f"tool {name!r} refused: the execution was aborted ({self._run.aborted})",
+                    tool=name,
+                    reason=self._run.aborted.reason,
+                )
             validated = spec.validate_args(args)
             shown = validated
             plan = engine._hook_plan(name, _attribution.get().phase) if engine._hooks else _NO_HOOKS
