@@ -1,0 +1,166 @@
+"""The public API: exactly the documented names, sorted, resolvable, documented, lazy."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import pytest
+
+import onlooker
+
+# Every name DESIGN.md promises at the top level.
+DESIGN_NAMES = {
+    "Attribution",
+    "EventBus",
+    "EventValidationError",
+    "ErrorInfo",
+    "ExecutionContext",
+    "ExecutionEngine",
+    "ExecutionEvent",
+    "ExecutionFinished",
+    "ExecutionNotPausedError",
+    "ExecutionResult",
+    "ExecutionStarted",
+    "HookAbortError",
+    "HookAction",
+    "HookMatcher",
+    "InteractionResolved",
+    "InteractionResponse",
+    "InteractionStarted",
+    "Observer",
+    "OnlookerError",
+    "PausedExecution",
+    "Plugin",
+    "PluginContext",
+    "PluginError",
+    "PostHookResult",
+    "PreHookResult",
+    "ToolBlockedError",
+    "ToolCallFinished",
+    "ToolCallStarted",
+    "ToolError",
+    "ToolInputError",
+    "ToolUseContext",
+    "Trigger",
+    "UnknownExecutionError",
+    "UnknownToolError",
+    "attribution",
+    "current_context",
+    "define_plugin",
+    "emit_event",
+    "observing",
+    "parse_event",
+    "tool",
+}
+
+# The documented public API: the DESIGN names and the supporting names the docs
+# use (type aliases, statistics, the remaining errors, version constant).
+PUBLIC = DESIGN_NAMES | {
+    "SCHEMA_VERSION",
+    "AuditError",
+    "BusStatistics",
+    "Elicitation",
+    "ElicitationHandler",
+    "ErrorCause",
+    "ExecutionError",
+    "ExecutionExpiredError",
+    "ExecutionStatus",
+    "HistoryError",
+    "InteractionMode",
+    "InteractionStatus",
+    "ObserverLike",
+    "Overflow",
+    "PostHook",
+    "PreHook",
+    "Program",
+    "SchemaVersionError",
+    "Tool",
+    "ToolCallStatus",
+    "ToolRegistry",
+    "current_attribution",
+}
+
+ERRORS = {
+    "AuditError",
+    "EventValidationError",
+    "ExecutionError",
+    "ExecutionExpiredError",
+    "ExecutionNotPausedError",
+    "HistoryError",
+    "HookAbortError",
+    "PluginError",
+    "SchemaVersionError",
+    "ToolBlockedError",
+    "ToolError",
+    "ToolInputError",
+    "UnknownExecutionError",
+    "UnknownToolError",
+}
+
+
+def isort_key(name: str) -> tuple[int, str]:
+    """The order ruff's RUF022 keeps: CONSTANTS, then Classes, then functions."""
+    if name.isupper():
+        return (0, name)
+    if name[0].isupper():
+        return (1, name)
+    return (2, name)
+
+
+def test_all_is_sorted_without_duplicates() -> None:
+    assert onlooker.__all__ == sorted(onlooker.__all__, key=isort_key)
+    assert len(set(onlooker.__all__)) == len(onlooker.__all__)
+
+
+def test_all_is_exactly_the_documented_set() -> None:
+    assert set(onlooker.__all__) == PUBLIC
+
+
+def test_every_design_name_is_exported() -> None:
+    assert set(onlooker.__all__) >= DESIGN_NAMES
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_every_name_resolves(name: str) -> None:
+    value = getattr(onlooker, name)
+    assert value is not None
+    assert name in dir(onlooker)
+    if inspect.isclass(value) or inspect.isfunction(value):
+        assert inspect.getdoc(value), f"{name} has no docstring"
+
+
+def test_errors_share_one_base() -> None:
+    for name in ERRORS:
+        error = getattr(onlooker, name)
+        assert issubclass(error, onlooker.OnlookerError), name
+    assert issubclass(onlooker.OnlookerError, Exception)
+    assert issubclass(onlooker.ToolInputError, onlooker.ToolError)
+    assert issubclass(onlooker.UnknownToolError, onlooker.ToolError)
+    assert issubclass(onlooker.UnknownExecutionError, onlooker.ExecutionError)
+    assert issubclass(onlooker.ExecutionNotPausedError, onlooker.ExecutionError)
+
+
+def test_unknown_attribute() -> None:
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = onlooker.no_such_name
+
+
+def test_testing_helpers_are_public() -> None:
+    from onlooker import testing
+
+    assert set(testing.__all__) == {"RecordingObserver", "check_invariants"}
+
+
+def test_import_is_lazy() -> None:
+    code = (
+        "import sys, onlooker; "
+        "heavy = [m for m in ('onlooker._engine', 'pydantic', 'reactivex', 'anyio') "
+        "if m in sys.modules]; "
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "", f"`import onlooker` imported {out.stdout.strip()}"
