@@ -87,7 +87,7 @@ class PostgresCluster:
         with psycopg.connect(
             host="127.0.0.1", port=self.port, user=_USER, dbname=database, autocommit=True
         ) as conn:
-            conn.execute(statement)  # type: ignore[arg-type]  # test-controlled SQL
+            conn.execute(statement.encode())  # test-controlled SQL
 
     def create_database(self) -> str:
         """A new empty database; returns its URL."""

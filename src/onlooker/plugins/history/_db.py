@@ -24,11 +24,18 @@ from onlooker import ExecutionEvent, HistoryError
 from ._rows import Flavor, build_rows
 from ._schema import events, setup_schema
 
-__all__ = ["Database", "default_url", "mask_url", "resolve_url"]
+__all__ = ["Database", "default_url", "describe", "mask_url", "resolve_url"]
 
 DEFAULT_PATH: Final = Path(".onlooker") / "history.db"
 _SQLITE_TIMEOUT: Final = 5.0
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")
+
+
+def describe(exc: BaseException) -> str:
+    """A short account of a database error: the driver's message, not the SQL."""
+    cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    first = str(cause).strip().splitlines()[:1]
+    return f"{type(cause).__name__}: {first[0] if first else ''}"
 
 
 def default_url() -> str:
@@ -74,16 +81,21 @@ def _create_engine(url: URL) -> Engine:
         if path is None:
             # one shared connection: the store's calls run in worker threads
             return sa.create_engine(
-                url, poolclass=StaticPool, connect_args={"check_same_thread": False}
+                url,
+                poolclass=StaticPool,
+                connect_args={"check_same_thread": False},
+                hide_parameters=True,
             )
         path.parent.mkdir(parents=True, exist_ok=True)
         connect_args: dict[str, Any] = {}
         if "timeout" not in url.query:
             connect_args["timeout"] = _SQLITE_TIMEOUT
-        engine = sa.create_engine(url, connect_args=connect_args)
+        engine = sa.create_engine(url, connect_args=connect_args, hide_parameters=True)
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return sa.create_engine(url, pool_pre_ping=True, pool_size=4, max_overflow=4)
+    return sa.create_engine(
+        url, pool_pre_ping=True, pool_size=4, max_overflow=4, hide_parameters=True
+    )
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -17,6 +17,8 @@ from typing import IO, Final
 
 from onlooker import EventValidationError, ExecutionEvent, parse_event
 
+from ._db import describe
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no cross-process locking
@@ -102,7 +104,7 @@ class SpillFile:
                     "spill file %s: %d events still cannot be written (%s); kept for later",
                     self.path,
                     len(parsed) - start,
-                    exc,
+                    describe(exc),
                 )
                 kept = [line for line, _ in parsed[start:]]
                 break

@@ -28,7 +28,7 @@ import anyio
 
 from onlooker import ExecutionEvent
 
-from ._db import Database
+from ._db import Database, describe
 from ._spill import SpillFile
 
 __all__ = ["DEFAULT_RETRY_DELAYS", "BatchWriter", "WriterStatistics"]
@@ -193,7 +193,7 @@ class BatchWriter:
                             "history: a batch of %d events could not be written to %s: %s",
                             len(batch),
                             self._db.masked_url,
-                            exc,
+                            describe(exc),
                         )
                         break
                     self._retries += 1
@@ -201,7 +201,7 @@ class BatchWriter:
                         "history: write to %s failed, retrying in %.2fs: %s",
                         self._db.masked_url,
                         delay,
-                        exc,
+                        describe(exc),
                     )
                     time.sleep(delay)
                 else:
@@ -240,5 +240,7 @@ class BatchWriter:
         try:
             self._spill.drain(self._db.write)
         except Exception as exc:
-            self._logger.warning("history: spill file %s not drained: %s", self._spill.path, exc)
+            self._logger.warning(
+                "history: spill file %s not drained: %s", self._spill.path, describe(exc)
+            )
         self._spill_dirty = self._spill.exists()

@@ -1,0 +1,191 @@
+"""The history plugin under load and failure: many processes, a database that goes away."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+import sqlalchemy as sa
+
+import onlooker
+import postgres
+from onlooker.plugins import history
+from onlooker.plugins.history import tables
+from test_history_support import add, backend_url, execution_events, one_call
+
+pytestmark = pytest.mark.anyio
+
+FAST_RETRIES = (0.01, 0.02)
+
+
+class Outage:
+    """Makes one test database refuse writes, then take them again."""
+
+    def __init__(self, backend: str, url: str) -> None:
+        self.backend = backend
+        self.url = url
+        self._lock: sqlite3.Connection | None = None
+
+    def begin(self) -> None:
+        if self.backend == "sqlite":
+            # another process holding the write lock: "database is locked"
+            self._lock = sqlite3.connect(self.url.split("///", 1)[1].split("?")[0])
+            self._lock.isolation_level = None
+            self._lock.execute("BEGIN EXCLUSIVE")
+            return
+        cluster = postgres.cluster_or_skip()
+        name = self.url.rsplit("/", 1)[1]
+        cluster.sql(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+        cluster.sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+        )
+
+    def end(self) -> None:
+        if self._lock is not None:
+            self._lock.execute("COMMIT")
+            self._lock.close()
+            self._lock = None
+            return
+        if self.backend == "postgres":
+            name = self.url.rsplit("/", 1)[1]
+            postgres.cluster_or_skip().sql(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def outage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Outage]:
+    backend = str(request.param)
+    for url in backend_url(backend, tmp_path):
+        if backend == "sqlite":
+            url += "?timeout=0.05"
+        failure = Outage(backend, url)
+        try:
+            yield failure
+        finally:
+            failure.end()
+
+
+async def count_rows(url: str, spill: Path | None = None) -> tuple[int, int, int]:
+    async with history.open(url, spill_path=spill) as store:
+        counts: list[int] = await store.query(
+            lambda conn: [
+                int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+                for table in (tables.executions, tables.tool_calls, tables.events)
+            ]
+        )
+    return counts[0], counts[1], counts[2]
+
+
+async def test_failure_mid_run_loses_nothing(outage: Outage, tmp_path: Path) -> None:
+    spill = tmp_path / "spill.jsonl"
+    plugin = history.plugin(outage.url, spill_path=spill, retry_delays=FAST_RETRIES)
+    async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin]) as engine:
+        store = engine.extension(plugin)
+        for _ in range(3):
+            await engine.execute(one_call)
+        await engine.bus.flush()
+        await store.flush()
+        outage.begin()
+        during = [await engine.execute(one_call) for _ in range(5)]
+        await engine.bus.flush()
+        await store.flush()
+        statistics = store.statistics()
+        assert statistics is not None and statistics.spilled == 20 and statistics.retries >= 2
+        assert all(result.status == "completed" for result in during)  # the run went on
+        assert spill.is_file()
+    outage.end()
+    # the next start loads the spill file
+    assert await count_rows(outage.url, spill) == (8, 8, 32)
+    assert not spill.exists()
+
+
+async def test_recovery_in_the_same_run_drains_the_spill(outage: Outage, tmp_path: Path) -> None:
+    spill = tmp_path / "spill.jsonl"
+    plugin = history.plugin(outage.url, spill_path=spill, retry_delays=FAST_RETRIES)
+    async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin]) as engine:
+        store = engine.extension(plugin)
+        outage.begin()
+        await engine.execute(one_call)
+        await engine.bus.flush()
+        await store.flush()
+        assert spill.is_file()
+        outage.end()
+        await anyio.sleep(0.6)  # the writer's cool-down after a failed batch
+        await engine.execute(one_call)
+        await engine.bus.flush()
+        await store.flush()
+        assert not spill.exists()
+        assert len(await store.list_executions()) == 2
+
+
+async def test_spill_file_from_an_earlier_run_is_loaded(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    spill = tmp_path / "h.db.spill.jsonl"
+    events = execution_events("spilled", tools=[("a", "completed", 1.0)])
+    spill.write_text("".join(e.model_dump_json() + "\n" for e in events) + "not json\n")
+    async with history.open(url) as store:
+        assert store.spill_path == spill
+        assert await store.events("spilled") == events
+    assert not spill.exists()
+    assert (tmp_path / "h.db.spill.jsonl.bad").read_text() == "not json\n"
+
+
+WORKER = textwrap.dedent(
+    """
+    import sys
+    import anyio
+    import onlooker
+    from onlooker.plugins import history
+
+    @onlooker.tool
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    async def program(ctx: onlooker.ExecutionContext) -> int:
+        return await ctx.call("add", a=1, b=2)
+
+    async def main() -> None:
+        plugin = history.plugin(sys.argv[1], batch_size=100)
+        async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin]) as engine:
+            for _ in range(250):
+                result = await engine.execute(program, trigger=f"worker{sys.argv[2]}")
+                assert result.status == "completed"
+
+    anyio.run(main)
+    """
+)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_four_processes_write_one_postgres_database(tmp_path: Path) -> None:
+    cluster = postgres.cluster_or_skip()
+    url = cluster.create_database()
+    try:
+        workers = [
+            subprocess.Popen(  # noqa: ASYNC220  # waited for in a worker thread below
+                [sys.executable, "-c", WORKER, url, str(index)],
+                cwd=tmp_path,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for index in range(4)
+        ]
+        for worker in workers:
+            _, stderr = await anyio.to_thread.run_sync(worker.communicate, None, 120)
+            assert worker.returncode == 0, stderr
+        assert await count_rows(url) == (1000, 1000, 4000)
+        async with history.open(url) as store:
+            stats = await store.stats()
+            for index in range(4):
+                page = await store.list_executions(trigger=f"worker{index}", limit=1000)
+                assert len(page) == 250 and len({r.execution_id for r in page}) == 250
+        assert stats.executions_by_status == {"completed": 1000}
+        assert stats.tools[0].by_status == {"completed": 1000}
+    finally:
+        cluster.drop_database(url)
