@@ -1,0 +1,94 @@
+"""A tamper-evident audit trail: every event, redacted, hash-chained, in JSONL files.
+
+>>> trail_plugin = audit.plugin(directory=".onlooker/audit")
+>>> async with onlooker.ExecutionEngine(tools=..., plugins=[trail_plugin]) as engine:
+...     await engine.execute(program)
+...     trail = engine.extension(trail_plugin)
+>>> audit.verify(trail.session_dir).ok
+True
+
+Names load on first use (PEP 562): ``onlooker.plugins.audit._writer`` and
+``._redact`` import only the standard library, so the coding-agent hook can
+append to a trail without paying for pydantic or anyio. See docs/audit.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._plugin import DISABLE_VARIABLE, AuditStatistics, AuditTrail, plugin
+    from ._read import EventSink, replay, tail
+    from ._redact import DEFAULT_RULES, DEFAULT_SECRET_KEYS, Redactor, Rule
+    from ._verify import BadLine, Reason, VerifyReport, verify
+    from ._writer import (
+        GENESIS,
+        RECORD_VERSION,
+        AuditWriteError,
+        FsyncMode,
+        TrailWriter,
+        WriterStatistics,
+    )
+
+_LAZY: dict[str, str] = {
+    "AuditStatistics": "_plugin",
+    "AuditTrail": "_plugin",
+    "AuditWriteError": "_writer",
+    "BadLine": "_verify",
+    "DEFAULT_RULES": "_redact",
+    "DEFAULT_SECRET_KEYS": "_redact",
+    "DISABLE_VARIABLE": "_plugin",
+    "EventSink": "_read",
+    "FsyncMode": "_writer",
+    "GENESIS": "_writer",
+    "RECORD_VERSION": "_writer",
+    "Reason": "_verify",
+    "Redactor": "_redact",
+    "Rule": "_redact",
+    "TrailWriter": "_writer",
+    "VerifyReport": "_verify",
+    "WriterStatistics": "_writer",
+    "plugin": "_plugin",
+    "replay": "_read",
+    "tail": "_read",
+    "verify": "_verify",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'onlooker.plugins.audit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+__all__ = [
+    "DEFAULT_RULES",
+    "DEFAULT_SECRET_KEYS",
+    "DISABLE_VARIABLE",
+    "GENESIS",
+    "RECORD_VERSION",
+    "AuditStatistics",
+    "AuditTrail",
+    "AuditWriteError",
+    "BadLine",
+    "EventSink",
+    "FsyncMode",
+    "Reason",
+    "Redactor",
+    "Rule",
+    "TrailWriter",
+    "VerifyReport",
+    "WriterStatistics",
+    "plugin",
+    "replay",
+    "tail",
+    "verify",
+]

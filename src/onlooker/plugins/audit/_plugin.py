@@ -1,0 +1,341 @@
+"""The audit plugin: hands each event to a writer thread that appends it to the trail.
+
+The observer is a synchronous hand-off (one ``deque.append``) rather than a
+bus worker: the bus's async workers share the event loop with the execution,
+where the blocking ``write`` and ``fsync`` of a file would stall it. The
+writer thread batches whatever accumulated (group commit), redacts,
+serializes and appends, and keeps a failed batch to retry later.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, final
+
+import anyio
+import anyio.to_thread
+from pydantic import BaseModel
+
+import onlooker
+from onlooker import ExecutionEvent, Plugin, PluginContext
+
+from ._redact import ENVELOPE_FIELDS, Redactor
+from ._writer import (
+    AuditWriteError,
+    FsyncMode,
+    TrailWriter,
+    compact_json,
+    new_session_id,
+    validate_session_id,
+)
+
+__all__ = ["AuditStatistics", "AuditTrail", "plugin"]
+
+DISABLE_VARIABLE: Final = "ONLOOKER_AUDIT_DISABLE"
+_MAX_BATCH: Final = 4096
+_MAX_PENDING: Final = 16384  # events waiting for the thread before emitters wait for it
+_MAX_RETRY: Final = 100_000  # records kept for a retry while the disk refuses
+_RETRY_SECONDS: Final = 0.5  # first retry after a failure; doubles up to the maximum
+_MAX_RETRY_SECONDS: Final = 30.0
+_logger: Final = logging.getLogger("onlooker.plugins.audit")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class AuditStatistics:
+    """A snapshot of an audit trail's counters (``trail.statistics()``)."""
+
+    written: int
+    """Records appended to the trail."""
+    errors: int
+    """Failures: write attempts the disk refused, events that could not be serialized."""
+    dropped: int
+    """Events given up on (the disk refused for too long, or the trail closed first)."""
+    pending: int
+    """Events handed over and not yet written (including those waiting for a retry)."""
+    rotations: int
+    """Segments rotated."""
+
+
+@final
+class AuditTrail:
+    """The audit plugin's extension: where the trail is, its counters, ``flush()``.
+
+    Get it with ``engine.extension(audit_plugin)``.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        session_id: str,
+        *,
+        max_bytes: int,
+        keep: int,
+        fsync: FsyncMode,
+        redactor: Redactor | None,
+        max_value_chars: int,
+        enabled: bool = True,
+    ) -> None:
+        self.directory: Final = directory
+        """The directory holding every session's trail."""
+        self.session_id: Final = session_id
+        self.session_dir: Final = directory / session_id
+        """``<directory>/<session_id>``: the segments and ``audit.err``."""
+        self.path: Final = self.session_dir / "events.jsonl"
+        """The live file."""
+        self.enabled: Final = enabled
+        """False when ``ONLOOKER_AUDIT_DISABLE=1``: nothing is written."""
+        self._writer = TrailWriter(
+            directory,
+            session_id,
+            max_bytes=max_bytes,
+            keep=keep,
+            fsync=fsync,
+            redactor=redactor,
+            max_value_chars=max_value_chars,
+        )
+        self._redactor = self._writer.redactor
+        self._max_chars = max_value_chars
+        self._pending: deque[ExecutionEvent] = deque()
+        self._cond = threading.Condition()
+        self._idle = False
+        self._closing = False
+        self._taken = 0  # events taken by the thread
+        self._settled = 0  # taken events written, kept for retry, or given up on
+        self._retry: list[str] = []
+        self._retry_delay = _RETRY_SECONDS
+        self._dropped = 0
+        self._failures = 0  # serialization failures (write failures: the writer counts)
+        self._thread: threading.Thread | None = None
+
+    # -- public ------------------------------------------------------------------------
+
+    @property
+    def error_path(self) -> Path:
+        """``audit.err`` beside the trail: one JSON line per failure."""
+        return Path(self._writer.error_path)
+
+    def statistics(self) -> AuditStatistics:
+        """The trail's counters."""
+        writer = self._writer.statistics()
+        return AuditStatistics(
+            written=writer.written,
+            errors=writer.errors + self._failures,
+            dropped=self._dropped,
+            pending=len(self._pending) + (self._taken - self._settled) + len(self._retry),
+            rotations=writer.rotations,
+        )
+
+    async def flush(self) -> None:
+        """Wait until every event handed over so far was written (or failed and was counted)."""
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return
+        with self._cond:
+            target = self._taken + len(self._pending)
+            if self._settled >= target:
+                return
+            self._cond.notify_all()
+        await anyio.to_thread.run_sync(self._wait_settled, target, abandon_on_cancel=True)
+
+    def handle(self, event: ExecutionEvent) -> None:
+        """Hand ``event`` to the writer thread (the observer; never blocks unless far behind)."""
+        pending = self._pending
+        pending.append(event)
+        if self._idle:
+            with self._cond:
+                self._idle = False
+                self._cond.notify_all()
+        elif len(pending) >= _MAX_PENDING:
+            self._wait_for_room()
+
+    async def __aenter__(self) -> AuditTrail:
+        if self.enabled and self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name=f"onlooker audit {self.session_id}", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Write what is pending, stop the writer thread and close the files."""
+        thread = self._thread
+        if thread is not None:
+            with self._cond:
+                self._closing = True
+                self._cond.notify_all()
+            await anyio.to_thread.run_sync(thread.join)
+        self._writer.close()
+
+    # -- the writer thread -------------------------------------------------------------
+
+    def _run(self) -> None:
+        cond = self._cond
+        while True:
+            with cond:
+                self._idle = True
+                while not self._pending and not self._closing:
+                    if not cond.wait(self._retry_delay if self._retry else None) and self._retry:
+                        break  # time to retry
+                self._idle = False
+                count = min(len(self._pending), _MAX_BATCH)
+                batch = [self._pending.popleft() for _ in range(count)]
+                self._taken += count
+                closing = self._closing and not self._pending
+            try:
+                self._write([text for text in map(self._serialize, batch) if text is not None])
+            except Exception as exc:  # a bug must not kill the thread
+                _logger.exception("audit writer failed")
+                self._writer.report(f"audit writer failed: {exc!r}", error=type(exc).__name__)
+            with cond:
+                self._settled += count
+                cond.notify_all()
+            if closing:
+                if self._retry:
+                    self._give_up(f"{len(self._retry)} record(s) not written: the trail closed")
+                return
+
+    def _serialize(self, event: ExecutionEvent) -> str | None:
+        try:
+            return self._event_json(event)
+        except Exception as exc:
+            self._failures += 1
+            self._writer.report(
+                f"event {event.event_id} ({event.kind}) could not be recorded: {exc!r}",
+                error=type(exc).__name__,
+            )
+            return None
+
+    def _event_json(self, event: ExecutionEvent) -> str:
+        """The event's JSON, redacted and truncated; pydantic's fast path when nothing changes."""
+        redact = self._redactor.redact
+        changes: dict[str, Any] = {}
+        for name, value in event.__dict__.items():
+            if value is None or name in ENVELOPE_FIELDS:
+                continue
+            plain = value.__dict__ if isinstance(value, BaseModel) else value
+            new = redact(plain, max_chars=self._max_chars)
+            if new is not plain:
+                changes[name] = new
+        if not changes:
+            try:
+                return event.model_dump_json()
+            except ValueError:  # lone surrogates: the stdlib encoder escapes them
+                pass
+        data = event.model_dump(mode="json")
+        data.update(changes)
+        return compact_json(data)
+
+    def _write(self, texts: list[str]) -> None:
+        if self._retry:
+            texts = self._retry + texts
+            self._retry = []
+        if not texts:
+            return
+        try:
+            self._writer.write_serialized(texts)
+        except AuditWriteError as exc:
+            self._retry_delay = min(self._retry_delay * 2, _MAX_RETRY_SECONDS)
+            self._retry = texts[exc.written :]
+            excess = len(self._retry) - _MAX_RETRY
+            if excess > 0:
+                del self._retry[:excess]
+                self._dropped += excess
+                self._writer.report(
+                    f"dropped the {excess} oldest unwritten record(s): the trail cannot be written"
+                )
+        else:
+            self._retry_delay = _RETRY_SECONDS
+
+    def _give_up(self, message: str) -> None:
+        self._dropped += len(self._retry)
+        self._writer.report(message, records=len(self._retry))
+        self._retry = []
+
+    def _wait_settled(self, target: int) -> None:
+        with self._cond:
+            while self._settled < target and self._thread is not None and self._thread.is_alive():
+                self._cond.wait(0.5)
+
+    def _wait_for_room(self) -> None:
+        """Backpressure: the thread is far behind; wait until it has caught up halfway."""
+        with self._cond:
+            while (
+                len(self._pending) >= _MAX_PENDING // 2
+                and not self._closing
+                and self._thread is not None
+                and self._thread.is_alive()
+            ):
+                self._idle = False
+                self._cond.notify_all()
+                self._cond.wait(0.1)
+
+
+def _disabled() -> bool:
+    return os.environ.get(DISABLE_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def plugin(
+    directory: str | os.PathLike[str] = ".onlooker/audit",
+    session_id: str | None = None,
+    max_bytes: int = 4 * 1024 * 1024,
+    keep: int = 10,
+    fsync: FsyncMode = "batch",
+    redactor: Redactor | None = None,
+    max_value_chars: int = 2000,
+) -> Plugin[AuditTrail]:
+    """The audit trail plugin: every event, redacted, hash-chained, in a JSONL file.
+
+    Writes ``<directory>/<session_id>/events.jsonl`` (a new time-sortable
+    session id when none is given), rotating it into ``events.1.jsonl`` ...
+    ``events.<keep>.jsonl`` past ``max_bytes``. ``fsync`` is ``"never"``,
+    ``"batch"`` (one per batch: group commit) or ``"always"`` (per record).
+    ``redactor`` replaces the default :class:`Redactor`; strings longer than
+    ``max_value_chars`` are truncated. A session id that is not a safe
+    directory name raises :class:`onlooker.AuditError` here. With
+    ``ONLOOKER_AUDIT_DISABLE=1`` in the environment the plugin writes
+    nothing (``trail.enabled`` is false).
+    """
+    session = validate_session_id(session_id) if session_id is not None else new_session_id()
+    root = Path(directory)
+    enabled = not _disabled()
+    # Validate the other settings now, not when the engine starts.
+    TrailWriter(
+        root,
+        session,
+        max_bytes=max_bytes,
+        keep=keep,
+        fsync=fsync,
+        redactor=redactor,
+        max_value_chars=max_value_chars,
+    )
+
+    def extension(_ctx: PluginContext) -> AuditTrail:
+        return AuditTrail(
+            root,
+            session,
+            max_bytes=max_bytes,
+            keep=keep,
+            fsync=fsync,
+            redactor=redactor,
+            max_value_chars=max_value_chars,
+            enabled=enabled,
+        )
+
+    if not enabled:
+        return onlooker.define_plugin(id="audit", extension=extension)
+    return onlooker.define_plugin(id="audit", extension=extension, observer=lambda trail: trail)

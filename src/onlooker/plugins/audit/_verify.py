@@ -1,0 +1,255 @@
+"""verify(): prove a trail whole, or name its first bad line. Standard library only."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal, TypeAlias, final
+
+from onlooker._errors import AuditError
+
+from ._writer import GENESIS, LIVE_NAME, RECORD_VERSION
+
+__all__ = ["BadLine", "Reason", "VerifyReport", "iter_records", "segments_of", "verify"]
+
+Reason: TypeAlias = Literal[
+    "hash_mismatch",
+    "broken_link",
+    "seq_gap",
+    "malformed",
+    "unsupported_version",
+    "session_mismatch",
+    "missing_segment",
+    "torn_tail",
+]
+"""Why :func:`verify` rejected a trail (see docs/audit.md)."""
+
+_SEGMENT: Final = re.compile(r"events(?:\.([1-9][0-9]*))?\.jsonl")
+_HEX64: Final = re.compile(rb"[0-9a-f]{64}")
+_SUFFIX: Final = len(b',"hash":"') + 64 + len(b'"}')
+_FIELDS: Final = ("v", "seq", "at", "session_id", "prev", "event", "hash")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    """Where a trail first goes wrong: a file and a 1-based line number."""
+
+    file: Path
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """What :func:`verify` found.
+
+    ``ok`` is true when every record is intact and chained to the one
+    before. Otherwise ``first_bad`` names the first bad line and ``reason``
+    says why; ``reason == "torn_tail"`` is a last line cut short by a crash
+    (not tampering: every record before it is intact). ``records`` counts
+    the intact records read before the first bad line (all of them when
+    ``ok``). ``last_seq`` and ``last_hash`` are those of the last intact
+    record: keep them elsewhere to detect later removal of the newest
+    records; ``first_seq`` above 0 means older segments were rotated away.
+    """
+
+    ok: bool
+    records: int
+    segments: int
+    first_bad: BadLine | None = None
+    reason: Reason | None = None
+    detail: str = ""
+    first_seq: int | None = None
+    last_seq: int | None = None
+    last_hash: str | None = None
+    files: tuple[Path, ...] = ()
+
+    @property
+    def tampered(self) -> bool:
+        """Whether the trail was altered (bad for any reason but a torn last line)."""
+        return not self.ok and self.reason != "torn_tail"
+
+
+def segments_of(path: str | os.PathLike[str]) -> list[Path]:
+    """The segment files of a trail, oldest first.
+
+    ``path`` is a session directory (every ``events*.jsonl`` in it) or one
+    segment file (just that file). Raises :class:`onlooker.AuditError` when
+    there is no trail there.
+    """
+    target = Path(path)
+    if target.is_dir():
+        numbered: list[tuple[int, Path]] = []
+        for entry in target.iterdir():
+            match = _SEGMENT.fullmatch(entry.name)
+            if match and entry.is_file():
+                numbered.append((int(match.group(1) or 0), entry))
+        if not numbered:
+            raise AuditError(f"no audit trail (events*.jsonl) in {str(target)!r}")
+        return [entry for _, entry in sorted(numbered, key=lambda item: -item[0])]
+    if target.is_file():
+        return [target]
+    raise AuditError(f"no such audit trail: {str(target)!r}")
+
+
+def _segment_number(path: Path) -> int | None:
+    match = _SEGMENT.fullmatch(path.name)
+    return None if match is None else int(match.group(1) or 0)
+
+
+class _Bad(Exception):
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason: Reason = reason
+        self.detail = detail
+
+
+def _parse(raw: bytes) -> dict[str, Any]:
+    """One record line (without its newline), structure and own hash checked."""
+    try:
+        record = json.loads(raw)
+    except ValueError as exc:
+        raise _Bad("malformed", f"not JSON: {exc}") from None
+    if not isinstance(record, dict):
+        raise _Bad("malformed", "not a JSON object")
+    missing = [name for name in _FIELDS if name not in record]
+    if missing:
+        raise _Bad("malformed", f"missing {', '.join(missing)}")
+    if record["v"] != RECORD_VERSION:
+        raise _Bad("unsupported_version", f"record version {record['v']!r} is not {RECORD_VERSION}")
+    seq, digest = record["seq"], record["hash"]
+    if type(seq) is not int or seq < 0:
+        raise _Bad("malformed", f"seq {seq!r} is not a non-negative integer")
+    if not isinstance(digest, str) or not raw.endswith(f',"hash":"{digest}"}}'.encode()):
+        raise _Bad("malformed", "hash is not the record's last member")
+    if not _HEX64.fullmatch(digest.encode()):
+        raise _Bad("malformed", "hash is not 64 lowercase hex digits")
+    if hashlib.sha256(raw[:-_SUFFIX] + b"}").hexdigest() != digest:
+        raise _Bad("hash_mismatch", "the line's content does not match its hash (edited)")
+    return record
+
+
+def verify(path: str | os.PathLike[str]) -> VerifyReport:
+    """Check a trail: every line a record, its hash right, chained to the one before.
+
+    ``path`` is a session directory (every segment, oldest first, with the
+    chain checked across segments) or one ``events*.jsonl`` file. Raises
+    :class:`onlooker.AuditError` if there is no trail there; a damaged
+    trail is a report with ``ok=False``, never an exception.
+    """
+    files = segments_of(path)
+    state = _Chain()
+    numbers = [_segment_number(file) for file in files]
+    for index, file in enumerate(files):
+        last_file = index == len(files) - 1
+        if index and numbers[index - 1] is not None and numbers[index] is not None:
+            expected = (numbers[index - 1] or 0) - 1
+            if numbers[index] != expected:
+                missing = file.with_name(LIVE_NAME if expected == 0 else f"events.{expected}.jsonl")
+                return state.report(
+                    files, BadLine(file, 1), "missing_segment", f"{missing.name} is missing"
+                )
+        try:
+            with open(file, "rb") as handle:
+                for line_no, raw in enumerate(handle, 1):
+                    whole = raw.endswith(b"\n")
+                    body = raw[:-1] if whole else raw
+                    try:
+                        record = _parse(body)
+                        state.link(record)
+                    except _Bad as bad:
+                        if not whole and last_file and bad.reason == "malformed":
+                            return state.report(
+                                files,
+                                BadLine(file, line_no),
+                                "torn_tail",
+                                "the last line is cut short (a crash mid-write); "
+                                "every record before it is intact",
+                            )
+                        return state.report(files, BadLine(file, line_no), bad.reason, bad.detail)
+        except OSError as exc:
+            raise AuditError(f"cannot read audit trail {str(file)!r}: {exc}") from exc
+    return state.report(files, None, None, "")
+
+
+class _Chain:
+    """The running state of a verification."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.session: str | None = None
+        self.first_seq: int | None = None
+        self.seq = -1
+        self.hash: str | None = None
+
+    def link(self, record: dict[str, Any]) -> None:
+        seq, prev = record["seq"], record["prev"]
+        if self.hash is None:
+            if seq == 0 and prev != GENESIS:
+                raise _Bad("broken_link", "the first record's prev is not the genesis value")
+            self.session = record["session_id"]
+            self.first_seq = seq
+        else:
+            if prev != self.hash:
+                raise _Bad(
+                    "broken_link",
+                    "prev does not match the previous record's hash "
+                    "(a line was deleted, inserted or moved)",
+                )
+            if seq != self.seq + 1:
+                raise _Bad("seq_gap", f"seq {seq} follows {self.seq}")
+            if record["session_id"] != self.session:
+                raise _Bad(
+                    "session_mismatch",
+                    f"session_id {record['session_id']!r} is not {self.session!r}",
+                )
+        self.seq, self.hash = seq, record["hash"]
+        self.records += 1
+
+    def report(
+        self, files: list[Path], bad: BadLine | None, reason: Reason | None, detail: str
+    ) -> VerifyReport:
+        return VerifyReport(
+            ok=bad is None,
+            records=self.records,
+            segments=len(files),
+            first_bad=bad,
+            reason=reason,
+            detail=detail,
+            first_seq=self.first_seq,
+            last_seq=self.seq if self.hash is not None else None,
+            last_hash=self.hash,
+            files=tuple(files),
+        )
+
+
+def iter_records(path: str | os.PathLike[str]) -> Iterator[tuple[Path, int, dict[str, Any]]]:
+    """Every record of a trail as ``(file, line, record)``, oldest first.
+
+    Hashes are not checked (use :func:`verify`). A torn last line is
+    skipped; any other line that is not JSON raises :class:`onlooker.AuditError`
+    naming the file and line.
+    """
+    files = segments_of(path)
+    for index, file in enumerate(files):
+        last_file = index == len(files) - 1
+        with open(file, "rb") as handle:
+            for line_no, raw in enumerate(handle, 1):
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    if last_file and not raw.endswith(b"\n"):
+                        return  # a torn tail: a crash mid-write
+                    raise AuditError(f"{file}:{line_no}: not a JSON audit record") from None
+                if not isinstance(record, dict) or not isinstance(record.get("event"), dict):
+                    raise AuditError(f"{file}:{line_no}: not an audit record (no event)")
+                yield file, line_no, record

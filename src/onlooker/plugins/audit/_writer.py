@@ -1,0 +1,484 @@
+"""TrailWriter: appends hash-chained records to a session's audit trail.
+
+Standard library only (plus ``onlooker._errors``): the coding-agent hook
+imports this in a fresh interpreter on every tool call.
+
+A record is one line of compact JSON, members in this order::
+
+    {"v":1,"seq":0,"at":"...Z","session_id":"...","prev":"<hex>","event":{...},"hash":"<hex>"}
+
+``hash`` is the SHA-256 (hex) of the line's UTF-8 bytes with its final
+``,"hash":"<hex>"`` member removed, i.e. of the record serialized without
+``hash``; ``prev`` is the previous record's ``hash`` (:data:`GENESIS` for
+the first record of a session); ``seq`` counts records per session, with no
+gaps, across rotated segments.
+
+Several processes may append to one session: each batch is written under an
+exclusive ``flock`` on ``<session>/.lock``, after re-reading the last record
+(its ``seq`` and ``hash``) from disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Final, Literal, NamedTuple, TypeAlias, final
+
+from onlooker._errors import AuditError
+
+from ._redact import Redactor
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows has no flock; one process per session there
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = [
+    "GENESIS",
+    "LIVE_NAME",
+    "RECORD_VERSION",
+    "SESSION_ID",
+    "AuditWriteError",
+    "FsyncMode",
+    "TrailWriter",
+    "WriterStatistics",
+    "new_session_id",
+    "segment_name",
+    "validate_session_id",
+]
+
+RECORD_VERSION: Final = 1
+"""The record format version, written as ``v``."""
+
+GENESIS: Final = "0" * 64
+"""The ``prev`` of a session's first record."""
+
+LIVE_NAME: Final = "events.jsonl"
+"""The live segment's file name; rotated ones are ``events.1.jsonl`` (newest) ... ``events.<keep>.jsonl``."""
+
+SESSION_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""What a session id must match (whole): it becomes a directory name."""
+
+FsyncMode: TypeAlias = Literal["never", "batch", "always"]
+"""``never``: leave it to the OS; ``batch``: one fsync per batch (group commit); ``always``: per record."""
+
+ERROR_NAME: Final = "audit.err"
+_LOCK_NAME: Final = ".lock"
+_TAIL_NAME: Final = ".tail"  # the last record's seq and hash, saved at each rotation
+_HASH_SUFFIX_LEN: Final = len(',"hash":"') + 64 + len('"}')
+compact_json: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+"""Compact JSON, non-ASCII kept: how events are serialized into records."""
+_FSYNC_MODES: Final = ("never", "batch", "always")
+
+
+def segment_name(index: int) -> str:
+    """The file name of segment ``index``: 0 is the live file, 1 the newest rotated one."""
+    return LIVE_NAME if index == 0 else f"events.{index}.jsonl"
+
+
+def validate_session_id(session_id: object) -> str:
+    """``session_id`` if it is a safe directory name, else :class:`onlooker.AuditError`."""
+    if not isinstance(session_id, str) or not SESSION_ID.fullmatch(session_id):
+        raise AuditError(
+            f"invalid audit session id {session_id!r}: it must match "
+            "[A-Za-z0-9][A-Za-z0-9._-]{0,127} (no path separators, no leading dot)"
+        )
+    return session_id
+
+
+def new_session_id() -> str:
+    """A new session id that sorts by creation time: ``20250101T120000Z-3f2a9c``."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(3).hex()
+
+
+def _timestamp() -> str:
+    now = time.time()
+    micros = int(now % 1 * 1_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{micros:06d}Z"
+
+
+class AuditWriteError(AuditError):
+    """Appending to an audit trail failed (disk full, permission, directory gone).
+
+    ``written`` events of the batch reached the file (in order) before the
+    failure; the rest did not and can be written again. The failure was also
+    appended to ``audit.err``.
+    """
+
+    def __init__(self, message: str, *, path: str, written: int) -> None:
+        super().__init__(message)
+        self.path = path
+        self.written = written
+
+
+class WriterStatistics(NamedTuple):
+    """A snapshot of a :class:`TrailWriter`'s counters."""
+
+    written: int
+    """Records appended."""
+    errors: int
+    """Failed attempts (each also appended to ``audit.err``)."""
+    batches: int
+    """Successful ``write`` calls."""
+    bytes: int
+    """Bytes appended."""
+    rotations: int
+    """Segments rotated by this writer."""
+
+
+@final
+class TrailWriter:
+    """Appends events to ``<directory>/<session_id>/events.jsonl`` as hash-chained records.
+
+    The low-level API: no engine, no threads, no pydantic. ``write(events)``
+    takes events in their JSON form (``event.model_dump(mode="json")``),
+    redacts and truncates them, chains and appends them, rotating the live
+    file into ``events.1.jsonl`` ... ``events.<keep>.jsonl`` when it would
+    exceed ``max_bytes``. It raises :class:`AuditWriteError` when the disk
+    refuses (after noting the failure in ``audit.err``); nothing is ever
+    half-written.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        session_id: str,
+        *,
+        max_bytes: int = 4 * 1024 * 1024,
+        keep: int = 10,
+        fsync: FsyncMode = "batch",
+        redactor: Redactor | None = None,
+        max_value_chars: int = 2000,
+    ) -> None:
+        self.session_id: Final = validate_session_id(session_id)
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError(f"max_bytes must be a positive integer, not {max_bytes!r}")
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+            raise ValueError(f"keep must be an integer >= 0, not {keep!r}")
+        if fsync not in _FSYNC_MODES:
+            raise ValueError(f"fsync must be one of 'never', 'batch', 'always', not {fsync!r}")
+        if isinstance(max_value_chars, bool) or not isinstance(max_value_chars, int):
+            raise ValueError(f"max_value_chars must be a positive integer, not {max_value_chars!r}")
+        if max_value_chars < 1:
+            raise ValueError(f"max_value_chars must be a positive integer, not {max_value_chars!r}")
+        self.directory: Final = os.fspath(directory)
+        self.session_dir: Final = os.path.join(self.directory, session_id)
+        self.path: Final = os.path.join(self.session_dir, LIVE_NAME)
+        """The live file."""
+        self.error_path: Final = os.path.join(self.session_dir, ERROR_NAME)
+        self.max_bytes: Final = max_bytes
+        self.keep: Final = keep
+        self.fsync: Final[FsyncMode] = fsync
+        self.redactor: Final = redactor if redactor is not None else Redactor()
+        self.max_value_chars: Final = max_value_chars
+        self._mutex = threading.Lock()
+        self._fd = -1
+        self._lock_fd = -1
+        self._ino = -1
+        self._size = -1
+        self._seq = -1  # last seq written in this session, -1 before the first
+        self._prev = GENESIS
+        self._written = self._errors = self._batches = self._bytes = self._rotations = 0
+        self._batch_written = 0
+        self._closed = False
+
+    # -- public ------------------------------------------------------------------
+
+    def write(self, events: Sequence[Mapping[str, Any]]) -> None:
+        """Redact, truncate, chain and append ``events`` (JSON-form dicts), in order.
+
+        Raises :class:`AuditWriteError` if the disk refuses; its ``written``
+        says how many of ``events`` were appended before that.
+        """
+        texts = [self.serialize(event) for event in events]
+        self.write_serialized(texts)
+
+    def serialize(self, event: Mapping[str, Any]) -> str:
+        """One event's JSON form redacted, truncated and serialized: the ``event`` member."""
+        redacted = self.redactor.redact_event(dict(event), max_chars=self.max_value_chars)
+        return compact_json(redacted)
+
+    def write_serialized(self, texts: Sequence[str]) -> None:
+        """Chain and append events already redacted and serialized by :meth:`serialize`.
+
+        Each text must be one JSON object; nothing here redacts it.
+        """
+        if not texts:
+            return
+        with self._mutex:
+            if self._closed:
+                raise AuditError(f"this audit writer for {self.path!r} is closed")
+            try:
+                self._append(texts)
+            except OSError as exc:
+                written = self._batch_written
+                self._errors += 1
+                self._drop_files()
+                message = f"cannot append {len(texts) - written} record(s) to {self.path}: {exc}"
+                self.report(message, error=type(exc).__name__, records=len(texts) - written)
+                raise AuditWriteError(message, path=self.path, written=written) from exc
+            self._batches += 1
+
+    def report(self, message: str, **fields: object) -> None:
+        """Append one problem to ``audit.err`` (JSON lines), falling back to ``<directory>/audit.err``.
+
+        Never raises: when no file can be written the problem is dropped
+        (the caller counts it).
+        """
+        line = compact_json(
+            {"at": _timestamp(), "session_id": self.session_id, "message": message, **fields}
+        )
+        for path in (self.error_path, os.path.join(self.directory, ERROR_NAME)):
+            try:
+                os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            except OSError:
+                continue
+            try:
+                os.write(fd, (line + "\n").encode("utf-8", "backslashreplace"))
+                return
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+
+    def statistics(self) -> WriterStatistics:
+        """The writer's counters."""
+        return WriterStatistics(
+            written=self._written,
+            errors=self._errors,
+            batches=self._batches,
+            bytes=self._bytes,
+            rotations=self._rotations,
+        )
+
+    def close(self) -> None:
+        """Close the files. Idempotent."""
+        with self._mutex:
+            self._closed = True
+            self._drop_files()
+
+    def __enter__(self) -> TrailWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- appending -----------------------------------------------------------------
+
+    def _append(self, texts: Sequence[str]) -> int:
+        """Append under the session lock; returns how many records reached the file."""
+        self._batch_written = 0
+        self._open()
+        if fcntl is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            self._sync_tail()
+            self._append_locked(texts)
+        finally:
+            if fcntl is not None and self._lock_fd >= 0:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        return self._batch_written
+
+    def _append_locked(self, texts: Sequence[str]) -> None:
+        head = f'{{"v":{RECORD_VERSION},"seq":'
+        middle = f',"at":"{_timestamp()}","session_id":"{self.session_id}","prev":"'
+        sha256 = hashlib.sha256
+        always = self.fsync == "always"
+        max_bytes = self.max_bytes
+        seq, prev = self._seq, self._prev
+        lines: list[bytes] = []
+        pending = 0  # bytes in ``lines``
+        for text in texts:
+            seq += 1
+            body = (head + str(seq) + middle + prev + '","event":' + text + "}").encode(
+                "utf-8", "backslashreplace"
+            )
+            prev = sha256(body).hexdigest()
+            line = body[:-1] + b',"hash":"' + prev.encode() + b'"}\n'
+            if self._size + pending > 0 and self._size + pending + len(line) > max_bytes:
+                self._flush(lines, pending, seq - 1)
+                lines, pending = [], 0
+                self._rotate()
+            lines.append(line)
+            pending += len(line)
+            if always:
+                self._flush(lines, pending, seq)
+                lines, pending = [], 0
+        self._flush(lines, pending, seq)
+
+    def _flush(self, lines: list[bytes], size: int, last_seq: int) -> None:
+        """Write whole record ``lines`` and commit their chain state."""
+        if not lines:
+            return
+        data = b"".join(lines) if len(lines) > 1 else lines[0]
+        start = self._size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
+            if self.fsync != "never":
+                os.fsync(self._fd)
+        except OSError:
+            with contextlib.suppress(OSError):  # never leave half a record behind
+                os.ftruncate(self._fd, start)
+            raise
+        last = lines[-1]
+        self._size = start + size
+        self._seq = last_seq
+        self._prev = last[-(64 + 3) : -3].decode("ascii")
+        self._written += len(lines)
+        self._batch_written += len(lines)
+        self._bytes += size
+
+    # -- files and chain state -----------------------------------------------------------
+
+    def _open(self) -> None:
+        """Open (or re-open, after a rotation by another process) the lock and live files."""
+        lock = os.path.join(self.session_dir, _LOCK_NAME)
+        if self._lock_fd >= 0 and not _same_file(self._lock_fd, lock):
+            self._drop_files()
+        if self._lock_fd < 0:
+            os.makedirs(self.session_dir, mode=0o700, exist_ok=True)
+            self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        if self._fd >= 0 and not _same_file(self._fd, self.path):
+            os.close(self._fd)
+            self._fd = -1
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            self._ino = -1  # unknown until the tail is read
+
+    def _drop_files(self) -> None:
+        for fd in (self._fd, self._lock_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fd = self._lock_fd = -1
+        self._ino = -1
+
+    def _sync_tail(self) -> None:
+        """Under the lock: learn the last record's seq and hash from disk, unless unchanged."""
+        stat = os.fstat(self._fd)
+        if stat.st_ino == self._ino and stat.st_size == self._size:
+            return  # nobody else wrote since our last batch
+        self._ino, self._size = stat.st_ino, stat.st_size
+        last = self._last_record() if stat.st_size else None
+        if last is None:
+            last = self._saved_tail()
+        if last is not None:  # else: a new session, or its files were removed: keep ours
+            self._seq, self._prev = last
+
+    def _last_record(self) -> tuple[int, str] | None:
+        """The seq and hash of the live file's last record; repairs a torn last line."""
+        size = self._size
+        data = b""
+        position = size
+        while position > 0 and data.count(b"\n", 0, max(len(data) - 1, 0)) == 0:
+            step = min(65536, position)
+            position -= step
+            data = os.pread(self._fd, step, position) + data
+        if not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            torn = data[cut:]
+            if _record_state(torn) is not None:  # a whole record that only lacks its newline
+                os.write(self._fd, b"\n")
+                self._size += 1
+                data += b"\n"
+            else:
+                self.report(
+                    f"removed a torn last line of {len(torn)} bytes at offset {position + cut} "
+                    f"of {self.path} (a crash mid-write); its text is kept here",
+                    error="torn_tail",
+                    text=torn.decode("utf-8", "backslashreplace"),
+                )
+                os.ftruncate(self._fd, position + cut)
+                self._size = position + cut
+                data = data[:cut]
+        last = data.rstrip(b"\n").rpartition(b"\n")[2]
+        if not last:
+            return None
+        state = _record_state(last)
+        if state is None:
+            self.report(
+                f"the last line of {self.path} is not a record; the chain goes on from ours"
+            )
+        return state
+
+    def _saved_tail(self) -> tuple[int, str] | None:
+        try:
+            with open(os.path.join(self.session_dir, _TAIL_NAME), "rb") as handle:
+                saved = json.loads(handle.read())
+            return int(saved["seq"]), str(saved["hash"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _rotate(self) -> None:
+        """Rename the live file to ``events.1.jsonl`` (shifting older ones), start a new one."""
+        join = os.path.join
+        directory = self.session_dir
+        scratch = join(directory, _TAIL_NAME + ".tmp")
+        with open(scratch, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps({"seq": self._seq, "hash": self._prev}))
+        os.replace(scratch, join(directory, _TAIL_NAME))
+        if self.keep == 0:
+            os.unlink(self.path)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(join(directory, segment_name(self.keep)))
+            for index in range(self.keep - 1, 0, -1):
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(
+                        join(directory, segment_name(index)),
+                        join(directory, segment_name(index + 1)),
+                    )
+            os.replace(self.path, join(directory, segment_name(1)))
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        stat = os.fstat(self._fd)
+        self._ino, self._size = stat.st_ino, stat.st_size
+        self._rotations += 1
+        if self.fsync != "never":
+            _fsync_directory(directory)
+
+
+def _record_state(line: bytes) -> tuple[int, str] | None:
+    """The seq and hash of one record line, or None if it is not one."""
+    try:
+        record = json.loads(line)
+        seq, digest = record["seq"], record["hash"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if isinstance(seq, int) and isinstance(digest, str) and len(digest) == 64:
+        return seq, digest
+    return None
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except OSError:
+        return False
+
+
+def _fsync_directory(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
