@@ -1,0 +1,168 @@
+"""The metrics plugin: counts after a run, bounded labels, observer health, HTTP, history."""
+
+from __future__ import annotations
+
+import contextlib
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+
+import onlooker
+from onlooker import ExecutionContext, ExecutionEvent
+from onlooker.plugins import history, metrics
+from test_history_support import add, backend_url, execution_events, fail
+
+pytestmark = pytest.mark.anyio
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of an exposition, keyed by name and sorted labels."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+async def program(ctx: ExecutionContext) -> None:
+    await ctx.call("add", a=1, b=2)
+    await ctx.call("add", a=2, b=3)
+    for name in ("fail", "evil-tool-1", "evil-tool-2"):
+        with contextlib.suppress(onlooker.ToolError):
+            await ctx.call(name)
+    await ctx.elicit("Anyone?")
+
+
+async def failing(ctx: ExecutionContext) -> None:
+    raise RuntimeError("boom")
+
+
+def broken_plugin() -> onlooker.Plugin[None]:
+    def observer(_: None) -> onlooker.ObserverLike:
+        def handle(event: ExecutionEvent) -> None:
+            if event.kind == "ExecutionFinished":
+                raise ValueError("observer bug")
+
+        return handle
+
+    return onlooker.define_plugin(id="broken", observer=observer)
+
+
+def check_counts(text: str, *, live: bool) -> None:
+    values = samples(text)
+    assert values["onlooker_executions_total", (("status", "completed"), ("trigger", "cli"))] == 2
+    assert values["onlooker_executions_total", (("status", "failed"), ("trigger", "api"))] == 1
+    calls = "onlooker_tool_calls_total"
+    assert values[calls, (("status", "completed"), ("tool", "add"))] == 4
+    if live:  # names that are not registered tools share one label
+        assert values[calls, (("status", "failed"), ("tool", "fail"))] == 2
+        assert values[calls, (("status", "failed"), ("tool", "other"))] == 4
+        assert not any("evil" in str(key) for key in values)
+    histogram = "onlooker_tool_call_duration_seconds_count"
+    assert values[histogram, (("tool", "add"),)] == 4
+    assert values["onlooker_execution_duration_seconds_count", ()] == 3
+    assert values["onlooker_interactions_open", ()] == 0
+
+
+async def test_counts_after_a_run() -> None:
+    plugin = metrics.plugin()
+    async with onlooker.ExecutionEngine(
+        tools=[add, fail], plugins=[plugin, broken_plugin()]
+    ) as engine:
+        await engine.execute(program, trigger="cli")
+        await engine.execute(program, trigger="cli")
+        await engine.execute(failing, trigger="api")
+        text = engine.extension(plugin).exposition()
+    check_counts(text, live=True)
+    values = samples(text)
+    assert values["onlooker_observer_errors_total", (("plugin", "broken"),)] == 3
+    assert "onlooker_executions_total" not in {m.name for m in REGISTRY.collect()}
+
+
+async def test_open_interactions_and_dropped_events() -> None:
+    plugin = metrics.plugin()
+    asked = anyio.Event()
+    release = anyio.Event()
+
+    class Slow:
+        async def handle(self, event: ExecutionEvent) -> None:
+            await release.wait()
+
+    slow = onlooker.define_plugin(
+        id="slow", extension=lambda _: Slow(), observer=lambda s: s, overflow="drop", queue_size=1
+    )
+
+    async def answer(question: onlooker.Elicitation) -> onlooker.InteractionResponse:
+        asked.set()
+        await release.wait()
+        return onlooker.InteractionResponse.decline()
+
+    async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin, slow]) as engine:
+        ext = engine.extension(plugin)
+        async with anyio.create_task_group() as group:
+            group.start_soon(lambda: engine.execute(program, on_elicitation=answer))
+            await asked.wait()
+            values = samples(ext.exposition())
+            assert values["onlooker_interactions_open", ()] == 1
+            assert values["onlooker_events_dropped_total", (("plugin", "slow"),)] >= 1
+            release.set()
+        assert samples(ext.exposition())["onlooker_interactions_open", ()] == 0
+
+
+async def test_http_endpoint_on_loopback() -> None:
+    plugin = metrics.plugin()
+    async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:
+        await engine.execute(program, trigger="cli")
+        server = engine.extension(plugin).serve(0)
+        assert server.host == "127.0.0.1" and server.port > 0
+        assert server.url == f"http://127.0.0.1:{server.port}/metrics"
+
+        def scrape() -> str:
+            with urllib.request.urlopen(server.url, timeout=5) as response:
+                body: bytes = response.read()
+                return body.decode()
+
+        text = await anyio.to_thread.run_sync(scrape)
+        assert (
+            samples(text)["onlooker_tool_calls_total", (("status", "completed"), ("tool", "add"))]
+            == 2
+        )
+    # closed with the engine: the port no longer answers
+    with pytest.raises(OSError):
+        await anyio.to_thread.run_sync(scrape)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from backend_url(str(request.param), tmp_path)
+
+
+async def test_metrics_from_history(url: str) -> None:
+    plugin = history.plugin(url)
+    async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:
+        await engine.execute(program, trigger="cli")
+        await engine.execute(program, trigger="cli")
+        await engine.execute(failing, trigger="api")
+    async with history.open(url) as store:
+        served = await metrics.metrics_from_history(store, max_tools=1)
+        check_counts(served.exposition(), live=False)
+        values = samples(served.exposition())
+        # beyond the most called tool, every name joins "other"
+        assert values["onlooker_tool_calls_total", (("status", "failed"), ("tool", "other"))] == 6
+        bucket = "onlooker_tool_call_duration_seconds_bucket"
+        assert values[bucket, (("le", "+Inf"), ("tool", "add"))] == 4
+        assert values[bucket, (("le", "60.0"), ("tool", "add"))] == 4
+        with served.serve(0) as server:
+            text = await anyio.to_thread.run_sync(
+                lambda: urllib.request.urlopen(server.url, timeout=5).read().decode()
+            )
+        assert samples(text) == values
+        await store.write_events(execution_events("more", tools=[("add", "completed", 1.0)]))
+        await served.refresh()
+        again = samples(served.exposition())
+        assert again["onlooker_tool_calls_total", (("status", "completed"), ("tool", "add"))] == 5
