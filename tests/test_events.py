@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -401,5 +402,53 @@ class TestSnapshots:
         assert result.value == (1, {2: "two"}, {3})  # the program gets the real object
         finished = recorder.of(ToolCallFinished)[0]
         assert finished.result == [1, {"2": "two"}, [3]]
+        for event in recorder.events:
+            assert parse_event(event.model_dump_json()) == event
+
+
+class Unprintable:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr for you")
+
+
+@onlooker.tool
+def cyclic() -> dict[str, Any]:
+    """Return a dict that contains itself."""
+    loop: dict[str, Any] = {"name": "loop"}
+    loop["self"] = loop
+    return loop
+
+
+@onlooker.tool
+def unprintable() -> Unprintable:
+    """Return an object that cannot even be repr()'d."""
+    return Unprintable()
+
+
+class TestUnserializableValues:
+    @pytest.mark.anyio
+    async def test_a_value_that_cannot_be_copied_never_breaks_a_pair(
+        self, anyio_backend: str, check_stream: Callable[[Sequence[ExecutionEvent]], None]
+    ) -> None:
+        recorder = RecordingObserver()
+
+        async def program(ctx: ExecutionContext) -> Any:
+            loop = await ctx.call(cyclic)
+            assert loop["self"] is loop, "the program gets the real object"
+            await ctx.call(unprintable)
+            back: list[Any] = []
+            back.append(back)
+            return back
+
+        async with ExecutionEngine(tools=[cyclic, unprintable]) as engine:
+            with onlooker.observing(recorder):
+                result = await engine.execute(program)
+        assert result.status == "completed"
+        check_stream(recorder.events)
+        results = [f.result for f in recorder.of(ToolCallFinished)]
+        assert [f.status for f in recorder.of(ToolCallFinished)] == ["completed", "completed"]
+        assert all(isinstance(r, str) and "not JSON-serializable" in r for r in results)
+        final = recorder.of(ExecutionFinished)[0].result
+        assert isinstance(final, str) and "not JSON-serializable list" in final
         for event in recorder.events:
             assert parse_event(event.model_dump_json()) == event

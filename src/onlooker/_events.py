@@ -307,15 +307,26 @@ def snapshot(value: object) -> JsonValue:
     Events hold snapshots: mutating the dict a tool received, or what it
     returned, after the event was emitted never changes the event. Plain JSON
     shapes are copied by a fast path; anything else (models, dataclasses,
-    paths, ...) goes through pydantic's JSON conversion.
+    paths, ...) goes through pydantic's JSON conversion. A value that cannot
+    be copied (a cycle, a failing ``__repr__``) becomes a string saying so:
+    a snapshot never fails the event that carries it.
     """
     if isinstance(value, _SCALARS):
         return value  # immutable scalars are their own snapshot
+    try:
+        return _copy(value)
+    except Exception as exc:
+        return f"<not JSON-serializable {type(value).__name__}: {exc}>"
+
+
+def _copy(value: object) -> JsonValue:
+    if isinstance(value, _SCALARS):
+        return value
     if type(value) is dict:
         return {
-            k if type(k) is str else str(k): v if isinstance(v, _SCALARS) else snapshot(v)
+            k if type(k) is str else str(k): v if isinstance(v, _SCALARS) else _copy(v)
             for k, v in value.items()
         }
     if type(value) is list or type(value) is tuple:
-        return [v if isinstance(v, _SCALARS) else snapshot(v) for v in value]
+        return [v if isinstance(v, _SCALARS) else _copy(v) for v in value]
     return to_jsonable_python(value, fallback=repr)  # type: ignore[no-any-return]
