@@ -709,3 +709,28 @@ class TestConcurrency:
                     tg.start_soon(engine.execute, program)
             assert len(order) == 20 * 8
         assert slow_seen == order
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("cannot print me")
+
+
+class TestOddFailures:
+    async def test_an_exception_that_cannot_be_printed(self, check_stream: Check) -> None:
+        @onlooker.tool
+        def weird() -> None:
+            raise Unprintable
+
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.call(weird)
+
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=[weird]) as engine:
+            with onlooker.observing(recorder):
+                result = await engine.execute(program)
+        assert result.status == "failed"
+        assert result.error is not None
+        assert (result.error.type, result.error.message) == ("Unprintable", "Unprintable")
+        assert recorder.of(ToolCallFinished)[0].status == "failed"
+        check_stream(recorder.events)

@@ -469,3 +469,68 @@ class TestChildPauses:
             await engine.cancel(pause.execution_id)
         assert [e.status for e in recorder.of(ExecutionFinished)] == ["cancelled", "cancelled"]
         check_stream(recorder.events)
+
+
+class TestConcurrentQuestions:
+    async def test_questions_from_concurrent_children_are_asked_one_at_a_time(
+        self, check_stream: Check
+    ) -> None:
+        async def asker(ctx: ExecutionContext) -> Any:
+            return (await ctx.elicit(f"from {ctx.attribution.task_id}")).content
+
+        async def parent(ctx: ExecutionContext) -> list[Any]:
+            out: list[Any] = []
+
+            async def one(name: str) -> None:
+                out.append((await ctx.spawn(asker, task_id=name)).value)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(one, "a")
+                tg.start_soon(one, "b")
+            return out
+
+        recorder = RecordingObserver()
+        asked: list[str] = []
+        async with ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            outcome = await engine.execute_with_pause(parent)
+            while isinstance(outcome, PausedExecution):
+                asked.append(outcome.message)
+                outcome = await engine.resume(
+                    outcome.execution_id, ACCEPT({"for": outcome.message})
+                )
+        result = finished(outcome)
+        assert sorted(asked) == ["from a", "from b"]
+        assert sorted(v["for"] for v in result.value or []) == ["from a", "from b"]
+        check_stream(recorder.events)
+
+
+class Stop(BaseException):
+    """A BaseException that is not cancellation."""
+
+
+class TestDetachedBaseException:
+    async def test_an_observer_base_exception_comes_out_of_the_engine(self) -> None:
+        def stop(event: ExecutionEvent) -> None:
+            if event.kind == "ToolCallStarted":
+                raise Stop
+
+        ran: list[str] = []
+
+        @onlooker.tool
+        def never() -> None:
+            ran.append("tool")
+
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.elicit("go?")
+            await ctx.call(never)
+
+        outcomes: list[ExecutionResult[Any] | PausedExecution] = []
+        with anyio.fail_after(10), pytest.raises(Stop):
+            async with ExecutionEngine(tools=[never]) as engine:
+                engine.bus.subscribe(stop)
+                pause = paused(await engine.execute_with_pause(program))
+                outcomes.append(await engine.resume(pause.execution_id, ACCEPT()))
+                await anyio.sleep_forever()  # the crashed execution cancels the body
+        assert ran == []
+        assert finished(outcomes[0]).status == "cancelled"

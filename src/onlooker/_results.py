@@ -119,5 +119,8 @@ def error_info(exc: BaseException) -> ErrorInfo:
         cause = "failure"
     else:
         cause = "defect"
-    message = str(exc) or type(exc).__name__
+    try:
+        message = str(exc) or type(exc).__name__
+    except Exception:  # a broken __str__ must not cost the closing event
+        message = type(exc).__name__
     return _build(ErrorInfo, {"type": type(exc).__name__, "message": message, "cause": cause})
