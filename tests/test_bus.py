@@ -424,3 +424,22 @@ class TestAsyncObservers:
             pass
         with pytest.raises(RuntimeError, match="closed"):
             engine.bus.subscribe(lambda e: None)
+
+
+class TestBusBeforeTheEngine:
+    async def test_async_observer_subscribed_before_the_engine_starts(self) -> None:
+        bus = EventBus()
+        seen: list[int] = []
+
+        async def handle(e: ExecutionEvent) -> None:
+            seen.append(e.seq)
+
+        bus.subscribe(handle)
+        bus.emit(event(0))
+        with pytest.raises(RuntimeError, match="started engine"):
+            await bus.flush()
+        async with ExecutionEngine(bus=bus) as engine:
+            assert engine.bus is bus
+            bus.emit(event(1))
+            await bus.flush()
+            assert seen == [0, 1]

@@ -534,3 +534,16 @@ class TestDetachedBaseException:
                 await anyio.sleep_forever()  # the crashed execution cancels the body
         assert ran == []
         assert finished(outcomes[0]).status == "cancelled"
+
+
+class TestCloseByCancellation:
+    async def test_outer_cancel_scope_closes_paused_executions(self, check_stream: Check) -> None:
+        recorder = RecordingObserver()
+        with anyio.move_on_after(0.02) as scope:
+            async with ExecutionEngine(tools=[note]) as engine:
+                engine.bus.subscribe(recorder)
+                paused(await engine.execute_with_pause(ask_twice))
+                await anyio.sleep_forever()
+        assert scope.cancelled_caught
+        assert [e.status for e in recorder.of(ExecutionFinished)] == ["cancelled"]
+        check_stream(recorder.events)

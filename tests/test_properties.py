@@ -176,12 +176,21 @@ async def scenario(steps: tuple[Step, ...], mode: str, check: Check) -> None:
         if isinstance(event, ExecutionFinished) and event.attribution.depth == 0:
             root_done.set()
 
+    async_seen: list[ExecutionEvent] = []
+
+    async def handle_later(event: ExecutionEvent) -> None:
+        await anyio.lowlevel.checkpoint()
+        async_seen.append(event)
+
+    lagging = onlooker.define_plugin(id="lagging", observer=lambda _: handle_later, queue_size=2)
     want, _ = expected_status(steps, mode)
     result: ExecutionResult[Any] | None = None
     with anyio.fail_after(20):
         async with (
             ExecutionEngine(
-                tools=[work, broken, hang], pause_timeout=0.05 if expiring else None
+                tools=[work, broken, hang],
+                plugins=[lagging],
+                pause_timeout=0.05 if expiring else None,
             ) as engine,
             anyio.create_task_group() as helpers,
         ):
@@ -199,6 +208,7 @@ async def scenario(steps: tuple[Step, ...], mode: str, check: Check) -> None:
                 result = outcome
     events = recorder.events
     check(events)
+    assert async_seen == events, "the async observer got every event, in order, by the close"
     root_finished = [
         e for e in events if isinstance(e, ExecutionFinished) and e.attribution.depth == 0
     ]
