@@ -734,3 +734,48 @@ class TestOddFailures:
         assert (result.error.type, result.error.message) == ("Unprintable", "Unprintable")
         assert recorder.of(ToolCallFinished)[0].status == "failed"
         check_stream(recorder.events)
+
+
+class TestProgramOwnScopes:
+    async def test_concurrent_calls_in_one_execution(self, check_stream: Check) -> None:
+        async def program(ctx: ExecutionContext) -> int:
+            results: list[str] = []
+
+            async def one(n: int) -> None:
+                results.append(await ctx.call("fetch", url=str(n)))
+
+            async with anyio.create_task_group() as tg:
+                for n in range(20):
+                    tg.start_soon(one, n)
+            return len(results)
+
+        result, recorder = await run(program)
+        assert result.value == 20
+        assert len(recorder) == 42
+        assert [e.seq for e in recorder] == list(range(42))
+        check_stream(recorder.events)
+
+    async def test_the_program_cancels_one_call(self, check_stream: Check) -> None:
+        async def program(ctx: ExecutionContext) -> str:
+            with anyio.move_on_after(0.01):
+                await ctx.call("hang")
+            return str(await ctx.call("fetch", url="after"))
+
+        result, recorder = await run(program)
+        assert (result.status, result.value) == ("completed", "<after>")
+        assert [f.status for f in recorder.of(ToolCallFinished)] == ["cancelled", "completed"]
+        check_stream(recorder.events)
+
+    async def test_the_program_cancels_a_child(self, check_stream: Check) -> None:
+        async def child(ctx: ExecutionContext) -> None:
+            await ctx.call("hang")
+
+        async def program(ctx: ExecutionContext) -> str:
+            with anyio.move_on_after(0.01):
+                await ctx.spawn(child)
+            return "parent goes on"
+
+        result, recorder = await run(program)
+        assert result.value == "parent goes on"
+        assert [e.status for e in recorder.of(ExecutionFinished)] == ["cancelled", "completed"]
+        check_stream(recorder.events)
