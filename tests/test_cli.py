@@ -352,13 +352,14 @@ class TestMetrics:
                     if server.poll() is not None:
                         break
                     time.sleep(0.05)
+            assert server.stderr is not None
             assert "onlooker_" in body, server.stderr.read().decode() if server.poll() else body
             assert 'tool="fetch"' in body
         finally:
             server.terminate()
             server.wait(timeout=10)
-            assert server.stderr is not None
-            server.stderr.close()
+            if server.stderr is not None:
+                server.stderr.close()
 
 
 class TestEndToEnd:

@@ -50,8 +50,13 @@ def verify(path: TrailPath) -> None:
             f"[green]ok[/]: {report.records} records in {report.segments} segment(s), chain intact"
         )
         return
+    verdict = "TORN TAIL" if report.reason == "torn_tail" else "TAMPERED"
     where = f" at {report.first_bad}" if report.first_bad is not None else ""
-    stdout.print(f"[red]TAMPERED[/]{escape(where)}: {escape(str(report.reason))}")
+    detail = f": {report.detail}" if report.detail else ""
+    stdout.print(
+        f"[red]{verdict}[/]{escape(where)} ({report.reason}){escape(detail)}", soft_wrap=True
+    )
+    stdout.print(f"{report.records} intact record(s) before it")
     raise typer.Exit(1)
 
 
@@ -70,6 +75,7 @@ def tail(
     as_json: Annotated[bool, typer.Option("--json", help="One event as JSON per line.")] = False,
 ) -> None:
     """Print the events of a trail, one per line (Ctrl-C stops --follow)."""
+    import onlooker
     from onlooker.plugins import audit
 
     from ._render import event_line
@@ -83,6 +89,9 @@ def tail(
                 stdout.print(event_line(event))
     except KeyboardInterrupt:
         pass
+    except onlooker.OnlookerError as exc:
+        stderr.print(f"[red]error[/]: {escape(str(exc))}")
+        raise typer.Exit(1) from None
 
 
 @audit_app.command(

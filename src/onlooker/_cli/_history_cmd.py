@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
 import typer
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -92,9 +93,14 @@ def list_(
         if page.next_cursor is not None:
             typer.echo(json.dumps({"next_cursor": page.next_cursor}))
         return
-    table = Table("execution", "program", "trigger", "status", "started", "duration")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("execution", no_wrap=True)
+    for column in ("program", "trigger", "status"):
+        table.add_column(column)
+    table.add_column("started (UTC)", no_wrap=True)
+    table.add_column("duration", justify="right", no_wrap=True)
     for record in page:
-        started = record.started_at.strftime("%Y-%m-%d %H:%M:%S") if record.started_at else ""
+        started = record.started_at.strftime("%m-%d %H:%M:%S") if record.started_at else ""
         duration = f"{record.duration_ms:.1f} ms" if record.duration_ms is not None else ""
         style = STYLES.get(record.status, "white")
         table.add_row(
@@ -172,7 +178,7 @@ def stats(
     stdout.print(f"executions: {result.executions}" + (f" ({by_status})" if by_status else ""))
     stdout.print(f"tool calls: {result.tool_calls}")
     if result.tools:
-        table = Table("tool", "calls", "failed", "failure rate", "p50", "p95")
+        table = Table("tool", "calls", "failed", "failure rate", "p50", "p95", box=box.SIMPLE_HEAD)
         for tool in result.tools:
             table.add_row(
                 escape(tool.tool),

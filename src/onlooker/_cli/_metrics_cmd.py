@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from ._common import db_url, stderr
 
@@ -33,12 +34,38 @@ def serve(
     host: Annotated[
         str, typer.Option(help="Interface to listen on (loopback by default; 0.0.0.0 for all).")
     ] = "127.0.0.1",
+    interval: Annotated[
+        float, typer.Option(min=0.1, help="Seconds between two reads of the database.")
+    ] = 15.0,
 ) -> None:
     """Serve the metrics of the recorded executions at http://HOST:PORT/metrics.
 
-    Runs until interrupted (Ctrl-C).
+    Counters are totals over the whole database, re-read every --interval
+    seconds. Runs until interrupted (Ctrl-C); exits 1 when the database
+    cannot be used or the port cannot be bound.
     """
-    stderr.print(
-        f"serving metrics from {db or '.onlooker/history.db'} on http://{host}:{port}/metrics"
-    )
-    raise NotImplementedError(db_url(db))
+    import anyio
+
+    import onlooker
+
+    try:
+        anyio.run(_serve, db_url(db), port, host, interval)
+    except KeyboardInterrupt:
+        pass
+    except (onlooker.OnlookerError, OSError) as exc:
+        stderr.print(f"[red]error[/]: {escape(str(exc))}")
+        raise typer.Exit(1) from None
+
+
+async def _serve(url: str | None, port: int, host: str, interval: float) -> None:
+    import anyio
+
+    from onlooker.plugins import history, metrics
+
+    async with history.open(url) as store:
+        exposed = await metrics.metrics_from_history(store)
+        with exposed.serve(port, host) as server:
+            stderr.print(f"serving the metrics of {escape(store.url)} at {server.url}")
+            while True:
+                await anyio.sleep(interval)
+                await exposed.refresh()

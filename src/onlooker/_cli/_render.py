@@ -95,7 +95,7 @@ def _step_line(step: ToolCallRecord | InteractionRecord) -> str:
     if isinstance(step, InteractionRecord):
         line = f"[magenta]? {escape(step.message or '?')}[/]  {_status(step.status)}"
         if step.response is not None:
-            line += f"  {escape(short(step.response))}"
+            line += f"  {escape(short(step.response, 40))}"
         return line
     args = _args(step.args) if step.args is not None else "…"
     line = f"[cyan]{escape(step.tool)}[/]({escape(args)})  {_status(step.status)}"
@@ -104,7 +104,7 @@ def _step_line(step: ToolCallRecord | InteractionRecord) -> str:
     if step.error is not None:
         line += f"  [red]{escape(step.error.message)}[/]"
     elif step.result is not None:
-        line += f"  → {escape(short(step.result))}"
+        line += f"  → {escape(short(step.result, 40))}"
     return line
 
 

@@ -59,6 +59,8 @@ def run(
     if answer is not None and interactive:
         raise typer.BadParameter("use --answer or --interactive, not both", param_hint="--answer")
     content = _parse_answer(answer) if answer is not None else None
+    if session is not None:
+        _check_session(session)
     from ._program import LoadError, load_program
     from ._runner import run_program
 
@@ -68,8 +70,7 @@ def run(
         raise typer.BadParameter(str(exc), param_hint="PROGRAM") from None
     status = anyio.run(
         run_program,
-        loaded.function,
-        loaded.tools,
+        loaded,
         db_url(db),
         None if no_audit else audit_dir,
         session,
@@ -90,3 +91,13 @@ def _parse_answer(raw: str) -> dict[str, Any]:
             "must be a JSON object, like '{\"approve\": true}'", param_hint="--answer"
         )
     return value
+
+
+def _check_session(session: str) -> None:
+    import onlooker
+    from onlooker.plugins.audit._writer import validate_session_id
+
+    try:
+        validate_session_id(session)
+    except onlooker.AuditError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--session") from None

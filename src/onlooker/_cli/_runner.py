@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import onlooker
 from onlooker import Elicitation, ExecutionEvent, InteractionResponse
 
 from ._common import stderr, stdout
+from ._program import LoadedProgram
 from ._prompt import ask
 from ._render import event_line, execution_tree, summary_table
 
@@ -20,8 +22,7 @@ __all__ = ["run_program"]
 
 
 async def run_program(
-    function: onlooker.Program[Any],
-    tools: list[onlooker.Tool[..., Any]],
+    program: LoadedProgram,
     url: str | None,
     audit_dir: Path | None,
     session: str | None,
@@ -50,10 +51,16 @@ async def run_program(
             return await anyio.to_thread.run_sync(ask, question, stderr)
         return InteractionResponse.decline()
 
-    async with onlooker.ExecutionEngine(tools=tools, plugins=plugins) as engine:
-        result = await engine.execute(function, on_elicitation=answer, trigger="cli")
+    trigger = onlooker.Trigger(kind="cli", metadata={"program": program.name})
+    owner = os.environ.get("USER") or os.environ.get("USERNAME")
+    async with onlooker.ExecutionEngine(tools=program.tools, plugins=plugins) as engine:
+        result = await engine.execute(
+            program.function, on_elicitation=answer, trigger=trigger, owner=owner
+        )
         report = engine.extension(summaries).get(result.execution_id)
-        trail_path = _trail_path(engine.extension(trail)) if trail is not None else None
+        trail_path = None
+        if trail is not None and engine.extension(trail).enabled:
+            trail_path = engine.extension(trail).session_dir
     async with history.open(url) as store:
         tree = await store.get_execution(result.execution_id)
     stdout.print()
@@ -71,11 +78,6 @@ async def run_program(
     if trail_path is not None:
         stdout.print(f"audit:   onlooker audit verify {trail_path}")
     return result.status
-
-
-def _trail_path(extension: object) -> str | None:
-    path = getattr(extension, "path", None)
-    return None if path is None else str(path)
 
 
 class _Progress:
