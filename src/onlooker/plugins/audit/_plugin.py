@@ -222,6 +222,21 @@ class AuditTrail:
 
     def _event_json(self, event: ExecutionEvent) -> str:
         """The event's JSON, redacted and truncated; pydantic's fast path when nothing changes."""
+        redactor = self._redactor
+        learned = redactor.learned
+        changes = self._changes(event)
+        if redactor.learned != learned:  # a secret learned late in the event: once more
+            changes = self._changes(event)
+        if not changes:
+            try:
+                return event.model_dump_json()
+            except ValueError:  # lone surrogates: the stdlib encoder escapes them
+                pass
+        data = event.model_dump(mode="json")
+        data.update(changes)
+        return compact_json(data)
+
+    def _changes(self, event: ExecutionEvent) -> dict[str, Any]:
         redact = self._redactor.redact
         changes: dict[str, Any] = {}
         for name, value in event.__dict__.items():
@@ -231,14 +246,7 @@ class AuditTrail:
             new = redact(plain, max_chars=self._max_chars)
             if new is not plain:
                 changes[name] = new
-        if not changes:
-            try:
-                return event.model_dump_json()
-            except ValueError:  # lone surrogates: the stdlib encoder escapes them
-                pass
-        data = event.model_dump(mode="json")
-        data.update(changes)
-        return compact_json(data)
+        return changes
 
     def _write(self, texts: list[str]) -> None:
         if self._retry:

@@ -187,6 +187,14 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         _redact_env_run,
         hints=["="],
     ),
+    # An environment-style assignment (upper-case name) anywhere, as when a
+    # command is quoted inside a message or a result.
+    Rule(
+        "env",
+        r"""(?<![A-Za-z0-9_$])[A-Z][A-Z0-9_]*=(?!\[REDACTED:)"""
+        r"""(?P<secret>"(?:[^"\\]|\\.)*"|'[^']*'|[^\s;&|"']+)""",
+        hints=["="],
+    ),
 )
 """The secret shapes redacted by default, in the order they are applied."""
 
@@ -202,6 +210,7 @@ DEFAULT_SECRET_KEYS: Final = (
 _PATH: Final = Rule("path", r"""/(?<![\w.:/~$@\\-]/)[^\s"'`;|&<>()\[\]{},=]+""")
 
 _SCALARS: Final = frozenset({int, float, bool})
+_SECRET_FIELD: Final = marker("secret_field")
 
 ENVELOPE_FIELDS: Final = frozenset(
     {
@@ -230,7 +239,10 @@ class Redactor:
     key, lower-cased, ``-`` read as ``_``) replaces :data:`DEFAULT_SECRET_KEYS`.
     ``shorten_paths`` turns absolute paths outside ``cwd`` (default: the
     working directory when the redactor is made) into ``~/...`` under
-    ``home`` or their base name.
+    ``home`` or their base name. With ``learn_secrets``, a string of six or
+    more characters seen under a secret key is remembered (the most recent
+    256) and scrubbed wherever it shows up later, as a tool that echoes its
+    password in a result or an error message.
 
     >>> Redactor(extra_rules=[Rule("ticket", r"TICKET-\\d+")]).redact({"q": "see TICKET-42"})
     {'q': 'see [REDACTED:ticket]'}
@@ -245,6 +257,7 @@ class Redactor:
         shorten_paths: bool = True,
         cwd: str | os.PathLike[str] | None = None,
         home: str | os.PathLike[str] | None = None,
+        learn_secrets: bool = True,
     ) -> None:
         self.rules: Final[tuple[Rule, ...]] = (
             *(DEFAULT_RULES if rules is None else rules),
@@ -271,6 +284,10 @@ class Redactor:
         )
         self._always: Final = tuple(rule for rule in self.rules if rule.hints is None)
         self._keys: dict[str, tuple[bool, str]] = {}
+        self.learn_secrets: Final = learn_secrets
+        self._known: dict[str, None] = {}  # recent values seen under secret keys, oldest first
+        self._known_pattern: re.Pattern[str] | None = None
+        self._learned = 0
 
     # -- public ------------------------------------------------------------------
 
@@ -281,12 +298,28 @@ class Redactor:
         ``…[truncated N chars]``. Returns ``value`` itself when nothing
         changed; never mutates it.
         """
-        return self._value(value, max_chars)
+        learned = self._learned
+        out = self._value(value, max_chars)
+        if self._learned != learned:  # a secret found late in the value may sit earlier in it
+            out = self._value(out, max_chars)
+        return out
 
     def redact_event(
         self, event: dict[str, Any], *, max_chars: int | None = None
     ) -> dict[str, Any]:
         """An event's JSON form redacted, skipping the envelope fields onlooker generates."""
+        learned = self._learned
+        out = self._event(event, max_chars)
+        if self._learned != learned:
+            out = self._event(out, max_chars)
+        return out
+
+    @property
+    def learned(self) -> int:
+        """How many secrets were learned so far (changes when a value teaches a new one)."""
+        return self._learned
+
+    def _event(self, event: dict[str, Any], max_chars: int | None) -> dict[str, Any]:
         out: dict[str, Any] | None = None
         value_of = self._value
         for key, value in event.items():
@@ -307,6 +340,9 @@ class Redactor:
                 hints = rule.hints
                 if hints is None or any(hint in text for hint in hints):
                     text = rule.apply(text)
+        known = self._known_pattern
+        if known is not None and known.search(text) is not None:
+            text = known.sub(_SECRET_FIELD, text)
         if self.shorten_paths and "/" in text:
             path = _PATH.pattern
             if path.search(text) is not None:
@@ -367,7 +403,9 @@ class Redactor:
                 found = self._key(key)
             secret, new_key = found
             if secret:
-                new: Any = marker("secret_field")
+                new: Any = _SECRET_FIELD
+                if self.learn_secrets and item is not None:
+                    self._learn(item)
             elif item is None or type(item) in _SCALARS:
                 new = item
             else:
@@ -377,6 +415,21 @@ class Redactor:
             if out is not None:
                 out[new_key] = new
         return value if out is None else out
+
+    def _learn(self, value: Any) -> None:
+        if type(value) is dict:
+            for item in value.values():
+                self._learn(item)
+        elif type(value) is list:
+            for item in value:
+                self._learn(item)
+        elif type(value) is str and len(value) >= 6 and value not in self._known:
+            self._known[value] = None
+            if len(self._known) > 256:
+                del self._known[next(iter(self._known))]
+            longest_first = sorted(self._known, key=len, reverse=True)
+            self._known_pattern = re.compile("|".join(map(re.escape, longest_first)))
+            self._learned += 1
 
     def _key(self, key: str) -> tuple[bool, str]:
         redacted = self.redact_text(key)

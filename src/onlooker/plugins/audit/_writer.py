@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -35,10 +36,17 @@ from onlooker._errors import AuditError
 
 from ._redact import Redactor
 
-try:
+if sys.platform == "win32":  # pragma: no cover - no flock: one process per session there
+
+    def _flock(fd: int, exclusive: bool) -> None:
+        pass
+
+else:
     import fcntl
-except ImportError:  # pragma: no cover - Windows has no flock; one process per session there
-    fcntl = None  # type: ignore[assignment]
+
+    def _flock(fd: int, exclusive: bool) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_UN)
+
 
 __all__ = [
     "GENESIS",
@@ -281,15 +289,14 @@ class TrailWriter:
     def _append(self, texts: Sequence[str]) -> int:
         """Append under the session lock; returns how many records reached the file."""
         self._batch_written = 0
-        self._open()
-        if fcntl is not None:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        self._lock()
         try:
+            self._open_live()
             self._sync_tail()
             self._append_locked(texts)
         finally:
-            if fcntl is not None and self._lock_fd >= 0:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            if self._lock_fd >= 0:
+                _flock(self._lock_fd, False)
         return self._batch_written
 
     def _append_locked(self, texts: Sequence[str]) -> None:
@@ -345,14 +352,22 @@ class TrailWriter:
 
     # -- files and chain state -----------------------------------------------------------
 
-    def _open(self) -> None:
-        """Open (or re-open, after a rotation by another process) the lock and live files."""
+    def _lock(self) -> None:
+        """Take the session's exclusive lock (re-opening the lock file if it was replaced)."""
         lock = os.path.join(self.session_dir, _LOCK_NAME)
-        if self._lock_fd >= 0 and not _same_file(self._lock_fd, lock):
-            self._drop_files()
-        if self._lock_fd < 0:
-            os.makedirs(self.session_dir, mode=0o700, exist_ok=True)
-            self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        while True:
+            if self._lock_fd >= 0 and not _same_file(self._lock_fd, lock):
+                self._drop_files()
+            if self._lock_fd < 0:
+                os.makedirs(self.session_dir, mode=0o700, exist_ok=True)
+                self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+            _flock(self._lock_fd, True)
+            if _same_file(self._lock_fd, lock):
+                return
+            _flock(self._lock_fd, False)  # the directory was replaced meanwhile
+
+    def _open_live(self) -> None:
+        """Under the lock: (re-)open the live file if another process rotated it."""
         if self._fd >= 0 and not _same_file(self._fd, self.path):
             os.close(self._fd)
             self._fd = -1

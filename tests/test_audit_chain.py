@@ -1,0 +1,444 @@
+"""The audit trail's chain: records, verify, tampering, torn tails, rotation, many writers."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import onlooker
+from onlooker.plugins import audit
+from onlooker.plugins.audit import GENESIS, TrailWriter
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def tool_events(calls: int, execution_id: str = "exec-1") -> list[dict[str, Any]]:
+    """The JSON form of an execution with ``calls`` tool calls."""
+    at = datetime(2025, 1, 1, tzinfo=UTC)
+    envelope: dict[str, Any] = {"execution_id": execution_id, "at": at, "attribution": {}}
+    events: list[onlooker.ExecutionEvent] = [
+        onlooker.ExecutionStarted(
+            **envelope, event_id=f"{execution_id}-s", seq=0, program="p", trigger={"kind": "cli"}
+        )
+    ]
+    for i in range(calls):
+        events.append(
+            onlooker.ToolCallStarted(
+                **envelope,
+                event_id=f"{execution_id}-{i}a",
+                seq=2 * i + 1,
+                tool_call_id=f"c{i}",
+                tool="add",
+                args={"a": i, "b": 1},
+            )
+        )
+        events.append(
+            onlooker.ToolCallFinished(
+                **envelope,
+                event_id=f"{execution_id}-{i}b",
+                seq=2 * i + 2,
+                tool_call_id=f"c{i}",
+                tool="add",
+                status="completed",
+                result=i + 1,
+                duration_ms=0.5,
+            )
+        )
+    events.append(
+        onlooker.ExecutionFinished(
+            **envelope,
+            event_id=f"{execution_id}-f",
+            seq=2 * calls + 1,
+            status="completed",
+            duration_ms=1.0,
+        )
+    )
+    return [event.model_dump(mode="json") for event in events]
+
+
+def write_trail(directory: Path, events: list[dict[str, Any]], **options: Any) -> Path:
+    with TrailWriter(directory, "s1", **options) as writer:
+        for event in events:
+            writer.write([event])
+    return directory / "s1"
+
+
+def lines_of(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def rehash(record: dict[str, Any]) -> bytes:
+    """A record line with a correct hash for its (possibly forged) content."""
+    record = {k: v for k, v in record.items() if k != "hash"}
+    body = json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode()
+    digest = hashlib.sha256(body).hexdigest()
+    return body[:-1] + f',"hash":"{digest}"}}\n'.encode()
+
+
+class TestRecords:
+    def test_a_clean_trail_verifies(self, tmp_path: Path) -> None:
+        session = write_trail(tmp_path, tool_events(5))
+        report = audit.verify(session)
+        assert report.ok and not report.tampered
+        assert (report.records, report.segments, report.first_seq, report.last_seq) == (
+            12,
+            1,
+            0,
+            11,
+        )
+        assert report.first_bad is None and report.reason is None
+        records = [json.loads(line) for line in lines_of(session / "events.jsonl")]
+        assert report.last_hash == records[-1]["hash"]
+        assert [r["seq"] for r in records] == list(range(12))
+        assert records[0]["prev"] == GENESIS
+        for before, after in itertools.pairwise(records):
+            assert after["prev"] == before["hash"]
+        assert {r["session_id"] for r in records} == {"s1"}
+        assert all(r["v"] == 1 for r in records)
+
+    def test_members_and_hash_as_documented(self, tmp_path: Path) -> None:
+        session = write_trail(tmp_path, tool_events(1))
+        line = lines_of(session / "events.jsonl")[1].rstrip(b"\n")
+        record = json.loads(line)
+        assert list(record) == ["v", "seq", "at", "session_id", "prev", "event", "hash"]
+        without_hash = {k: v for k, v in record.items() if k != "hash"}
+        canonical = json.dumps(without_hash, separators=(",", ":"), ensure_ascii=False).encode()
+        assert hashlib.sha256(canonical).hexdigest() == record["hash"]
+        assert line == canonical[:-1] + f',"hash":"{record["hash"]}"}}'.encode()
+        assert record["event"] == tool_events(1)[1]
+        assert record["at"].endswith("Z")
+
+    @pytest.mark.skipif(
+        shutil.which("jq") is None or shutil.which("sha256sum") is None, reason="needs jq"
+    )
+    def test_the_shell_recipe_in_the_docs_verifies_by_hand(self, tmp_path: Path) -> None:
+        session = write_trail(tmp_path, tool_events(3))
+        script = (
+            "prev=0000000000000000000000000000000000000000000000000000000000000000\n"
+            "while IFS= read -r line; do\n"
+            "  want=$(printf '%s' \"$line\" | jq -r .hash)\n"
+            '  got=$(printf \'%s\' "$line" | sed -E \'s/,"hash":"[0-9a-f]{64}"}$/}/\' '
+            "| tr -d '\\n' | sha256sum | cut -d' ' -f1)\n"
+            '  [ "$want" = "$got" ] || { echo "bad hash"; exit 1; }\n'
+            '  [ "$(printf \'%s\' "$line" | jq -r .prev)" = "$prev" ] || { echo "bad link"; exit 1; }\n'
+            "  prev=$want\n"
+            "done < events.jsonl\n"
+            "echo intact\n"
+        )
+        done = subprocess.run(
+            ["bash", "-c", script], cwd=session, capture_output=True, text=True, check=False
+        )
+        assert done.stdout.strip() == "intact", done.stdout + done.stderr
+
+    def test_non_ascii_and_lone_surrogates_round_trip(self, tmp_path: Path) -> None:
+        event = tool_events(1)[1]
+        event["args"] = {"text": "héllo ✓ 日本", "bad": "x\udcffy"}
+        session = write_trail(tmp_path, [event])
+        assert audit.verify(session).ok
+        (recorded,) = audit.tail(session)
+        assert isinstance(recorded, onlooker.ToolCallStarted)
+        assert recorded.args == {"text": "héllo ✓ 日本", "bad": "x\udcffy"}
+
+    @pytest.mark.parametrize("fsync", ["never", "batch", "always"])
+    def test_every_fsync_mode_writes_the_same_chain(self, tmp_path: Path, fsync: Any) -> None:
+        with TrailWriter(tmp_path, "s1", fsync=fsync) as writer:
+            writer.write(tool_events(3))
+            writer.write(tool_events(2, "exec-2"))
+        report = audit.verify(tmp_path / "s1")
+        assert report.ok and report.records == 14
+
+    def test_a_second_writer_continues_the_chain(self, tmp_path: Path) -> None:
+        write_trail(tmp_path, tool_events(2))
+        session = write_trail(tmp_path, tool_events(2, "exec-2"))
+        report = audit.verify(session)
+        assert report.ok and report.records == 12 and report.last_seq == 11
+
+
+class TestTampering:
+    def trail(self, tmp_path: Path) -> tuple[Path, list[bytes]]:
+        session = write_trail(tmp_path, tool_events(4))
+        return session / "events.jsonl", lines_of(session / "events.jsonl")
+
+    def check(self, path: Path, reason: str, line: int) -> None:
+        report = audit.verify(path.parent)
+        assert not report.ok and report.tampered
+        assert report.reason == reason, report.detail
+        assert report.first_bad == audit.BadLine(path, line)
+        if report.segments == 1:
+            assert report.records == line - 1
+        assert str(report.first_bad) == f"{path}:{line}"
+
+    def test_an_edited_line(self, tmp_path: Path) -> None:
+        path, lines = self.trail(tmp_path)
+        lines[3] = lines[3].replace(b'"a":1', b'"a":7')
+        path.write_bytes(b"".join(lines))
+        self.check(path, "hash_mismatch", 4)
+
+    def test_an_edited_line_with_its_hash_recomputed(self, tmp_path: Path) -> None:
+        path, lines = self.trail(tmp_path)
+        record = json.loads(lines[3])
+        record["event"]["args"]["a"] = 7
+        lines[3] = rehash(record)
+        path.write_bytes(b"".join(lines))
+        self.check(path, "broken_link", 5)
+
+    def test_a_deleted_line(self, tmp_path: Path) -> None:
+        path, lines = self.trail(tmp_path)
+        del lines[2]
+        path.write_bytes(b"".join(lines))
+        self.check(path, "broken_link", 3)
+
+    def test_an_inserted_copy(self, tmp_path: Path) -> None:
+        path, lines = self.trail(tmp_path)
+        lines.insert(3, lines[1])
+        path.write_bytes(b"".join(lines))
+        self.check(path, "broken_link", 4)
+
+    def test_an_inserted_forgery_with_a_valid_hash(self, tmp_path: Path) -> None:
+        path, lines = self.trail(tmp_path)
+        forged = json.loads(lines[2])
+        forged["event"]["tool"] = "rm"
+        lines.insert(3, rehash(forged))
+        path.write_bytes(b"".join(lines))
+        self.check(path, "broken_link", 4)
+
+    def test_reordered_lines(self, tmp_path: Path) -> None:
+        path, lines = self.trail(tmp_path)
+        lines[2], lines[3] = lines[3], lines[2]
+        path.write_bytes(b"".join(lines))
+        self.check(path, "broken_link", 3)
+
+    def test_a_forged_first_record(self, tmp_path: Path) -> None:
+        path, lines = self.trail(tmp_path)
+        first = json.loads(lines[0])
+        first["prev"] = "1" * 64
+        lines[0] = rehash(first)
+        path.write_bytes(b"".join(lines))
+        self.check(path, "broken_link", 1)
+
+    def test_a_line_that_is_not_a_record(self, tmp_path: Path) -> None:
+        path, lines = self.trail(tmp_path)
+        lines.insert(2, b'{"hello": "world"}\n')
+        path.write_bytes(b"".join(lines))
+        self.check(path, "malformed", 3)
+
+    def test_a_cut_line_in_the_middle_is_tampering_not_a_torn_tail(self, tmp_path: Path) -> None:
+        path, lines = self.trail(tmp_path)
+        lines[2] = lines[2][:40] + b"\n"
+        path.write_bytes(b"".join(lines))
+        self.check(path, "malformed", 3)
+
+    def test_another_session_spliced_in(self, tmp_path: Path) -> None:
+        path, lines = self.trail(tmp_path)
+        record = json.loads(lines[2])
+        record["session_id"] = "other"
+        lines[2] = rehash(record)
+        prev = json.loads(lines[2])["hash"]
+        after = json.loads(lines[3])
+        after["prev"] = prev
+        lines[3] = rehash(after)
+        path.write_bytes(b"".join(lines[:4]))
+        self.check(path, "session_mismatch", 3)
+
+    def test_a_broken_link_between_segments(self, tmp_path: Path) -> None:
+        session = write_trail(tmp_path, tool_events(20), max_bytes=1500, keep=50)
+        older = session / "events.1.jsonl"
+        lines = lines_of(older)
+        older.write_bytes(b"".join(lines[:-1]))  # the newest segment no longer links
+        self.check(session / "events.jsonl", "broken_link", 1)
+
+    def test_a_missing_segment(self, tmp_path: Path) -> None:
+        session = write_trail(tmp_path, tool_events(20), max_bytes=1500, keep=50)
+        (session / "events.2.jsonl").unlink()
+        report = audit.verify(session)
+        assert report.reason == "missing_segment"
+        assert report.first_bad == audit.BadLine(session / "events.1.jsonl", 1)
+
+
+class TestTornTail:
+    def test_a_torn_last_line_is_told_apart_and_repaired(self, tmp_path: Path) -> None:
+        session = write_trail(tmp_path, tool_events(3))
+        live = session / "events.jsonl"
+        whole = live.read_bytes()
+        extra = TrailWriter(tmp_path / "other", "s1")
+        extra.write(tool_events(1, "exec-9")[:1])
+        extra.close()
+        torn = (tmp_path / "other" / "s1" / "events.jsonl").read_bytes()[:57]
+        live.write_bytes(whole + torn)
+
+        report = audit.verify(session)
+        assert not report.ok and not report.tampered
+        assert report.reason == "torn_tail"
+        assert report.first_bad == audit.BadLine(live, 9)
+        assert report.records == 8
+        assert [e.seq for e in audit.tail(session)] == [e["seq"] for e in tool_events(3)]
+
+        write_trail(tmp_path, tool_events(1, "exec-2"))  # the next writer repairs it
+        report = audit.verify(session)
+        assert report.ok and report.records == 12
+        problems = [json.loads(line) for line in (session / "audit.err").read_text().splitlines()]
+        assert problems[0]["error"] == "torn_tail"
+        assert problems[0]["text"] == torn.decode()
+
+    def test_a_whole_last_record_missing_only_its_newline_is_kept(self, tmp_path: Path) -> None:
+        session = write_trail(tmp_path, tool_events(2))
+        live = session / "events.jsonl"
+        live.write_bytes(live.read_bytes()[:-1])
+        assert audit.verify(session).ok
+        write_trail(tmp_path, tool_events(1, "exec-2"))
+        report = audit.verify(session)
+        assert report.ok and report.records == 10
+
+
+class TestRotation:
+    def test_segments_keep_the_chain_and_the_size_cap(self, tmp_path: Path) -> None:
+        session = write_trail(tmp_path, tool_events(30), max_bytes=2000, keep=100)
+        names = sorted(p.name for p in session.glob("events*.jsonl"))
+        assert len(names) > 3
+        report = audit.verify(session)
+        assert report.ok and report.records == 62 and report.first_seq == 0
+        assert report.segments == len(names)
+        for segment in session.glob("events*.jsonl"):
+            assert segment.stat().st_size <= 2000
+        newest_rotated = json.loads(lines_of(session / "events.1.jsonl")[-1])
+        first_live = json.loads(lines_of(session / "events.jsonl")[0])
+        assert first_live["prev"] == newest_rotated["hash"]
+        assert first_live["seq"] == newest_rotated["seq"] + 1
+
+    def test_retention_keeps_the_newest_segments(self, tmp_path: Path) -> None:
+        session = write_trail(tmp_path, tool_events(30), max_bytes=2000, keep=2)
+        names = sorted(p.name for p in session.glob("events*.jsonl"))
+        assert names == ["events.1.jsonl", "events.2.jsonl", "events.jsonl"]
+        report = audit.verify(session)
+        assert report.ok and report.first_seq is not None and report.first_seq > 0
+        assert report.last_seq == 61
+        seqs = [e["seq"] for e in map(json.loads, lines_of(session / "events.2.jsonl"))]
+        assert seqs[0] == report.first_seq
+
+    def test_keep_zero_keeps_only_the_live_file(self, tmp_path: Path) -> None:
+        session = write_trail(tmp_path, tool_events(10), max_bytes=1000, keep=0)
+        assert [p.name for p in session.glob("events*.jsonl")] == ["events.jsonl"]
+        report = audit.verify(session)
+        assert report.ok and report.last_seq == 21
+
+    def test_a_record_larger_than_the_cap_gets_a_segment_of_its_own(self, tmp_path: Path) -> None:
+        events = tool_events(2)
+        events[1]["args"] = {"blob": "x" * 1500}
+        session = write_trail(tmp_path, events, max_bytes=1000, keep=10)
+        assert audit.verify(session).ok
+        sizes = sorted(len(lines_of(p)) for p in session.glob("events*.jsonl"))
+        assert 1 in sizes
+
+    def test_rotation_inside_one_batch(self, tmp_path: Path) -> None:
+        with TrailWriter(tmp_path, "s1", max_bytes=1500, keep=100) as writer:
+            writer.write(tool_events(20))
+            assert writer.statistics().rotations > 2
+        report = audit.verify(tmp_path / "s1")
+        assert report.ok and report.records == 42
+
+
+WORKER = """
+import sys
+sys.path.insert(0, {src!r})
+from onlooker.plugins.audit import TrailWriter
+name, batches = sys.argv[1], int(sys.argv[2])
+with TrailWriter({directory!r}, "shared", max_bytes=20000, keep=1000) as writer:
+    for i in range(batches):
+        writer.write([{{"kind": "note", "writer": name, "n": i, "part": p}} for p in range(3)])
+"""
+
+
+def test_several_processes_append_to_one_session(tmp_path: Path) -> None:
+    script = WORKER.format(src=str(SRC), directory=str(tmp_path))
+    batches = 150
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, f"w{i}", str(batches)]) for i in range(3)
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    session = tmp_path / "shared"
+    report = audit.verify(session)
+    assert report.ok, report
+    assert report.records == 3 * batches * 3 and report.first_seq == 0
+    seen: dict[str, list[tuple[int, int]]] = {}
+    for file in audit.verify(session).files:
+        for line in lines_of(file):
+            event = json.loads(line)["event"]
+            seen.setdefault(event["writer"], []).append((event["n"], event["part"]))
+    for name in ("w0", "w1", "w2"):  # each writer's records, whole and in order
+        assert seen[name] == [(i, p) for i in range(batches) for p in range(3)]
+
+
+class TestWriterErrors:
+    @pytest.mark.parametrize(
+        "session_id",
+        ["", ".", "..", ".hidden", "a/b", "../up", "a\\b", "-x", "a b", "x" * 129, "é", None, 7],
+    )
+    def test_unsafe_session_ids_are_refused(self, tmp_path: Path, session_id: Any) -> None:
+        with pytest.raises(onlooker.AuditError, match="session id"):
+            TrailWriter(tmp_path, session_id)
+        assert list(tmp_path.iterdir()) == []
+
+    @pytest.mark.parametrize("session_id", ["a", "A.b-c_1", "x" * 128, "2025.log"])
+    def test_safe_session_ids(self, tmp_path: Path, session_id: str) -> None:
+        TrailWriter(tmp_path, session_id).close()
+
+    @pytest.mark.parametrize(
+        ("option", "value"),
+        [("max_bytes", 0), ("keep", -1), ("fsync", "sometimes"), ("max_value_chars", 0)],
+    )
+    def test_bad_options(self, tmp_path: Path, option: str, value: Any) -> None:
+        with pytest.raises(ValueError, match=option):
+            TrailWriter(tmp_path, "s1", **{option: value})
+
+    def test_a_refused_write_raises_reports_and_resumes(self, tmp_path: Path) -> None:
+        writer = TrailWriter(tmp_path, "s1")
+        (tmp_path / "s1" / "events.jsonl").mkdir(parents=True)  # the live file cannot be opened
+        with pytest.raises(audit.AuditWriteError) as caught:
+            writer.write(tool_events(1))
+        assert caught.value.written == 0
+        assert writer.statistics().errors == 1
+        problem = json.loads((tmp_path / "s1" / "audit.err").read_text())
+        assert problem["records"] == 4 and problem["error"] == "IsADirectoryError"
+        (tmp_path / "s1" / "events.jsonl").rmdir()
+        writer.write(tool_events(1))
+        writer.close()
+        assert audit.verify(tmp_path / "s1").ok
+        assert writer.statistics().written == 4
+
+    def test_the_disk_full_leaves_no_half_record(self, tmp_path: Path) -> None:
+        if not os.path.exists("/dev/full"):
+            pytest.skip("needs /dev/full")
+        session = write_trail(tmp_path, tool_events(1))
+        live = session / "events.jsonl"
+        live.rename(session / "saved.jsonl")
+        live.symlink_to("/dev/full")
+        with TrailWriter(tmp_path, "s1") as writer, pytest.raises(audit.AuditWriteError):
+            writer.write(tool_events(1, "exec-2"))
+        assert "No space left" in (session / "audit.err").read_text()
+        live.unlink()
+        (session / "saved.jsonl").rename(live)
+        write_trail(tmp_path, tool_events(1, "exec-3"))
+        report = audit.verify(session)
+        assert report.ok and report.records == 8
+
+    def test_writing_after_close_is_an_error(self, tmp_path: Path) -> None:
+        writer = TrailWriter(tmp_path, "s1")
+        writer.close()
+        with pytest.raises(onlooker.AuditError, match="closed"):
+            writer.write(tool_events(1))
+
+    def test_verify_needs_a_trail(self, tmp_path: Path) -> None:
+        with pytest.raises(onlooker.AuditError, match="no such audit trail"):
+            audit.verify(tmp_path / "missing")
+        with pytest.raises(onlooker.AuditError, match="no audit trail"):
+            audit.verify(tmp_path)

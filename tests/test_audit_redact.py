@@ -1,0 +1,309 @@
+"""Redaction and truncation: no secret and no private path reaches the audit trail."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import onlooker
+from onlooker.plugins import audit
+from onlooker.plugins.audit import Redactor, Rule
+
+pytestmark = pytest.mark.anyio
+
+HOME = "/home/alice"
+CWD = "/home/alice/project"
+
+# (rule, text holding the secret, the secret itself)
+SHAPES: list[tuple[str, str, str]] = [
+    ("openai_key", "key sk-proj-Abcdefghijklmnop1234567890 here", "sk-proj-Abcdefghijklmnop12"),
+    ("openai_key", "sk-abcdefghijklmnopqrstuvwxyz0123", "abcdefghijklmnopqrstuvwxyz0123"),
+    ("anthropic_key", "use sk-ant-api03-Zyxwvutsrq_9876-abc now", "Zyxwvutsrq_9876"),
+    ("github_token", "token ghp_0123456789abcdefghijABCDEFGHIJ012345", "0123456789abcdefghij"),
+    ("github_token", "github_pat_11ABCDEFG0123456789_abcdefghijklmnop", "11ABCDEFG0123456789"),
+    ("aws_access_key", "aws AKIAIOSFODNN7EXAMPLE ok", "IOSFODNN7EXAMPLE"),
+    ("slack_token", "xoxb-123456789012-abcdefABCDEF", "123456789012-abcdef"),
+    ("bearer", "curl -H 'X: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig'", "eyJhbGciOiJIUzI1NiJ9"),
+    ("authorization", "Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA"),
+    (
+        "private_key",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7secretbody\n-----END RSA PRIVATE KEY-----",
+        "MIIEowIBAAKCAQEA7secretbody",
+    ),
+    (
+        "private_key",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjE cut",
+        "b3BlbnNzaC1rZXktdjE",
+    ),
+    ("url_credentials", "git clone https://bob:hunter2pw@git.example.com/r.git", "hunter2pw"),
+    ("url_credentials", "postgres://admin:s3cretpw@db:5432/app", "s3cretpw"),
+    ("env", "API_TOKEN=tok_live_123 DEBUG=1 python run.py", "tok_live_123"),
+    ("env", "cd app && DB_PASS='pa ss' make deploy", "pa ss"),
+    ("env", "export SIGNING_SEED=zq9zq9zq9", "zq9zq9zq9"),
+    ("env", "ran STRIPE_KEY=rk_9z8y7x6w in the shell", "rk_9z8y7x6w"),
+    ("secret_flag", "mysql --password=hunter3pw -u root", "hunter3pw"),
+    ("secret_flag", "tool --api-key k3y_v4lu3_xyz run", "k3y_v4lu3_xyz"),
+]
+
+
+@pytest.fixture
+def redactor() -> Redactor:
+    return Redactor(cwd=CWD, home=HOME)
+
+
+class TestShapes:
+    @pytest.mark.parametrize(("rule", "text", "secret"), SHAPES)
+    def test_each_secret_shape_is_redacted(
+        self, redactor: Redactor, rule: str, text: str, secret: str
+    ) -> None:
+        redacted = redactor.redact_text(text)
+        assert secret not in redacted
+        assert f"[REDACTED:{rule}]" in redacted
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "read_file",
+            "the bearer shall receive the goods",
+            "desk-organizer-for-the-office",
+            "see https://example.com/a/b?x=1&y=2",
+            "and/or 1/2 src/a.py ./b ../c",
+            "max_tokens",
+            "scikit-learn sk-short",
+            "x = 1 and a==b",
+        ],
+    )
+    def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:
+        assert redactor.redact_text(text) is text
+
+    def test_the_prefix_of_a_bearer_header_is_kept(self, redactor: Redactor) -> None:
+        assert redactor.redact_text("Bearer abc.def.123") == "Bearer [REDACTED:bearer]"
+        assert (
+            redactor.redact_text("https://u:p4ss@host/x")
+            == "https://[REDACTED:url_credentials]@host/x"
+        )
+        assert (
+            redactor.redact_text("A=1 B=two cmd --flag")
+            == "A=[REDACTED:env] B=[REDACTED:env] cmd --flag"
+        )
+
+
+class TestKeys:
+    def test_values_under_secret_keys_are_replaced_whole(self, redactor: Redactor) -> None:
+        value = {
+            "password": "hunter2",
+            "headers": {"Authorization": "x", "X-Api-Key": 42, "accept": "json"},
+            "apiKey": {"nested": "whatever"},
+            "access_token": ["a", "b"],
+            "client_secret": None,
+            "max_tokens": 100,
+            "token_count": 7,
+            "user": "bob",
+        }
+        assert redactor.redact(value) == {
+            "password": "[REDACTED:secret_field]",
+            "headers": {
+                "Authorization": "[REDACTED:secret_field]",
+                "X-Api-Key": "[REDACTED:secret_field]",
+                "accept": "json",
+            },
+            "apiKey": "[REDACTED:secret_field]",
+            "access_token": "[REDACTED:secret_field]",
+            "client_secret": "[REDACTED:secret_field]",
+            "max_tokens": 100,
+            "token_count": 7,
+            "user": "bob",
+        }
+
+    @pytest.mark.parametrize(
+        "key",
+        ["password", "DB_PASSWORD", "passphrase", "secret", "api_key", "apikey", "x-api-key",
+         "AccessKey", "private_key", "authorization", "Cookie", "credentials", "auth",
+         "token", "refresh_token", "sessionToken"],
+    )  # fmt: skip
+    def test_secret_key_names(self, redactor: Redactor, key: str) -> None:
+        assert redactor.is_secret_key(key)
+
+    @pytest.mark.parametrize(
+        "key", ["path", "author", "max_tokens", "tokenizer", "keyboard", "monkey", "oauth_url"]
+    )
+    def test_ordinary_key_names(self, redactor: Redactor, key: str) -> None:
+        assert not redactor.is_secret_key(key)
+
+    def test_secret_shapes_in_keys_are_redacted(self, redactor: Redactor) -> None:
+        out = redactor.redact({"sk-abcdefghijklmnopqrstuvwx": 1})
+        assert out == {"[REDACTED:openai_key]": 1}
+
+
+class TestPaths:
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("/etc/passwd", "passwd"),
+            ("cat /etc/ssl/private/server.pem now", "cat server.pem now"),
+            ("/home/alice/.ssh/id_rsa", "~/.ssh/id_rsa"),
+            ("/home/alice", "~"),
+            ("/home/alice/project/src/a.py", "/home/alice/project/src/a.py"),
+            ("/home/alice/project/../../bob/notes.txt", "notes.txt"),
+            ("/home/alicex/file", "file"),
+            ("open('/var/log/app.log')", "open('app.log')"),
+            ("file:///etc/hosts", "file:///etc/hosts"),
+            ("relative/path.txt", "relative/path.txt"),
+            ("~/already/short", "~/already/short"),
+        ],
+    )
+    def test_paths_outside_the_working_directory_are_shortened(
+        self, redactor: Redactor, text: str, expected: str
+    ) -> None:
+        assert redactor.redact_text(text) == expected
+
+    def test_paths_can_be_kept(self) -> None:
+        keep = Redactor(shorten_paths=False, cwd=CWD, home=HOME)
+        assert keep.redact_text("/etc/passwd") == "/etc/passwd"
+
+    def test_the_defaults_are_the_process_directories(self) -> None:
+        plain = Redactor()
+        assert plain.cwd == os.getcwd()
+        assert plain.home == os.path.expanduser("~")
+
+
+class TestTruncation:
+    def test_long_strings_get_the_marker(self, redactor: Redactor) -> None:
+        out = redactor.redact({"text": "a" * 2500, "short": "b" * 10}, max_chars=2000)
+        assert out["text"] == "a" * 2000 + "…[truncated 500 chars]"
+        assert out["short"] == "b" * 10
+
+    def test_redaction_comes_before_the_cut(self, redactor: Redactor) -> None:
+        secret = "sk-" + "Z" * 40
+        out = redactor.redact("x" * 1989 + " " + secret, max_chars=2000)
+        assert "ZZZZ" not in out
+        assert out == "x" * 1989 + " [REDACTED:…[truncated 11 chars]"
+
+    def test_a_string_exactly_at_the_limit_is_kept(self, redactor: Redactor) -> None:
+        assert redactor.redact("c" * 2000, max_chars=2000) == "c" * 2000
+
+
+class TestCustomRules:
+    def test_users_add_rules(self) -> None:
+        redactor = Redactor(extra_rules=[Rule("ticket", r"TICKET-\d+", hints=["TICKET-"])])
+        out = redactor.redact({"q": "see TICKET-42 and sk-abcdefghijklmnopqrstu"})
+        assert out == {"q": "see [REDACTED:ticket] and [REDACTED:openai_key]"}
+
+    def test_rules_without_hints_and_with_flags_run_on_every_text(self) -> None:
+        redactor = Redactor(extra_rules=[Rule("codename", re.compile(r"project\s+x", re.I))])
+        assert redactor.redact_text("PROJECT X ships") == "[REDACTED:codename] ships"
+
+    def test_users_replace_the_rules_and_the_secret_keys(self) -> None:
+        redactor = Redactor(rules=[Rule("digits", r"\d{4,}")], secret_keys=r"^pin$")
+        out = redactor.redact({"pin": 1, "password": "sk-abcdefghijklmnopqrstu 12345"})
+        assert out == {
+            "pin": "[REDACTED:secret_field]",
+            "password": "sk-abcdefghijklmnopqrstu [REDACTED:digits]",
+        }
+
+    def test_the_secret_group_keeps_the_rest_of_the_match(self) -> None:
+        redactor = Redactor(rules=[Rule("pin", r"pin=(?P<secret>\d+)")])
+        assert redactor.redact_text("pin=1234;") == "pin=[REDACTED:pin];"
+
+    def test_a_replacement_function(self) -> None:
+        rule = Rule("upper", r"[A-Z]{3,}", lambda m: m.group(0).lower())
+        assert Redactor(rules=[rule]).redact_text("say HELLO") == "say hello"
+
+    def test_bad_rules_fail_when_made(self) -> None:
+        with pytest.raises(re.error):
+            Redactor(extra_rules=[Rule("broken", "(unclosed")])
+        with pytest.raises(ValueError, match="rule name"):
+            Rule("bad name!", "x")
+        with pytest.raises(ValueError, match="hints"):
+            Rule("x", "x", hints=[""])
+        with pytest.raises(TypeError, match="Rule"):
+            Redactor(rules=["not a rule"])  # type: ignore[list-item]
+
+    def test_redaction_never_mutates_and_shares_unchanged_values(self, redactor: Redactor) -> None:
+        value: dict[str, Any] = {"a": {"b": [1, "two"]}, "c": {"password": "p"}}
+        out = redactor.redact(value)
+        assert value == {"a": {"b": [1, "two"]}, "c": {"password": "p"}}
+        assert out["a"] is value["a"]
+        assert out["c"] is not value["c"]
+        assert redactor.redact(value["a"]) is value["a"]
+
+
+# -- the leak test: real tools through an engine, every byte on disk searched ------------
+
+SECRETS = [secret for _, _, secret in SHAPES] + ["hunter2-by-key", "env-secret-777"]
+
+
+@onlooker.tool
+def run_command(command: str, password: str = "") -> str:
+    """Echo the command and the secret it was given (a careless tool)."""
+    return f"ran {command} with {password}"
+
+
+@onlooker.tool
+def fetch(url: str, headers: dict[str, str]) -> dict[str, Any]:
+    """Return what it was given, plus a key it 'found'."""
+    return {"url": url, "headers": headers, "found": SHAPES[4][1], "private": "/etc/shadow-backup"}
+
+
+@onlooker.tool
+def explode(detail: str) -> None:
+    """Fail with the secret in the error message."""
+    raise onlooker.ToolError(f"refused: {detail}")
+
+
+@onlooker.tool
+def crash(detail: str) -> None:
+    """A defect with the secret in its message."""
+    raise RuntimeError(f"crashed on {detail}")
+
+
+async def test_no_secret_reaches_any_byte_on_disk(tmp_path: Path) -> None:
+    trail_plugin = audit.plugin(
+        directory=tmp_path / "audit", session_id="leak", max_bytes=4096, keep=1000
+    )
+
+    async def program(ctx: onlooker.ExecutionContext) -> dict[str, str]:
+        for _, text, _ in SHAPES:
+            await ctx.call("run_command", command=text, password="hunter2-by-key")
+            await ctx.call("fetch", url=text, headers={"Authorization": text, "note": text})
+            for failing in ("explode", "crash"):
+                with contextlib.suppress(onlooker.ToolError, RuntimeError):
+                    await ctx.call(failing, detail=text)
+        await ctx.call("run_command", command="AWS_SECRET_ACCESS_KEY=env-secret-777 aws s3 ls")
+        await ctx.elicit(f"Deploy with {SHAPES[0][1]}?")
+        return {"last": SHAPES[2][1], "password": "hunter2-by-key"}
+
+    async def answer(_: onlooker.Elicitation) -> onlooker.InteractionResponse:
+        return onlooker.InteractionResponse.accept(
+            {"token": "hunter2-by-key", "note": SHAPES[1][1]}
+        )
+
+    async with onlooker.ExecutionEngine(
+        tools=[run_command, fetch, explode, crash], plugins=[trail_plugin]
+    ) as engine:
+        result = await engine.execute(program, on_elicitation=answer, trigger="cli")
+        trail = engine.extension(trail_plugin)
+    assert result.status == "completed"
+    assert trail.statistics().errors == 0
+    report = audit.verify(trail.session_dir)
+    assert report.ok and report.segments > 1
+    events = list(audit.tail(trail.session_dir))
+    finished = [e for e in events if isinstance(e, onlooker.ToolCallFinished)]
+    assert {e.status for e in finished} == {"completed", "failed"}
+    assert len(events) == 2 + 2 * (4 * len(SHAPES) + 1) + 2
+
+    blobs = [path.read_bytes() for path in (tmp_path / "audit").rglob("*") if path.is_file()]
+    assert len(blobs) >= 3
+    everything = b"\n".join(blobs)
+    for secret in SECRETS:
+        assert secret.encode() not in everything, secret
+        assert secret.encode("unicode_escape") not in everything, secret
+    assert b"/etc/shadow-backup" not in everything
+    assert b'"private":"shadow-backup"' in everything
+    for rule in {rule for rule, _, _ in SHAPES} | {"secret_field"}:
+        assert f"[REDACTED:{rule}]".encode() in everything, rule
