@@ -547,3 +547,36 @@ class TestCloseByCancellation:
         assert scope.cancelled_caught
         assert [e.status for e in recorder.of(ExecutionFinished)] == ["cancelled"]
         check_stream(recorder.events)
+
+
+class TestExpiryWithConcurrentQuestions:
+    async def test_a_question_queued_behind_an_expired_one_expires_too(
+        self, check_stream: Check
+    ) -> None:
+        async def asker(ctx: ExecutionContext) -> None:
+            await ctx.elicit("which?")
+
+        async def parent(ctx: ExecutionContext) -> None:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ctx.spawn, asker)
+                tg.start_soon(ctx.spawn, asker)
+
+        recorder = RecordingObserver()
+        first_expired = anyio.Event()
+
+        def watch(event: ExecutionEvent) -> None:
+            if isinstance(event, InteractionResolved):
+                first_expired.set()
+
+        async with ExecutionEngine(pause_timeout=0.02) as engine:
+            engine.bus.subscribe(recorder)
+            engine.bus.subscribe(watch)
+            pause = paused(await engine.execute_with_pause(parent))
+            await first_expired.wait()
+            await anyio.wait_all_tasks_blocked()
+            # The other question must not be waiting for an answer now.
+            late = finished(await engine.resume(pause.execution_id, ACCEPT({"late": True})))
+        assert late.status == "expired"
+        assert [r.status for r in recorder.of(InteractionResolved)] == ["expired", "expired"]
+        assert [e.status for e in recorder.of(ExecutionFinished)] == ["expired"] * 3
+        check_stream(recorder.events)

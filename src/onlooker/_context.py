@@ -141,6 +141,10 @@ class _Run:
         if self.pause_lock is None:
             self.pause_lock = anyio.Lock()
         async with self.pause_lock:  # concurrent questions are asked one at a time
+            if self.expired:  # a question that waited its turn behind one that expired
+                raise ExecutionExpiredError(
+                    "this execution has expired; it cannot ask again", execution_id=self.root_id
+                )
             pending = _PendingAnswer(interaction_id)
             self.pending = pending
             self.state = "paused"
