@@ -10,7 +10,7 @@ from typing import Final
 import typer
 from rich.console import Console
 
-__all__ = ["STYLES", "db_url", "parse_time", "stderr", "stdout"]
+__all__ = ["STYLES", "db_url", "ms", "parse_time", "stderr", "stdout"]
 
 stdout: Final = Console(highlight=False)
 """Results: trees, tables, JSON."""
@@ -33,6 +33,13 @@ STYLES: Final = {
 
 _RELATIVE: Final = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def ms(value: float) -> str:
+    """A duration in milliseconds, with the digits that matter."""
+    if value < 1:
+        return f"{value:.3f} ms"
+    return f"{value:.1f} ms" if value < 1000 else f"{value / 1000:.2f} s"
 
 
 def db_url(value: str | None) -> str | None:

@@ -12,7 +12,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from ._common import STYLES, db_url, parse_time, stderr, stdout
+from ._common import STYLES, db_url, ms, parse_time, stderr, stdout
 
 if TYPE_CHECKING:
     from onlooker.plugins.history import ExecutionList, ExecutionTree, HistoryStats
@@ -101,7 +101,7 @@ def list_(
     table.add_column("duration", justify="right", no_wrap=True)
     for record in page:
         started = record.started_at.strftime("%m-%d %H:%M:%S") if record.started_at else ""
-        duration = f"{record.duration_ms:.1f} ms" if record.duration_ms is not None else ""
+        duration = ms(record.duration_ms) if record.duration_ms is not None else ""
         style = STYLES.get(record.status, "white")
         table.add_row(
             escape(record.execution_id),
@@ -185,14 +185,10 @@ def stats(
                 str(tool.calls),
                 str(tool.failed),
                 f"{tool.failure_rate:.0%}",
-                _ms(tool.p50_ms),
-                _ms(tool.p95_ms),
+                ms(tool.p50_ms) if tool.p50_ms is not None else "",
+                ms(tool.p95_ms) if tool.p95_ms is not None else "",
             )
         stdout.print(table)
-
-
-def _ms(value: float | None) -> str:
-    return "" if value is None else f"{value:.1f} ms"
 
 
 def _call(read: Callable[[], Awaitable[T]]) -> T:

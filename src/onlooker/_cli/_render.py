@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # the summary store stays unimported until a command needs it
     from onlooker.plugins.history import ExecutionTree, InteractionRecord, ToolCallRecord
     from onlooker.plugins.summary import ExecutionSummary
 
-from ._common import STYLES
+from ._common import STYLES, ms
 
 __all__ = ["event_line", "execution_tree", "short", "summary_table"]
 
@@ -63,7 +63,7 @@ def _execution_label(node: ExecutionTree) -> str:
         label += f" [dim]task={escape(node.task_id)}[/]"
     label += f" [dim]{escape(node.execution_id)}[/]  {_status(node.status)}"
     if node.duration_ms is not None:
-        label += f" {node.duration_ms:.1f} ms"
+        label += f" {ms(node.duration_ms)}"
     if node.error is not None:
         label += f"  [red]{escape(node.error.type)}: {escape(node.error.message)}[/]"
     return label
@@ -100,7 +100,7 @@ def _step_line(step: ToolCallRecord | InteractionRecord) -> str:
     args = _args(step.args) if step.args is not None else "…"
     line = f"[cyan]{escape(step.tool)}[/]({escape(args)})  {_status(step.status)}"
     if step.duration_ms is not None:
-        line += f" {step.duration_ms:.1f} ms"
+        line += f" {ms(step.duration_ms)}"
     if step.error is not None:
         line += f"  [red]{escape(step.error.message)}[/]"
     elif step.result is not None:
@@ -114,7 +114,7 @@ def summary_table(summary: ExecutionSummary) -> Table:
     table.add_column(style="bold")
     table.add_column()
     table.add_row("status", _status(summary.status))
-    table.add_row("duration", f"{summary.duration_ms:.1f} ms")
+    table.add_row("duration", f"{ms(summary.duration_ms)}")
     usage = ", ".join(f"{tool} x{count}" for tool, count in summary.tool_usage.items())
     table.add_row("tool calls", f"{summary.tool_calls} ({escape(usage) or 'none'})")
     table.add_row("success rate", f"{summary.success_rate:.0%}")
@@ -147,7 +147,7 @@ def event_line(event: ExecutionEvent) -> Text:
             body = f"  → [cyan]{escape(event.tool)}[/]({escape(_args(event.args))})"
         case ToolCallFinished():
             body = f"  ← [cyan]{escape(event.tool)}[/] {_status(event.status)}"
-            body += f" {event.duration_ms:.1f} ms"
+            body += f" {ms(event.duration_ms)}"
             if event.error is not None:
                 body += f" [red]{escape(event.error.message)}[/]"
         case InteractionStarted():
@@ -155,7 +155,7 @@ def event_line(event: ExecutionEvent) -> Text:
         case InteractionResolved():
             body = f"  [magenta]![/] {_status(event.status)}"
         case ExecutionFinished():
-            body = f"■ {_status(event.status)} {event.duration_ms:.1f} ms"
+            body = f"■ {_status(event.status)} {ms(event.duration_ms)}"
             if event.error is not None:
                 body += f" [red]{escape(event.error.type)}: {escape(event.error.message)}[/]"
         case _:
