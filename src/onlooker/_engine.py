@@ -118,7 +118,7 @@ class ExecutionEngine:
             task_group.cancel_scope.cancel()
             with suppress(BaseExceptionGroup):
                 await task_group.__aexit__(None, None, None)
-            raise  # as it was: `from None` would drop a PluginError's cause
+            raise exc  # not `from None`, which would drop a PluginError's cause
         self._state = "running"
         return self
 
