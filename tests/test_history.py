@@ -380,6 +380,12 @@ class TestUnreachable:
         assert isinstance(info.value.__cause__, onlooker.HistoryError)
         assert "hunter2" not in str(info.value)
 
+    async def test_sqlite_file_that_cannot_be_created(self, tmp_path: Path) -> None:
+        (tmp_path / "file").write_text("")
+        with pytest.raises(onlooker.HistoryError, match="cannot use history database"):
+            async with history.open(f"sqlite:///{tmp_path / 'file' / 'sub' / 'h.db'}"):
+                pass
+
     async def test_not_a_database_url(self) -> None:
         with pytest.raises(onlooker.HistoryError, match="unsupported history database"):
             async with history.open("mysql://u:pw@h/db"):

@@ -117,7 +117,7 @@ class Database:
         self.flavor = Flavor.for_backend(self.backend)
         try:
             self.engine = _create_engine(self.url)
-        except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        except (ArgumentError, NoSuchModuleError, ImportError, OSError) as exc:
             raise HistoryError(f"cannot use history database {self.masked_url}: {exc}") from None
         self._sql = self.flavor.statements()
         # an in-memory SQLite database is one shared connection: one caller at a time
