@@ -28,7 +28,11 @@ def tool_events(calls: int, execution_id: str = "exec-1") -> list[dict[str, Any]
     envelope: dict[str, Any] = {"execution_id": execution_id, "at": at, "attribution": {}}
     events: list[onlooker.ExecutionEvent] = [
         onlooker.ExecutionStarted(
-            **envelope, event_id=f"{execution_id}-s", seq=0, program="p", trigger={"kind": "cli"}
+            **envelope,
+            event_id=f"{execution_id}-s",
+            seq=0,
+            program="p",
+            trigger=onlooker.Trigger(kind="cli"),
         )
     ]
     for i in range(calls):

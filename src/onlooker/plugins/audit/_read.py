@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 import onlooker
 from onlooker import AuditError, EventValidationError, ExecutionEvent
@@ -35,75 +36,101 @@ def _event(file: Path, line: int, record: dict[str, object]) -> ExecutionEvent:
 
 def tail(
     path: str | os.PathLike[str], follow: bool = False, *, poll_interval: float = 0.2
-) -> Iterator[ExecutionEvent]:
+) -> Generator[ExecutionEvent, None, None]:
     """The events of a trail, oldest first, parsed (``onlooker.parse_event``).
 
     ``path`` is a session directory or one ``events*.jsonl`` file. A torn
     last line is skipped. With ``follow`` the iterator never ends: it waits
     for records appended to the live file (checking every
-    ``poll_interval`` seconds) and follows it across rotations.
+    ``poll_interval`` seconds) and follows it across rotations; ``close()``
+    it to release the file.
     """
     files = segments_of(path)
     if not follow:
         for file, line, record in iter_records(path):
             yield _event(file, line, record)
         return
-    for file in files[:-1]:
-        for line_no, record in _records(file):
-            yield _event(file, line_no, record)
-    yield from _follow(files[-1], poll_interval)
+    last_seq = -1
+    for segment in files[:-1]:
+        for file, line, record in iter_records(segment):
+            last_seq = _seq_of(record, last_seq)
+            yield _event(file, line, record)
+    yield from _Follower(files[-1], last_seq, poll_interval).events()
 
 
-def _records(file: Path) -> Iterator[tuple[int, dict[str, object]]]:
-    for _, line, record in iter_records(file):
-        yield line, record
+def _seq_of(record: dict[str, object], default: int) -> int:
+    seq = record.get("seq")
+    return seq if isinstance(seq, int) else default
 
 
-def _follow(file: Path, poll_interval: float) -> Iterator[ExecutionEvent]:
-    """Read ``file`` to its end, then wait for more, re-opening it when it is rotated."""
-    live = file.name == LIVE_NAME
-    handle = open(file, "rb")  # noqa: SIM115  # re-opened on rotation below
-    try:
-        buffer = b""
-        line_no = 0
-        while True:
-            chunk = handle.read(65536)
-            if chunk:
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for raw in lines:
-                    line_no += 1
-                    yield _parse_line(file, line_no, raw)
-                continue
-            if live and _rotated(handle, file):
-                rest = handle.read()  # the writer may have appended before renaming
-                if rest:
-                    buffer += rest
+class _Follower:
+    """Reads the live file as it grows; on rotation, the segments it missed, then the new file."""
+
+    def __init__(self, file: Path, last_seq: int, poll_interval: float) -> None:
+        self.file = file
+        self.last_seq = last_seq
+        self.poll_interval = poll_interval
+        self.rotates = file.name == LIVE_NAME
+
+    def events(self) -> Iterator[ExecutionEvent]:
+        handle = open(self.file, "rb")  # noqa: SIM115  # re-opened on rotation below
+        try:
+            buffer, line_no = b"", 0
+            while True:
+                chunk = handle.read(65536)
+                if chunk:
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                    for raw in lines:
+                        line_no += 1
+                        event = self._parse(self.file, line_no, raw)
+                        if event is not None:
+                            yield event
                     continue
+                if not self.rotates or not _rotated(handle, self.file):
+                    time.sleep(self.poll_interval)
+                    continue
+                old = os.fstat(handle.fileno()).st_ino
                 handle.close()
-                handle = open(file, "rb")  # noqa: SIM115
+                yield from self._missed(old)
+                handle = open(self.file, "rb")  # noqa: SIM115
                 buffer, line_no = b"", 0
-                continue
-            time.sleep(poll_interval)
-    finally:
-        handle.close()
+        finally:
+            handle.close()
+
+    def _missed(self, old_inode: int) -> Iterator[ExecutionEvent]:
+        """Records in segments rotated since ours (ours included), past the last seq seen."""
+        rotated = segments_of(self.file.parent)[:-1]
+        start = 0
+        for index, segment in enumerate(rotated):
+            with contextlib.suppress(OSError):
+                if segment.stat().st_ino == old_inode:
+                    start = index
+        for segment in rotated[start:]:
+            for file, line, record in iter_records(segment):
+                if _seq_of(record, self.last_seq + 1) > self.last_seq:
+                    self.last_seq = _seq_of(record, self.last_seq)
+                    yield _event(file, line, record)
+
+    def _parse(self, file: Path, line_no: int, raw: bytes) -> ExecutionEvent | None:
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            raise AuditError(f"{file}:{line_no}: not a JSON audit record") from None
+        if not isinstance(record, dict) or not isinstance(record.get("event"), dict):
+            raise AuditError(f"{file}:{line_no}: not an audit record (no event)")
+        seq = _seq_of(record, self.last_seq + 1)
+        if seq <= self.last_seq:
+            return None
+        self.last_seq = seq
+        return _event(file, line_no, record)
 
 
-def _rotated(handle: object, file: Path) -> bool:
+def _rotated(handle: BinaryIO, file: Path) -> bool:
     try:
-        return os.fstat(handle.fileno()).st_ino != os.stat(file).st_ino  # type: ignore[attr-defined]
+        return os.fstat(handle.fileno()).st_ino != os.stat(file).st_ino
     except FileNotFoundError:
         return False  # between the rename and the new file: wait
-
-
-def _parse_line(file: Path, line_no: int, raw: bytes) -> ExecutionEvent:
-    try:
-        record = json.loads(raw)
-    except ValueError:
-        raise AuditError(f"{file}:{line_no}: not a JSON audit record") from None
-    if not isinstance(record, dict) or not isinstance(record.get("event"), dict):
-        raise AuditError(f"{file}:{line_no}: not an audit record (no event)")
-    return _event(file, line_no, record)
 
 
 async def replay(path: str | os.PathLike[str], store: EventSink, *, batch_size: int = 500) -> int:

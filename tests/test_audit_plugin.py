@@ -1,0 +1,311 @@
+"""The audit plugin under an engine: every event on disk, failures contained, tail, replay."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+import onlooker
+from onlooker.plugins import audit
+from onlooker.testing import RecordingObserver
+
+pytestmark = pytest.mark.anyio
+
+HAS_DEV_FULL = os.path.exists("/dev/full")
+
+
+@onlooker.tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@onlooker.tool
+def fail(reason: str) -> None:
+    """Always fails."""
+    raise onlooker.ToolError(reason)
+
+
+async def program(ctx: onlooker.ExecutionContext) -> int:
+    total = 0
+    for i in range(5):
+        total = await ctx.call("add", a=total, b=i)
+    with contextlib.suppress(onlooker.ToolError):
+        await ctx.call("fail", reason="nope")
+    child = await ctx.spawn(child_program, task_id="child")
+    assert child.status == "completed"
+    return total
+
+
+async def child_program(ctx: onlooker.ExecutionContext) -> int:
+    return int(await ctx.call("add", a=1, b=2))
+
+
+async def run(
+    plugin: onlooker.Plugin[audit.AuditTrail], recorder: RecordingObserver | None = None
+) -> tuple[onlooker.ExecutionResult[int], audit.AuditTrail]:
+    async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:
+        if recorder is not None:
+            engine.bus.subscribe(recorder)
+        result = await engine.execute(program, trigger="test")
+        trail = engine.extension(plugin)
+    return result, trail
+
+
+class TestRecording:
+    async def test_every_event_reaches_the_trail_in_order(self, tmp_path: Path) -> None:
+        recorder = RecordingObserver()
+        result, trail = await run(audit.plugin(directory=tmp_path, session_id="s1"), recorder)
+        assert result.status == "completed" and result.value == 10
+        assert trail.session_id == "s1"
+        assert trail.session_dir == tmp_path / "s1"
+        assert trail.path == tmp_path / "s1" / "events.jsonl"
+        assert trail.enabled
+        assert list(audit.tail(trail.session_dir)) == recorder.events
+        report = audit.verify(trail.path)
+        assert report.ok and report.records == len(recorder.events) == 18
+        stats = trail.statistics()
+        assert (stats.written, stats.errors, stats.dropped, stats.pending) == (18, 0, 0, 0)
+        assert not trail.error_path.exists()
+
+    async def test_flush_makes_the_events_so_far_durable(self, tmp_path: Path) -> None:
+        plugin = audit.plugin(directory=tmp_path, session_id="s1", fsync="always")
+        async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:
+            await engine.execute(program)
+            trail = engine.extension(plugin)
+            await trail.flush()
+            assert audit.verify(trail.session_dir).records == 18
+            assert trail.statistics().pending == 0
+
+    async def test_a_generated_session_id_sorts_by_time(self, tmp_path: Path) -> None:
+        _, first = await run(audit.plugin(directory=tmp_path))
+        _, second = await run(audit.plugin(directory=tmp_path))
+        assert first.session_id != second.session_id
+        assert first.session_id[:8].isdigit()
+        assert sorted(os.listdir(tmp_path)) == sorted([first.session_id, second.session_id])
+
+    async def test_engines_sharing_a_session_share_one_chain(self, tmp_path: Path) -> None:
+        plugin = audit.plugin(directory=tmp_path, session_id="s1", max_bytes=3000, keep=100)
+        await run(plugin)
+        await run(plugin)
+        report = audit.verify(tmp_path / "s1")
+        assert report.ok and report.records == 36 and report.segments > 1
+
+    async def test_many_calls_with_backpressure(self, tmp_path: Path) -> None:
+        async def busy(ctx: onlooker.ExecutionContext) -> None:
+            for i in range(3000):
+                await ctx.call("add", a=i, b=1)
+
+        plugin = audit.plugin(directory=tmp_path, session_id="s1", fsync="never")
+        async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin]) as engine:
+            await engine.execute(busy)
+            trail = engine.extension(plugin)
+        assert trail.statistics().written == 6002
+        assert audit.verify(trail.session_dir).ok
+
+    async def test_truncation_of_long_values(self, tmp_path: Path) -> None:
+        @onlooker.tool
+        def echo(text: str) -> str:
+            return text
+
+        async def shout(ctx: onlooker.ExecutionContext) -> None:
+            await ctx.call("echo", text="y" * 150)
+
+        plugin = audit.plugin(directory=tmp_path, session_id="s1", max_value_chars=100)
+        async with onlooker.ExecutionEngine(tools=[echo], plugins=[plugin]) as engine:
+            await engine.execute(shout)
+        started = [
+            e for e in audit.tail(tmp_path / "s1") if isinstance(e, onlooker.ToolCallStarted)
+        ]
+        assert started[0].args == {"text": "y" * 100 + "…[truncated 50 chars]"}
+
+
+class TestSettings:
+    @pytest.mark.parametrize("session_id", ["..", "a/b", "/abs", ".hidden", "", "x" * 129])
+    def test_bad_session_ids_fail_when_the_plugin_is_made(
+        self, tmp_path: Path, session_id: str
+    ) -> None:
+        with pytest.raises(onlooker.AuditError, match="session id"):
+            audit.plugin(directory=tmp_path, session_id=session_id)
+
+    def test_bad_options_fail_when_the_plugin_is_made(self, tmp_path: Path) -> None:
+        with pytest.raises(ValueError, match="fsync"):
+            audit.plugin(directory=tmp_path, fsync="often")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="max_bytes"):
+            audit.plugin(directory=tmp_path, max_bytes=-5)
+        assert list(tmp_path.iterdir()) == []
+
+    async def test_the_disable_switch(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("ONLOOKER_AUDIT_DISABLE", "1")
+        result, trail = await run(audit.plugin(directory=tmp_path / "audit", session_id="s1"))
+        assert result.status == "completed"
+        assert not trail.enabled
+        assert trail.statistics() == audit.AuditStatistics(0, 0, 0, 0, 0)
+        await trail.flush()
+        assert not (tmp_path / "audit").exists()
+
+    async def test_a_custom_redactor(self, tmp_path: Path) -> None:
+        redactor = audit.Redactor(extra_rules=[audit.Rule("number", r"\b42\b", hints=["42"])])
+
+        @onlooker.tool
+        def say(text: str) -> str:
+            return text
+
+        async def speak(ctx: onlooker.ExecutionContext) -> None:
+            await ctx.call("say", text="the answer is 42")
+
+        plugin = audit.plugin(directory=tmp_path, session_id="s1", redactor=redactor)
+        async with onlooker.ExecutionEngine(tools=[say], plugins=[plugin]) as engine:
+            await engine.execute(speak)
+        text = (tmp_path / "s1" / "events.jsonl").read_text()
+        assert "is 42" not in text and "is [REDACTED:number]" in text
+
+
+class TestFailures:
+    async def test_a_full_disk_loses_the_execution_nothing(self, tmp_path: Path) -> None:
+        if not HAS_DEV_FULL:
+            pytest.skip("needs /dev/full")
+        session = tmp_path / "s1"
+        session.mkdir()
+        (session / "events.jsonl").symlink_to("/dev/full")
+        plugin = audit.plugin(directory=tmp_path, session_id="s1")
+        async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:
+            result = await engine.execute(program)
+            trail = engine.extension(plugin)
+            await trail.flush()
+            assert result.status == "completed" and result.value == 10
+            stats = trail.statistics()
+            assert stats.errors >= 1 and stats.written == 0 and stats.pending == 18
+            problem = json.loads(trail.error_path.read_text().splitlines()[0])
+            assert "No space left on device" in problem["message"]
+
+            (session / "events.jsonl").unlink()  # space again: writing resumes
+            second = await engine.execute(program)
+            await trail.flush()
+            assert second.status == "completed"
+            assert trail.statistics().written == 36 and trail.statistics().pending == 0
+        report = audit.verify(session)
+        assert report.ok and report.records == 36
+        assert next(audit.tail(session)).execution_id == result.execution_id
+
+    async def test_an_unwritable_directory_loses_the_execution_nothing(
+        self, tmp_path: Path
+    ) -> None:
+        # Running as root, chmod would not stop us: the session directory's
+        # path is taken by a file instead, so nothing can be created in it.
+        (tmp_path / "s1").write_text("in the way")
+        plugin = audit.plugin(directory=tmp_path, session_id="s1")
+        async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:
+            result = await engine.execute(program)
+            trail = engine.extension(plugin)
+            await trail.flush()
+            assert result.status == "completed"
+            assert trail.statistics().errors >= 1 and trail.statistics().written == 0
+            fallback = tmp_path / "audit.err"  # beside the log is impossible: one level up
+            problem = json.loads(fallback.read_text().splitlines()[0])
+            assert problem["session_id"] == "s1" and problem["records"] == 18
+
+            (tmp_path / "s1").unlink()
+            await engine.execute(program)
+            await trail.flush()
+            assert trail.statistics().written == 36
+        assert audit.verify(tmp_path / "s1").ok
+
+    async def test_records_still_refused_at_close_are_counted_as_dropped(
+        self, tmp_path: Path
+    ) -> None:
+        (tmp_path / "s1").mkdir()
+        (tmp_path / "s1" / "events.jsonl").mkdir()  # the live file can never be opened
+        result, trail = await run(audit.plugin(directory=tmp_path, session_id="s1"))
+        assert result.status == "completed"
+        stats = trail.statistics()
+        assert stats.dropped == 18 and stats.written == 0 and stats.pending == 0
+        problems = [json.loads(line) for line in trail.error_path.read_text().splitlines()]
+        assert problems[-1]["records"] == 18 and "closed" in problems[-1]["message"]
+
+
+class Store:
+    """A tiny history store: idempotent by event id, as the history plugin's is."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, onlooker.ExecutionEvent] = {}
+        self.calls = 0
+
+    async def write_events(self, events: Sequence[onlooker.ExecutionEvent]) -> int:
+        self.calls += 1
+        new = [e for e in events if e.event_id not in self.events]
+        self.events.update((e.event_id, e) for e in new)
+        return len(new)
+
+
+class TestReplay:
+    async def test_replay_twice_equals_replay_once(self, tmp_path: Path) -> None:
+        recorder = RecordingObserver()
+        _, trail = await run(audit.plugin(directory=tmp_path, session_id="s1"), recorder)
+        store = Store()
+        assert await audit.replay(trail.session_dir, store, batch_size=7) == 18
+        once = dict(store.events)
+        assert await audit.replay(trail.session_dir, store) == 0
+        assert store.events == once
+        assert list(once.values()) == recorder.events
+        assert store.calls == 4  # 7 + 7 + 4, then one batch
+
+    async def test_replay_skips_a_torn_tail(self, tmp_path: Path) -> None:
+        _, trail = await run(audit.plugin(directory=tmp_path, session_id="s1"))
+        trail.path.write_bytes(trail.path.read_bytes() + b'{"v":1,"seq":18,"at":"2025')
+        store = Store()
+        assert await audit.replay(trail.session_dir, store) == 18
+
+    async def test_replay_refuses_a_corrupt_line(self, tmp_path: Path) -> None:
+        _, trail = await run(audit.plugin(directory=tmp_path, session_id="s1"))
+        lines = trail.path.read_bytes().splitlines(keepends=True)
+        lines[3] = b"garbage\n"
+        trail.path.write_bytes(b"".join(lines))
+        with pytest.raises(onlooker.AuditError, match=r"events.jsonl:4"):
+            await audit.replay(trail.session_dir, Store())
+
+    async def test_replay_into_a_sqlite_history_store(self, tmp_path: Path) -> None:
+        history = pytest.importorskip("onlooker.plugins.history")
+        recorder = RecordingObserver()
+        result, trail = await run(audit.plugin(directory=tmp_path, session_id="s1"), recorder)
+        url = f"sqlite:///{tmp_path / 'history.db'}"
+        async with history.open(url) as store:
+            assert await audit.replay(trail.session_dir, store) == 18
+            assert await audit.replay(trail.session_dir, store) == 0
+            stored = await store.events(result.execution_id)
+        mine = [e for e in recorder.events if e.execution_id == result.execution_id]
+        assert list(stored) == mine
+
+
+class TestTail:
+    def test_follow_reads_new_records_across_a_rotation(self, tmp_path: Path) -> None:
+        from test_audit_chain import tool_events
+
+        writer = audit.TrailWriter(tmp_path, "s1", max_bytes=1200, keep=100)
+        events = tool_events(6)
+        writer.write(events[:2])
+        follower = audit.tail(tmp_path / "s1", follow=True, poll_interval=0.01)
+        try:
+            assert [next(follower).event_id for _ in range(2)] == [
+                e["event_id"] for e in events[:2]
+            ]
+            for event in events[2:]:  # rotates on the way
+                writer.write([event])
+            assert writer.statistics().rotations >= 1
+            assert [next(follower).event_id for _ in events[2:]] == [
+                e["event_id"] for e in events[2:]
+            ]
+        finally:
+            follower.close()
+            writer.close()
+
+    def test_tail_names_a_missing_trail(self, tmp_path: Path) -> None:
+        with pytest.raises(onlooker.AuditError, match="no such audit trail"):
+            list(audit.tail(tmp_path / "nope"))
