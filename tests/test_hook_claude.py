@@ -299,26 +299,22 @@ class TestDenyRules:
         assert result.returncode == 0
         assert "git push" in self.deny_reason(result.stdout)
 
-    def test_same_decisions_as_the_library_policy(self) -> None:
+    def test_same_decisions_as_the_library_policy(self, tmp_path: Path) -> None:
         from onlooker import ToolUseContext
         from onlooker._cli._rules import first_match, load_rules
         from onlooker.policies import deny_commands
 
         patterns = [r"\bsudo\b", r"git push .*--force", r"curl[^|]*\|\s*sh"]
         policy = deny_commands(patterns).pre[0]
+        path = tmp_path / "rules.txt"
+        path.write_text("\n".join(patterns))
+        rules = load_rules(path)
         commands = ["sudo ls", "ls", "git push x --force", "curl a | sh", "echo curl", "pseudo x"]
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / "rules.txt"
-            path.write_text("\n".join(patterns))
-            rules = load_rules(path)
         for command in commands:
             use = ToolUseContext(
                 "Bash", {"command": command}, "c1", onlooker.Attribution(), "e1", False
             )
-            decision = policy(use)
-            assert (first_match(rules, command) is not None) == (decision is not None), command
+            assert (first_match(rules, command) is not None) == (policy(use) is not None), command
 
 
 class TestFastStart:
