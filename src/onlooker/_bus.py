@@ -8,7 +8,8 @@ Delivery model:
   each, the largest part of an observed event's price);
 * ``bus.events`` subscribers (Rx pipelines) are subscribed to the Subject;
 * asynchronous observers get a bounded ordered queue (a deque) and a worker
-  task in the engine's task group; the Subject only appends to the queue;
+  task in the engine's task group; the bus appends to the queue directly, and
+  a full ``block`` queue holds the emitter until it has drained to half;
 * a guard swallows and logs any ``Exception`` (a bare Subject would let one
   observer's exception stop delivery to the next) and lets everything else —
   cancellation, ``KeyboardInterrupt`` — propagate to the emitter.
@@ -205,7 +206,9 @@ class _AsyncQueue:
                     continue
                 self.busy = True
                 event = queue.popleft()
-                if self._space is not None and len(queue) < self.maxsize:
+                # Wake a waiting emitter only at the low-water mark: waking it at
+                # every free slot would switch tasks once per event.
+                if self._space is not None and len(queue) <= self.maxsize // 2:
                     self._space.set()
                     self._space = None
                     self.bus._full.discard(self)
@@ -236,6 +239,7 @@ class EventBus:
         self._subject: Subject[ExecutionEvent] = Subject()
         self._sync = _SyncFanOut(self)
         self._queues: list[_AsyncQueue] = []
+        self._active: tuple[_AsyncQueue, ...] = ()  # subscribed async queues, fed by emit()
         self._full: set[_AsyncQueue] = set()
         self._task_group: TaskGroup | None = None
         self._drained: anyio.Event | None = None
@@ -278,10 +282,10 @@ class EventBus:
         self._queues.append(queue)
         if self._task_group is not None:
             self._start_worker(queue)
-        subscription = self._subject.subscribe(queue.on_next)
+        self._active = (*self._active, queue)
 
         def dispose() -> None:
-            subscription.dispose()
+            self._active = tuple(q for q in self._active if q is not queue)
             queue.close()
             if queue in self._queues and not queue.started:
                 self._queues.remove(queue)
@@ -322,6 +326,8 @@ class EventBus:
         sync = self._sync
         if sync.observers:
             sync.on_next(event)
+        for queue in self._active:
+            queue.on_next(event)
         if self._subject.observers:
             self._subject.on_next(event)
 
@@ -363,7 +369,9 @@ class EventBus:
             dropped=sum(self._dropped.values()),
             observer_errors=sum(self._errors.values()),
             queued=sum(len(q.queue) for q in self._queues),
-            subscribers=len(self._subject.observers) + len(self._sync.observers),
+            subscribers=len(self._subject.observers)
+            + len(self._sync.observers)
+            + len(self._active),
             errors_by_observer=dict(self._errors),
             dropped_by_observer=dict(self._dropped),
         )
