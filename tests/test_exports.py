@@ -144,7 +144,7 @@ def test_errors_share_one_base() -> None:
 
 def test_unknown_attribute() -> None:
     with pytest.raises(AttributeError, match="no_such_name"):
-        _ = onlooker.no_such_name
+        _ = onlooker.no_such_name  # type: ignore[attr-defined]  # the point of the test
 
 
 def test_testing_helpers_are_public() -> None:

@@ -11,6 +11,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from . import plugins as plugins
+    from . import policies as policies
+    from . import testing as testing
     from ._bus import BusStatistics, EventBus, Overflow
     from ._context import ExecutionContext, Program, current_context
     from ._engine import ExecutionEngine
@@ -145,21 +148,23 @@ _LAZY: dict[str, str] = {
 _SUBMODULES = frozenset({"plugins", "policies", "testing"})
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        if name in _SUBMODULES:  # `import onlooker; onlooker.policies.require_intent()`
-            value = importlib.import_module(f"onlooker.{name}")
-            globals()[name] = value
-            return value
-        raise AttributeError(f"module 'onlooker' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"onlooker.{module}"), name)
-    globals()[name] = value
-    return value
+# Hidden from type checkers, so that a misspelt name is an error, not `Any`.
+if not TYPE_CHECKING:
 
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            if name in _SUBMODULES:  # `import onlooker; onlooker.policies.require_intent()`
+                value = importlib.import_module(f"onlooker.{name}")
+                globals()[name] = value
+                return value
+            raise AttributeError(f"module 'onlooker' has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"onlooker.{module}"), name)
+        globals()[name] = value
+        return value
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(__all__))
 
 
 __all__ = [
