@@ -197,6 +197,9 @@ class ExecutionEngine:
                 raise leaves[0] from None
             raise
         if close_error is not None:
+            if exc is not None and not cancelled:  # the block's own exception wins
+                logger.error("closing the engine failed", exc_info=close_error)
+                return False
             raise close_error
         return False
 
