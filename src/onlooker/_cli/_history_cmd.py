@@ -95,8 +95,9 @@ def list_(
         return
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("execution", no_wrap=True)
-    for column in ("program", "trigger", "status"):
-        table.add_column(column)
+    for column in ("program", "trigger"):
+        table.add_column(column, overflow="fold")  # wrap, never cut an id or a name
+    table.add_column("status", no_wrap=True)
     table.add_column("started (UTC)", no_wrap=True)
     table.add_column("duration", justify="right", no_wrap=True)
     for record in page:
