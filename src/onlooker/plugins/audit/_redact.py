@@ -211,6 +211,7 @@ _PATH: Final = Rule("path", r"""/(?<![\w.:/~$@\\-]/)[^\s"'`;|&<>()\[\]{},=]+""")
 
 _SCALARS: Final = frozenset({int, float, bool})
 _SECRET_FIELD: Final = marker("secret_field")
+_PLAIN_KEY: Final = (False, "")  # the cached verdict of a key that is neither secret nor changed
 
 ENVELOPE_FIELDS: Final = frozenset(
     {
@@ -395,13 +396,24 @@ class Redactor:
         return value
 
     def _dict(self, value: dict[Any, Any], max_chars: int | None) -> dict[Any, Any]:
-        out: dict[Any, Any] | None = None
         keys = self._keys
+        # Fast scan: most dicts hold plain keys and values that need nothing.
+        for key, item in value.items():
+            if keys.get(key) is not _PLAIN_KEY:
+                break
+            if item is None or type(item) in _SCALARS:
+                continue
+            if type(item) is str and self._untouched(item, max_chars):
+                continue
+            break
+        else:
+            return value
+        out: dict[Any, Any] | None = None
         for index, (key, item) in enumerate(value.items()):
             found = keys.get(key) if type(key) is str else (False, key)
             if found is None:
                 found = self._key(key)
-            secret, new_key = found
+            secret, new_key = (False, key) if found is _PLAIN_KEY else found
             if secret:
                 new: Any = _SECRET_FIELD
                 if self.learn_secrets and item is not None:
@@ -415,6 +427,17 @@ class Redactor:
             if out is not None:
                 out[new_key] = new
         return value if out is None else out
+
+    def _untouched(self, text: str, max_chars: int | None) -> bool:
+        """Whether redaction and truncation certainly leave ``text`` as it is (a quick test)."""
+        trigger = self._trigger
+        return (
+            (max_chars is None or len(text) <= max_chars)
+            and not self._always
+            and (trigger is None or trigger.search(text) is None)
+            and self._known_pattern is None
+            and (not self.shorten_paths or "/" not in text)
+        )
 
     def _learn(self, value: Any) -> None:
         if type(value) is dict:
@@ -434,6 +457,8 @@ class Redactor:
     def _key(self, key: str) -> tuple[bool, str]:
         redacted = self.redact_text(key)
         found = (self.is_secret_key(key), key if redacted == key else redacted)
+        if found == (False, key):
+            found = _PLAIN_KEY
         if len(self._keys) < 4096:
             self._keys[key] = found
         return found

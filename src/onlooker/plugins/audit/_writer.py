@@ -210,7 +210,9 @@ class TrailWriter:
 
     def serialize(self, event: Mapping[str, Any]) -> str:
         """One event's JSON form redacted, truncated and serialized: the ``event`` member."""
-        redacted = self.redactor.redact_event(dict(event), max_chars=self.max_value_chars)
+        redacted = self.redactor.redact_event(
+            event if type(event) is dict else dict(event), max_chars=self.max_value_chars
+        )
         return compact_json(redacted)
 
     def write_serialized(self, texts: Sequence[str]) -> None:
