@@ -8,9 +8,15 @@ plugins observe it without ever being able to break the execution.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+# Not `from typing import TYPE_CHECKING`: importing typing costs milliseconds,
+# and the coding-agent hook starts a fresh interpreter on every tool call.
+# Type checkers treat any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from . import plugins as plugins
     from . import policies as policies
     from . import testing as testing
