@@ -15,18 +15,20 @@ append to a trail without paying for pydantic or anyio. See docs/audit.md.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # not typing's: `import onlooker.plugins.audit` must stay cheap for the hook
 if TYPE_CHECKING:
+    from typing import Any
+
     from ._plugin import DISABLE_VARIABLE, AuditStatistics, AuditTrail, plugin
     from ._read import EventSink, replay, tail
     from ._redact import DEFAULT_RULES, DEFAULT_SECRET_KEYS, Redactor, Rule
+    from ._types import FsyncMode
     from ._verify import BadLine, Reason, VerifyReport, verify
     from ._writer import (
         GENESIS,
         RECORD_VERSION,
         AuditWriteError,
-        FsyncMode,
         TrailWriter,
         WriterStatistics,
     )
@@ -40,7 +42,7 @@ _LAZY: dict[str, str] = {
     "DEFAULT_SECRET_KEYS": "_redact",
     "DISABLE_VARIABLE": "_plugin",
     "EventSink": "_read",
-    "FsyncMode": "_writer",
+    "FsyncMode": "_types",
     "GENESIS": "_writer",
     "RECORD_VERSION": "_writer",
     "Reason": "_verify",

@@ -26,9 +26,9 @@ import onlooker
 from onlooker import ExecutionEvent, Plugin, PluginContext
 
 from ._redact import ENVELOPE_FIELDS, Redactor
+from ._types import FsyncMode
 from ._writer import (
     AuditWriteError,
-    FsyncMode,
     TrailWriter,
     compact_json,
     new_session_id,

@@ -23,8 +23,16 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from collections.abc import Callable, Iterable
-from typing import Any, Final, final
+
+TYPE_CHECKING = False  # not typing's: see _writer.py (the hook imports this module)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any, Final, final
+else:
+
+    def final(cls: type) -> type:
+        return cls
+
 
 __all__ = [
     "DEFAULT_RULES",
@@ -48,7 +56,8 @@ def truncate(text: str, max_chars: int) -> str:
     return f"{text[:max_chars]}…[truncated {len(text) - max_chars} chars]"
 
 
-Replacement = Callable[["re.Match[str]"], str]
+if TYPE_CHECKING:
+    Replacement = Callable[[re.Match[str]], str]
 
 
 @final

@@ -28,13 +28,26 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from types import TracebackType
-from typing import Any, Final, Literal, NamedTuple, TypeAlias, final
 
 from onlooker._errors import AuditError
 
 from ._redact import Redactor
+
+# Not `from typing import ...` at run time: this module is imported by the
+# coding-agent hook in a fresh interpreter on every tool call, and typing
+# costs milliseconds there. Type checkers treat any TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from types import TracebackType
+    from typing import Any, Final, final
+
+    from ._types import FsyncMode
+else:
+
+    def final(cls: type) -> type:
+        return cls
+
 
 if sys.platform == "win32":  # pragma: no cover - no flock: one process per session there
 
@@ -54,7 +67,6 @@ __all__ = [
     "RECORD_VERSION",
     "SESSION_ID",
     "AuditWriteError",
-    "FsyncMode",
     "TrailWriter",
     "WriterStatistics",
     "new_session_id",
@@ -74,7 +86,6 @@ LIVE_NAME: Final = "events.jsonl"
 SESSION_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 """What a session id must match (whole): it becomes a directory name."""
 
-FsyncMode: TypeAlias = Literal["never", "batch", "always"]
 """``never``: leave it to the OS; ``batch``: one fsync per batch (group commit); ``always``: per record."""
 
 ERROR_NAME: Final = "audit.err"
@@ -126,19 +137,38 @@ class AuditWriteError(AuditError):
         self.written = written
 
 
-class WriterStatistics(NamedTuple):
+@final
+class WriterStatistics:
     """A snapshot of a :class:`TrailWriter`'s counters."""
 
-    written: int
-    """Records appended."""
-    errors: int
-    """Failed attempts (each also appended to ``audit.err``)."""
-    batches: int
-    """Successful ``write`` calls."""
-    bytes: int
-    """Bytes appended."""
-    rotations: int
-    """Segments rotated by this writer."""
+    __slots__ = ("batches", "bytes", "errors", "rotations", "written")
+
+    def __init__(self, written: int, errors: int, batches: int, bytes: int, rotations: int) -> None:
+        self.written = written
+        """Records appended."""
+        self.errors = errors
+        """Failed attempts (each also appended to ``audit.err``)."""
+        self.batches = batches
+        """Successful ``write`` calls."""
+        self.bytes = bytes
+        """Bytes appended."""
+        self.rotations = rotations
+        """Segments rotated by this writer."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WriterStatistics) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"WriterStatistics(written={self.written}, errors={self.errors}, "
+            f"batches={self.batches}, bytes={self.bytes}, rotations={self.rotations})"
+        )
+
+    def _fields(self) -> tuple[int, int, int, int, int]:
+        return (self.written, self.errors, self.batches, self.bytes, self.rotations)
 
 
 @final
