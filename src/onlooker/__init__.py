@@ -7,8 +7,6 @@ plugins observe it without ever being able to break the execution.
 
 from __future__ import annotations
 
-import importlib
-
 # Not `from typing import TYPE_CHECKING`: importing typing costs milliseconds,
 # and the coding-agent hook starts a fresh interpreter on every tool call.
 # Type checkers treat any name TYPE_CHECKING as true.
@@ -158,6 +156,8 @@ _SUBMODULES = frozenset({"plugins", "policies", "testing"})
 if not TYPE_CHECKING:
 
     def __getattr__(name: str) -> Any:
+        import importlib
+
         module = _LAZY.get(name)
         if module is None:
             if name in _SUBMODULES:  # `import onlooker; onlooker.policies.require_intent()`

@@ -21,7 +21,6 @@ exclusive ``flock`` on ``<session>/.lock``, after re-reading the last record
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -32,6 +31,14 @@ import time
 from onlooker._errors import AuditError
 
 from ._redact import Redactor
+
+try:  # CPython's own SHA-256: loading OpenSSL through hashlib costs ~2.5 ms per hook call
+    from _sha2 import sha256 as _sha256  # type: ignore[import-not-found,unused-ignore]  # 3.12+
+except ImportError:
+    try:
+        from _sha256 import sha256 as _sha256  # type: ignore[import-not-found,unused-ignore]  # 3.11
+    except ImportError:  # pragma: no cover - a build without them
+        from hashlib import sha256 as _sha256
 
 # Not `from typing import ...` at run time: this module is imported by the
 # coding-agent hook in a fresh interpreter on every tool call, and typing
@@ -334,7 +341,7 @@ class TrailWriter:
     def _append_locked(self, texts: Sequence[str]) -> None:
         head = f'{{"v":{RECORD_VERSION},"seq":'
         middle = f',"at":"{_timestamp()}","session_id":"{self.session_id}","prev":"'
-        sha256 = hashlib.sha256
+        sha256 = _sha256
         always = self.fsync == "always"
         max_bytes = self.max_bytes
         seq, prev = self._seq, self._prev
