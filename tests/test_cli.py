@@ -295,6 +295,27 @@ class TestAudit:
         assert result.exit_code == 1
         assert path.name in result.stdout
 
+    def test_verify_the_audit_directory_checks_every_session(
+        self, recorded: dict[str, Any]
+    ) -> None:
+        root = recorded["trail"].parent
+        intact = invoke("audit", "verify", str(root))
+        assert intact.exit_code == 0, intact.output
+        assert "ok" in intact.stdout
+        path = trail_file(recorded["trail"])
+        lines = path.read_text().splitlines(keepends=True)
+        lines[2] = lines[2].replace('"seq":2', '"seq":7')
+        path.write_text("".join(lines))
+        damaged = invoke("audit", "verify", str(root))
+        assert damaged.exit_code == 1
+        assert recorded["trail"].name in damaged.stdout
+
+    def test_verify_where_there_is_no_trail_is_a_usage_error(self, workdir: Path) -> None:
+        (workdir / "empty").mkdir()
+        result = invoke("audit", "verify", str(workdir / "empty"))
+        assert result.exit_code == 2
+        assert "no audit trail" in result.output
+
     def test_tail(self, recorded: dict[str, Any]) -> None:
         result = invoke("audit", "tail", str(recorded["trail"]))
         assert result.exit_code == 0

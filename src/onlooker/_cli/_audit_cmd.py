@@ -35,29 +35,57 @@ TrailPath = Annotated[
         "  onlooker audit verify .onlooker/audit/SESSION/events.jsonl && echo intact"
     ),
 )
-def verify(path: TrailPath) -> None:
+def verify(
+    path: Annotated[
+        Path,
+        typer.Argument(
+            help="A session directory, one of its events*.jsonl files, or the audit directory "
+            "itself (every session in it is verified).",
+            show_default=False,
+        ),
+    ],
+) -> None:
     """Prove a trail whole: every line parses and is chained to the one before.
 
     Exits 1 on tampering, a broken chain or a torn last line, naming the
     file and the line.
     """
+    from onlooker import AuditError
     from onlooker.plugins import audit
 
     _exists(path)
-    report = audit.verify(path)
-    if report.ok:
+    targets = _sessions(path) or [path]
+    damaged = 0
+    for target in targets:
+        try:
+            report = audit.verify(target)
+        except AuditError as exc:
+            raise typer.BadParameter(str(exc), param_hint="PATH") from None
+        label = f"{escape(str(target))}: " if len(targets) > 1 else ""
+        if report.ok:
+            stdout.print(
+                f"{label}[green]ok[/]: {report.records} records in {report.segments} segment(s), "
+                "chain intact"
+            )
+            continue
+        damaged += 1
+        verdict = "TORN TAIL" if report.reason == "torn_tail" else "TAMPERED"
+        where = f" at {report.first_bad}" if report.first_bad is not None else ""
+        detail = f": {report.detail}" if report.detail else ""
         stdout.print(
-            f"[green]ok[/]: {report.records} records in {report.segments} segment(s), chain intact"
+            f"{label}[red]{verdict}[/]{escape(where)} ({report.reason}){escape(detail)}",
+            soft_wrap=True,
         )
-        return
-    verdict = "TORN TAIL" if report.reason == "torn_tail" else "TAMPERED"
-    where = f" at {report.first_bad}" if report.first_bad is not None else ""
-    detail = f": {report.detail}" if report.detail else ""
-    stdout.print(
-        f"[red]{verdict}[/]{escape(where)} ({report.reason}){escape(detail)}", soft_wrap=True
-    )
-    stdout.print(f"{report.records} intact record(s) before it")
-    raise typer.Exit(1)
+        stdout.print(f"{report.records} intact record(s) before it")
+    if damaged:
+        raise typer.Exit(1)
+
+
+def _sessions(path: Path) -> list[Path]:
+    """The session directories under an audit directory ([] when ``path`` is a trail itself)."""
+    if not path.is_dir() or any(path.glob("events*.jsonl")):
+        return []
+    return sorted(p for p in path.iterdir() if p.is_dir() and any(p.glob("events*.jsonl")))
 
 
 @audit_app.command(
