@@ -21,7 +21,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests examples bench
 
 typecheck: $(STAMP)
-	$(BIN)/mypy src tests examples
+	$(BIN)/mypy src tests examples bench
 
 pytest: $(STAMP)
 	$(BIN)/pytest -q
