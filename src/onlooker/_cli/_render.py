@@ -132,7 +132,7 @@ def summary_table(summary: ExecutionSummary) -> Table:
     for child in summary.children:
         table.add_row(
             "child",
-            f"{escape(child.program)} {_status(child.status)}, {child.tool_calls} tool call{"" if child.tool_calls == 1 else "s"}",
+            f"{escape(child.program)} {_status(child.status)}, {child.tool_calls} tool call{'' if child.tool_calls == 1 else 's'}",
         )
     return table
 
