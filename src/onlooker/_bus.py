@@ -30,7 +30,7 @@ from reactivex.disposable import Disposable
 from reactivex.subject import Subject
 
 from ._events import ExecutionEvent
-from ._observer import ObserverLike, observer_name, resolve_handler
+from ._observer import ObserverLike, log_observer_failure, observer_name, resolve_handler
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -416,12 +416,4 @@ class EventBus:
 
     def _observer_failed(self, name: str, event: ExecutionEvent, exc: Exception) -> None:
         self._errors[name] = self._errors.get(name, 0) + 1
-        logger.error(
-            "observer %r failed on %s (execution %s): %s",
-            name,
-            event.kind,
-            event.execution_id,
-            exc,
-            exc_info=exc,
-            extra={"observer": name, "event_kind": event.kind, "execution_id": event.execution_id},
-        )
+        log_observer_failure(name, event, exc)

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeAlias, runtime_checkable
 
 from ._events import ExecutionEvent
 
-__all__ = ["AsyncHandler", "Observer", "ObserverLike", "SyncHandler", "resolve_handler"]
+logger = logging.getLogger("onlooker")
+
+__all__ = [
+    "AsyncHandler",
+    "Observer",
+    "ObserverLike",
+    "SyncHandler",
+    "log_observer_failure",
+    "observer_name",
+    "resolve_handler",
+]
 
 
 @runtime_checkable
@@ -48,6 +59,19 @@ def _is_async(fn: object) -> bool:
         and not inspect.isfunction(fn)
         and not inspect.ismethod(fn)
         and inspect.iscoroutinefunction(call)
+    )
+
+
+def log_observer_failure(name: str, event: ExecutionEvent, exc: Exception) -> None:
+    """Log an observer's swallowed exception with its name, the event kind and execution id."""
+    logger.error(
+        "observer %r failed on %s (execution %s): %s",
+        name,
+        event.kind,
+        event.execution_id,
+        exc,
+        exc_info=exc,
+        extra={"observer": name, "event_kind": event.kind, "execution_id": event.execution_id},
     )
 
 

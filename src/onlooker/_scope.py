@@ -7,17 +7,15 @@ scopes the task and phase that every event emitted inside it records.
 
 from __future__ import annotations
 
-import logging
 from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Final
 
 from ._events import Attribution, ExecutionEvent
-from ._observer import ObserverLike, observer_name, resolve_handler
+from ._observer import ObserverLike, log_observer_failure, observer_name, resolve_handler
 
 __all__ = ["attribution", "current_attribution", "emit_event", "observing"]
 
-logger: Final = logging.getLogger("onlooker")
 
 _Scoped = tuple[tuple[str, object], ...]
 _observers: ContextVar[_Scoped] = ContextVar("onlooker_observers", default=())
@@ -93,19 +91,7 @@ def _deliver(scoped: _Scoped, event: ExecutionEvent) -> int:
             handle(event)  # type: ignore[operator]
         except Exception as exc:
             failures += 1
-            logger.error(
-                "observer %r failed on %s (execution %s): %s",
-                name,
-                event.kind,
-                event.execution_id,
-                exc,
-                exc_info=exc,
-                extra={
-                    "observer": name,
-                    "event_kind": event.kind,
-                    "execution_id": event.execution_id,
-                },
-            )
+            log_observer_failure(name, event, exc)
     return failures
 
 
