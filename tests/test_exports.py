@@ -100,17 +100,8 @@ ERRORS = {
 }
 
 
-def isort_key(name: str) -> tuple[int, str]:
-    """The order ruff's RUF022 keeps: CONSTANTS, then Classes, then functions."""
-    if name.isupper():
-        return (0, name)
-    if name[0].isupper():
-        return (1, name)
-    return (2, name)
-
-
 def test_all_is_sorted_without_duplicates() -> None:
-    assert onlooker.__all__ == sorted(onlooker.__all__, key=isort_key)
+    assert onlooker.__all__ == sorted(onlooker.__all__)
     assert len(set(onlooker.__all__)) == len(onlooker.__all__)
 
 

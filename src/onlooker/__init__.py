@@ -173,8 +173,7 @@ if not TYPE_CHECKING:
         return sorted(set(globals()) | set(__all__))
 
 
-__all__ = [
-    "SCHEMA_VERSION",
+__all__ = [  # noqa: RUF022  # plainly sorted, as the contract says
     "Attribution",
     "AuditError",
     "BusStatistics",
@@ -216,6 +215,7 @@ __all__ = [
     "PreHook",
     "PreHookResult",
     "Program",
+    "SCHEMA_VERSION",
     "SchemaVersionError",
     "Tool",
     "ToolBlockedError",
