@@ -28,6 +28,7 @@ from ._errors import (
     ExecutionExpiredError,
     ExecutionNotPausedError,
     HookAbortError,
+    OnlookerError,
     PluginError,
     UnknownExecutionError,
 )
@@ -154,8 +155,8 @@ class ExecutionEngine:
                     )
                 if plugin.hooks is not None:
                     extra_hooks.extend(plugin.hooks(ext))
-            except PluginError:
-                raise
+            except OnlookerError:
+                raise  # already a clear, typed error (HistoryError naming the URL, ...)
             except Exception as exc:
                 raise PluginError(
                     f"plugin {plugin.id!r} failed to start: {exc}", plugin_id=plugin.id

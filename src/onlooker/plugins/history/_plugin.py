@@ -36,8 +36,8 @@ def plugin(
     goes to the spill file (``spill_path``; default beside the SQLite file,
     or under ``.onlooker/``) and is written on the next start, or as soon as
     the database takes writes again. The extension is the
-    :class:`HistoryStore`; the engine fails to start (``PluginError`` caused
-    by a ``HistoryError``) when the database cannot be reached.
+    :class:`HistoryStore`; the engine fails to start with a ``HistoryError``
+    (naming the URL, password hidden) when the database cannot be reached.
     """
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
