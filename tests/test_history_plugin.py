@@ -189,3 +189,18 @@ async def test_four_processes_write_one_postgres_database(tmp_path: Path) -> Non
         assert stats.tools[0].by_status == {"completed": 1000}
     finally:
         cluster.drop_database(url)
+
+
+async def test_reads_right_after_execute_see_the_execution_whole(tmp_path: Path) -> None:
+    recorder = onlooker.testing.RecordingObserver()
+    plugin = history.plugin(f"sqlite:///{tmp_path / 'h.db'}")
+    async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin]) as engine:
+        engine.bus.subscribe(recorder)
+        store = engine.extension(plugin)
+        for _ in range(3):
+            result = await engine.execute(one_call)
+            emitted = recorder.for_execution(result.execution_id)
+            assert await store.events(result.execution_id) == emitted
+            tree = await store.get_execution(result.execution_id)
+            assert tree is not None and tree.status == "completed"
+            assert [call.tool for call in tree.tool_calls] == ["add"]

@@ -60,6 +60,7 @@ def plugin(
             retry_delays=delays,
         )
         writer.start()
+        store._bus = ctx.bus
         try:
             yield store
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -14,7 +15,7 @@ from typing import Any, Final, TypeVar
 import anyio
 from sqlalchemy.engine import Connection
 
-from onlooker import ExecutionEvent
+from onlooker import EventBus, ExecutionEvent
 
 from . import _read
 from ._db import Database
@@ -62,6 +63,7 @@ class HistoryStore:
         # SQLite has one writer at a time anyway; PostgreSQL gets a few connections.
         self._limiter = anyio.CapacityLimiter(1 if db.backend == "sqlite" else 4)
         self._writer: BatchWriter | None = None
+        self._bus: EventBus | None = None  # the engine's, when the store is a plugin's
 
     @property
     def url(self) -> str:
@@ -76,9 +78,16 @@ class HistoryStore:
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
-    async def _read(self, fn: Callable[[Connection], T]) -> T:
+    async def _catch_up(self) -> None:
+        """Let every event already emitted reach the database (read-your-writes)."""
+        if self._bus is not None:
+            with contextlib.suppress(RuntimeError):  # the engine has closed: nothing in flight
+                await self._bus.flush()
         if self._writer is not None:
             await self._writer.flush()
+
+    async def _read(self, fn: Callable[[Connection], T]) -> T:
+        await self._catch_up()
         result: T = await self._call(self._db.run, fn)
         return result
 
@@ -157,9 +166,12 @@ class HistoryStore:
         return await self._read(fn)
 
     async def flush(self) -> None:
-        """Wait until the plugin's observer has written what it accepted (no-op without one)."""
-        if self._writer is not None:
-            await self._writer.flush()
+        """Wait until every event emitted so far is written (no-op for a store from ``open``).
+
+        The read methods do this themselves, so a read right after
+        ``engine.execute`` sees that execution whole.
+        """
+        await self._catch_up()
 
     def statistics(self) -> WriterStatistics | None:
         """The plugin writer's counters; ``None`` for a store from :func:`open`."""
