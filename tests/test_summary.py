@@ -99,15 +99,15 @@ class TestCounts:
         assert report.execution_id == result.value
         assert report.status == "completed" and report.error is None
         assert report.duration_ms == pytest.approx(result.duration_ms)
-        assert report.files_read == ("a.md", "b.md", "fix.diff")
-        assert report.files_written == ("out/z.txt",)
-        assert report.files_edited == ("a.md",)
-        assert report.files_modified == ("a.md", "out/z.txt")
+        assert report.files_read == ["a.md", "b.md", "fix.diff"]
+        assert report.files_written == ["out/z.txt"]
+        assert report.files_edited == ["a.md"]
+        assert report.files_modified == ["a.md", "out/z.txt"]
         assert report.tool_usage == {"patch": 1, "read_file": 4, "think": 1, "write_file": 2}
         assert list(report.tool_usage) == sorted(report.tool_usage)
         assert report.tool_calls == 8
         assert report.success_rate == pytest.approx(6 / 8)
-        assert report.errors == (
+        assert report.errors == [
             ToolCallError(
                 tool="read_file",
                 status="failed",
@@ -120,9 +120,9 @@ class TestCounts:
                 type="ToolBlockedError",
                 message=report.errors[1].message,
             ),
-        )
+        ]
         assert "secret" in report.errors[1].message
-        assert report.children == ()
+        assert report.children == []
 
     async def test_no_calls_and_skips(self) -> None:
         async def empty(ctx: ExecutionContext) -> str:
@@ -131,7 +131,7 @@ class TestCounts:
         result, store = await run(empty)
         report = get(store, result.value)
         assert (report.tool_calls, report.success_rate, report.tool_usage) == (0, 1.0, {})
-        assert report.files_read == report.files_modified == ()
+        assert report.files_read == report.files_modified == []
 
         def skip(use: ToolUseContext) -> PreHookResult:
             return PreHookResult(HookAction.SKIP)
@@ -142,8 +142,8 @@ class TestCounts:
 
         result, store = await run(skipped, hooks=[HookMatcher(pre=[skip])])
         report = get(store, result.value)
-        assert report.tool_calls == 1 and report.success_rate == 1.0 and report.errors == ()
-        assert report.files_written == ()  # the tool never ran
+        assert report.tool_calls == 1 and report.success_rate == 1.0 and report.errors == []
+        assert report.files_written == []  # the tool never ran
 
     async def test_unknown_execution(self) -> None:
         async def empty(ctx: ExecutionContext) -> None:
@@ -195,7 +195,7 @@ class TestChildren:
             store = ctx.extension(plugin)
             partial = get(store, bad.execution_id)  # what the failed child completed
             assert partial.status == "failed"
-            assert partial.files_written == ("half.txt",)
+            assert partial.files_written == ["half.txt"]
             assert partial.tool_calls == 2 and partial.success_rate == 0.5
             assert partial.errors[0].message == "no such file: missing.md"
             return [ctx.execution_id, good.execution_id, bad.execution_id]
@@ -212,9 +212,9 @@ class TestChildren:
         assert [c.execution_id for c in report.children] == [good_id, bad_id]
         good, bad = report.children
         assert good == get(store, good_id) and bad == get(store, bad_id)
-        assert good.files_read == ("in.md",)
+        assert good.files_read == ["in.md"]
         (deep,) = good.children
-        assert deep.files_written == ("deep.txt",) and deep.status == "completed"
+        assert deep.files_written == ["deep.txt"] and deep.status == "completed"
         assert bad.status == "failed" and bad.error is not None
         as_json = json.loads(report.model_dump_json())
         assert as_json["children"][0]["children"][0]["files_written"] == ["deep.txt"]
@@ -238,10 +238,10 @@ class TestChildren:
             store = engine.extension(plugin)
         (running,) = snapshots
         assert running.status == "running" and running.error is None
-        assert running.files_read == ("a.md",) and running.tool_calls == 1
+        assert running.files_read == ["a.md"] and running.tool_calls == 1
         assert running.duration_ms > 0
         final = get(store, result.value).children[0]
-        assert final.status == "completed" and final.files_read == ("a.md", "b.md")
+        assert final.status == "completed" and final.files_read == ["a.md", "b.md"]
 
     async def test_summary_of_a_child_spawned_from_a_tool(self) -> None:
         plugin = summary.plugin()
@@ -296,8 +296,8 @@ def sample(**changes: Any) -> ExecutionSummary:
                 program="child",
                 status="completed",
                 duration_ms=0.1,
-                files_edited=("ü&<>.py",),
-                files_modified=("ü&<>.py",),
+                files_edited=["ü&<>.py"],
+                files_modified=["ü&<>.py"],
             ),
         ),
     }
@@ -336,13 +336,13 @@ class TestXml:
         assert files_of(child, "files_edited") == ["ü&<>.py"]
 
     def test_characters_xml_cannot_carry_are_replaced(self) -> None:
-        report = sample(files_read=("nul\x00byte", "bell\x07", "surrogate\udcff"))
+        report = sample(files_read=["nul\x00byte", "bell\x07", "surrogate\udcff"])
         root = ET.fromstring(report.to_xml())
         assert files_of(root, "files_read") == ["nul\ufffdbyte", "bell\ufffd", "surrogate\ufffd"]
 
     @given(st.lists(st.text(), max_size=5), st.text())
     def test_any_text_gives_well_formed_xml(self, names: list[str], message: str) -> None:
-        report = sample(files_read=tuple(names), errors=(), program=message)
+        report = sample(files_read=tuple(names), errors=[], program=message)
         root = ET.fromstring(report.to_xml())
         expected = [n if _xml_safe(n) else None for n in names]
         for got, want in zip(files_of(root, "files_read"), expected, strict=True):

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 import onlooker
 from onlooker import (
@@ -76,17 +76,17 @@ class ExecutionSummary(BaseModel):
     duration_ms: float
     error: ErrorInfo | None = None
     """Why the execution failed, when it did."""
-    files_read: tuple[str, ...] = ()
-    files_written: tuple[str, ...] = ()
-    files_edited: tuple[str, ...] = ()
-    files_modified: tuple[str, ...] = ()
+    files_read: list[str] = Field(default_factory=list)
+    files_written: list[str] = Field(default_factory=list)
+    files_edited: list[str] = Field(default_factory=list)
+    files_modified: list[str] = Field(default_factory=list)
     """The union of ``files_written`` and ``files_edited``."""
     tool_usage: dict[str, int] = {}
     """Tool name -> number of finished calls, sorted by name."""
     tool_calls: int = 0
     success_rate: float = 1.0
-    errors: tuple[ToolCallError, ...] = ()
-    children: tuple[ExecutionSummary, ...] = ()
+    errors: list[ToolCallError] = Field(default_factory=list)
+    children: list[ExecutionSummary] = Field(default_factory=list)
     """The summaries of the executions this one spawned, in the order they started."""
 
     def to_xml(self, *, indent: bool = False) -> str:
@@ -289,19 +289,19 @@ class SummaryStore:
             status=record.status,
             duration_ms=max(duration, 0.0),
             error=record.error,
-            files_read=tuple(sorted(record.files["reads"])),
-            files_written=tuple(sorted(written)),
-            files_edited=tuple(sorted(edited)),
-            files_modified=tuple(sorted(written | edited)),
+            files_read=sorted(record.files["reads"]),
+            files_written=sorted(written),
+            files_edited=sorted(edited),
+            files_modified=sorted(written | edited),
             tool_usage=dict(sorted(record.usage.items())),
             tool_calls=calls,
             success_rate=1.0 if calls == 0 else (calls - len(record.errors)) / calls,
-            errors=tuple(record.errors),
-            children=tuple(
+            errors=list(record.errors),
+            children=[
                 self._summary(self._records[child])
                 for child in record.children
                 if child in self._records
-            ),
+            ],
         )
 
 
