@@ -281,7 +281,7 @@ class TestQueries:
         assert (quick.calls, quick.failed, quick.failure_rate) == (2, 0, 0.0)
         assert quick.by_status == {"completed": 1, "blocked": 1}
         assert (quick.p50_ms, quick.p95_ms) == (0.1, 0.5)
-        assert later.executions == 0 and later.tools == ()
+        assert later.executions == 0 and later.tools == []
 
     async def test_query_with_the_tables(self, url: str) -> None:
         async with history.open(url) as store:

@@ -174,9 +174,9 @@ def execution_tree(conn: Connection, execution_id: str) -> ExecutionTree | None:
     def build(node: str) -> ExecutionTree:
         return ExecutionTree(
             **_execution_fields(nodes[node]),
-            tool_calls=tuple(calls[node]),
-            interactions=tuple(asks[node]),
-            children=tuple(build(child) for child in children[node]),
+            tool_calls=list(calls[node]),
+            interactions=list(asks[node]),
+            children=[build(child) for child in children[node]],
         )
 
     return build(execution_id)
@@ -258,5 +258,5 @@ def stats(conn: Connection, since: datetime | None) -> HistoryStats:
         executions=sum(by_execution_status.values()),
         executions_by_status=by_execution_status,
         tool_calls=sum(t.calls for t in tools),
-        tools=tuple(tools),
+        tools=list(tools),
     )

@@ -113,9 +113,9 @@ class ExecutionTree(_ExecutionFields):
     ``children`` are the executions it spawned (oldest first), each a tree itself.
     """
 
-    tool_calls: tuple[ToolCallRecord, ...] = ()
-    interactions: tuple[InteractionRecord, ...] = ()
-    children: tuple[ExecutionTree, ...] = ()
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    interactions: list[InteractionRecord] = Field(default_factory=list)
+    children: list[ExecutionTree] = Field(default_factory=list)
 
 
 class ExecutionList(list[ExecutionRecord]):
@@ -165,5 +165,5 @@ class HistoryStats(BaseModel):
     executions_by_status: dict[str, int]
     tool_calls: int
     """Finished tool calls, every tool."""
-    tools: tuple[ToolStats, ...]
+    tools: list[ToolStats]
     """Per tool, most called first."""
