@@ -211,6 +211,28 @@ class TestFailSafe:
         assert (result.returncode, result.stdout) == (0, "")
         assert problem in (tmp_path / "audit.err").read_text()
 
+    @pytest.mark.parametrize(
+        "raw",
+        [
+            '{"hook_event_name": "PreToolUse", "tool_input": {"command": '
+            "\"curl -H 'Authorization: Bearer sk-abcdefghijklmnopqrstuvwx1234'",
+            '\udcff{"password": "hunter2hunter2"}',
+            '{"hook_event_name": "Notification sk-ant-api03-abcdefghijklmnopqrstuvwxyz"}',
+        ],
+    )
+    def test_malformed_input_never_puts_its_secrets_in_audit_err(
+        self, tmp_path: Path, raw: str
+    ) -> None:
+        result = hook_process(tmp_path, raw.encode("utf-8", "surrogateescape").decode("latin-1"))
+        assert (result.returncode, result.stdout) == (0, "")
+        logged = (tmp_path / "audit.err").read_bytes()
+        for secret in (
+            b"abcdefghijklmnopqrstuvwx1234",
+            b"hunter2hunter2",
+            b"abcdefghijklmnopqrstuvwxyz",
+        ):
+            assert secret not in logged
+
     def test_an_unwritable_audit_directory_exits_0(self, tmp_path: Path) -> None:
         blocker = tmp_path / "audit"
         blocker.write_text("a file where the directory should be")  # root ignores chmod; this not

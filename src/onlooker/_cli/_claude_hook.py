@@ -113,9 +113,10 @@ def _read_payload() -> dict[str, Any]:
     try:
         payload = json.loads(raw)
     except ValueError as exc:
-        raise _HookError(f"hook input is not JSON ({exc}): {raw[:200]!r}") from None
+        # Never the input itself: a malformed payload still carries the agent's secrets.
+        raise _HookError(f"hook input ({len(raw)} bytes) is not JSON: {exc}") from None
     if not isinstance(payload, dict):
-        raise _HookError(f"hook input is not a JSON object: {raw[:200]!r}")
+        raise _HookError(f"hook input is not a JSON object but {type(payload).__name__}")
     event = payload.get("hook_event_name")
     if event not in HOOK_EVENTS:
         raise _HookError(f"unknown hook event {event!r} (recorded: {', '.join(HOOK_EVENTS)})")
@@ -378,6 +379,12 @@ _ERROR_TYPES: Final = {
 
 def _report(audit_dir: str, exc: Exception) -> None:
     line = f"{_iso(time.time())} onlooker hook claude-code: {type(exc).__name__}: {exc}\n"
+    try:  # audit.err lives beside the trail: it must never hold a secret either
+        from onlooker.plugins.audit._redact import Redactor
+
+        line = Redactor().redact_text(line)
+    except Exception:  # reporting must never fail the hook
+        pass
     try:
         os.makedirs(audit_dir, exist_ok=True)
         with open(os.path.join(audit_dir, "audit.err"), "a", encoding="utf-8") as err:
