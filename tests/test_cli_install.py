@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +123,21 @@ class TestInstall:
         command = commands.pop()
         assert f"--audit-dir {tmp_path / 'audit'}" in command
         assert f"--deny-commands {tmp_path / 'deny.txt'}" in command
+        executable = Path(command.split()[0])
+        assert executable.is_absolute() and executable.name == "onlooker"
+
+    def test_command_is_absolute_without_an_active_venv(self, tmp_path: Path) -> None:
+        settings = tmp_path / "settings.json"
+        script = Path(sys.executable).parent / "onlooker"
+        subprocess.run(
+            [str(script), "hook", "install", "--settings", str(settings)],
+            env={**os.environ, "PATH": "/usr/bin:/bin"},
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        commands = {command for _, command in ours(read(settings))}
+        assert commands == {f"{script} hook claude-code"}
 
     def test_invalid_json_is_an_error_and_left_alone(self, tmp_path: Path) -> None:
         settings = tmp_path / "settings.json"

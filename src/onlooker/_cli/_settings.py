@@ -10,6 +10,7 @@ import json
 import os
 import shlex
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Final
 
@@ -31,13 +32,24 @@ def hook_command(
     deny_commands: str | Path | None = None,
 ) -> str:
     """The shell command Claude Code runs for each hook event."""
-    exe = executable or shutil.which("onlooker") or "onlooker"
+    exe = executable or _this_executable()
     parts = [exe, "hook", "claude-code"]
     if audit_dir is not None:
         parts += ["--audit-dir", str(Path(audit_dir).resolve())]
     if deny_commands is not None:
         parts += ["--deny-commands", str(Path(deny_commands).resolve())]
     return shlex.join(parts)
+
+
+def _this_executable() -> str:
+    """The absolute path of this ``onlooker``: the hook must run even where no venv is active."""
+    running = Path(sys.argv[0])
+    if running.name == "onlooker" and running.is_file():
+        return str(running.resolve())
+    beside = Path(sys.executable).parent / "onlooker"
+    if beside.is_file():
+        return str(beside)
+    return shutil.which("onlooker") or "onlooker"
 
 
 def is_ours(hook: object) -> bool:
