@@ -22,6 +22,7 @@ audit_app = typer.Typer(
 TrailPath = Annotated[
     Path,
     typer.Argument(
+        metavar="PATH",
         help="A session directory (.onlooker/audit/SESSION) or one of its events*.jsonl files.",
         show_default=False,
     ),
@@ -39,6 +40,7 @@ def verify(
     path: Annotated[
         Path,
         typer.Argument(
+            metavar="PATH",
             help="A session directory, one of its events*.jsonl files, or the audit directory "
             "itself (every session in it is verified).",
             show_default=False,

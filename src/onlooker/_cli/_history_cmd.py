@@ -125,7 +125,9 @@ def list_(
     ),
 )
 def show(
-    execution_id: Annotated[str, typer.Argument(help="The execution's id.", show_default=False)],
+    execution_id: Annotated[
+        str, typer.Argument(metavar="ID", help="The execution's id.", show_default=False)
+    ],
     db: Db = None,
     as_json: Json = False,
 ) -> None:

@@ -18,6 +18,7 @@ def run(
     program: Annotated[
         str,
         typer.Argument(
+            metavar="PROGRAM",
             help="PROGRAM.py[:function]: the file and its async function (default: main).",
             show_default=False,
         ),
