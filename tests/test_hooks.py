@@ -613,3 +613,35 @@ async def test_abort_in_a_child_fails_the_child_and_its_parent() -> None:
     assert result.status == "failed"
     assert result.error is not None and result.error.type == "HookAbortError"
     assert [e.status for e in recorder.of(onlooker.ExecutionFinished)] == ["failed", "failed"]
+
+
+async def test_a_block_raised_inside_a_tool_fails_that_tool_it_does_not_block_it() -> None:
+    """Only a hook's verdict makes a call `blocked`; a tool that lets a nested
+    call's ToolBlockedError escape has failed."""
+
+    def block_echo(use: ToolUseContext) -> PreHookResult | None:
+        return (
+            PreHookResult(HookAction.BLOCK, reason="no echo") if use.tool_name == "echo" else None
+        )
+
+    @onlooker.tool
+    async def relay(text: str) -> str:
+        result: str = await onlooker.current_context().call("echo", text=text)
+        return result
+
+    async def program(ctx: ExecutionContext) -> str:
+        with contextlib.suppress(onlooker.ToolBlockedError):
+            await ctx.call("relay", text="hi")
+        return "went on"
+
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine(
+        tools=[*TOOLS, relay], hooks=[HookMatcher(pre=[block_echo])]
+    ) as engine:
+        with onlooker.observing(recorder):
+            result = await engine.execute(program)
+    assert result.status == "completed"
+    assert [(e.tool, e.status) for e in finished(recorder)] == [
+        ("echo", "blocked"),
+        ("relay", "failed"),
+    ]

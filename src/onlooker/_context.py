@@ -294,6 +294,7 @@ class ExecutionContext:
         shown: Mapping[str, Any] = args
         metadata: dict[str, Any] = {}
         started = False
+        in_tool = False  # a block or abort raised by the tool itself is a failure, not a verdict
         try:
             spec = engine._tools._tools.get(name)
             if spec is None:
@@ -328,6 +329,7 @@ class ExecutionContext:
             if engine.bus._full:
                 await engine.bus.wait_for_space()
             token = _tool_call.set(call_id)
+            in_tool = True
             try:
                 if spec.is_async:
                     result = await spec.fn(**validated)
@@ -335,6 +337,7 @@ class ExecutionContext:
                     result = await spec.invoke(validated)
             finally:
                 _tool_call.reset(token)
+            in_tool = False
             if plan.post:
                 result = await self._run_post_hooks(
                     plan, spec, call_id, validated, result, metadata, use
@@ -349,7 +352,7 @@ class ExecutionContext:
                 self._emit_started(call_id, name, shown)
             if not isinstance(exc, Exception):
                 status = "cancelled"
-            elif isinstance(exc, ToolBlockedError | HookAbortError):
+            elif isinstance(exc, ToolBlockedError | HookAbortError) and not in_tool:
                 status = "blocked"
                 if isinstance(exc, HookAbortError):
                     self._run.aborted = exc
