@@ -205,7 +205,9 @@ class ExecutionEngine:
         return False
 
     async def aclose(self) -> None:
-        """Close the engine (as leaving ``async with`` does)."""
+        """Close the engine (as leaving ``async with`` does); closing twice is harmless."""
+        if self._state in ("new", "closing", "closed"):
+            return
         await self.__aexit__(None, None, None)
 
     async def _cancel_detached(self) -> None:
