@@ -135,7 +135,6 @@ class _AsyncQueue:
         "name",
         "overflow",
         "queue",
-        "scope",
         "started",
     )
 
@@ -156,7 +155,6 @@ class _AsyncQueue:
         self.busy = False
         self.closed = False
         self.started = False
-        self.scope: anyio.CancelScope | None = None
         self._wakeup: anyio.Event | None = None
         self._space: anyio.Event | None = None
 
@@ -193,31 +191,30 @@ class _AsyncQueue:
             raise
 
     async def _work(self) -> None:
-        with anyio.CancelScope() as self.scope:
-            queue = self.queue
-            while True:
-                if not queue:
-                    self.busy = False
-                    self.bus._maybe_drained()
-                    if self.closed:
-                        return
-                    self._wakeup = anyio.Event()
-                    await self._wakeup.wait()
-                    continue
-                self.busy = True
-                event = queue.popleft()
-                # Wake a waiting emitter only at the low-water mark: waking it at
-                # every free slot would switch tasks once per event.
-                if self._space is not None and len(queue) <= self.maxsize // 2:
-                    self._space.set()
-                    self._space = None
-                    self.bus._full.discard(self)
-                try:
-                    await self.handle(event)
-                except Exception as exc:
-                    self.bus._observer_failed(self.name, event, exc)
-                else:
-                    self.bus._delivered += 1
+        queue = self.queue
+        while True:
+            if not queue:
+                self.busy = False
+                self.bus._maybe_drained()
+                if self.closed:
+                    return
+                self._wakeup = anyio.Event()
+                await self._wakeup.wait()
+                continue
+            self.busy = True
+            event = queue.popleft()
+            # Wake a waiting emitter only at the low-water mark: waking it at
+            # every free slot would switch tasks once per event.
+            if self._space is not None and len(queue) <= self.maxsize // 2:
+                self._space.set()
+                self._space = None
+                self.bus._full.discard(self)
+            try:
+                await self.handle(event)
+            except Exception as exc:
+                self.bus._observer_failed(self.name, event, exc)
+            else:
+                self.bus._delivered += 1
 
     def close(self) -> None:
         self.closed = True
