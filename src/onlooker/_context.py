@@ -24,6 +24,7 @@ from ._errors import (
     UnknownToolError,
 )
 from ._events import (
+    SCHEMA_VERSION,
     Attribution,
     ErrorInfo,
     ExecutionFinished,
@@ -72,8 +73,6 @@ Ext = TypeVar("Ext")
 
 _current: ContextVar[ExecutionContext | None] = ContextVar("onlooker_execution", default=None)
 _tool_call: ContextVar[str | None] = ContextVar("onlooker_tool_call", default=None)
-
-_SCHEMA_VERSION: Final = 1
 
 
 class _Skipped(Exception):
@@ -241,7 +240,7 @@ class ExecutionContext:
             "seq": seq,
             "at": _now(),
             "attribution": _attribution.get(),
-            "schema_version": _SCHEMA_VERSION,
+            "schema_version": SCHEMA_VERSION,
             **values,
         }
         self._engine._publish(_build(cls, values))

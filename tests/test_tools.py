@@ -1,0 +1,88 @@
+"""@tool: names, declarations, argument schemas, and clear errors for bad tools."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import onlooker
+
+
+def test_defaults_come_from_the_function() -> None:
+    @onlooker.tool
+    def read_file(path: str, limit: int = 10) -> str:
+        """Read a file.
+
+        More detail.
+        """
+        return path
+
+    assert read_file.name == "read_file"
+    assert read_file.description == "Read a file.\n\nMore detail."
+    assert (read_file.mutating, read_file.reads, read_file.writes, read_file.edits) == (
+        False,
+        None,
+        None,
+        None,
+    )
+    assert read_file("a.md") == "a.md"  # calling the tool calls the function
+
+
+def test_declarations_and_input_schema() -> None:
+    @onlooker.tool(name="fs.write", description="Write.", mutating=True, writes="path")
+    async def write(path: str, text: str = "") -> int:
+        return len(text)
+
+    assert (write.name, write.description, write.mutating, write.writes) == (
+        "fs.write",
+        "Write.",
+        True,
+        "path",
+    )
+    schema = write.input_schema
+    assert schema["type"] == "object"
+    assert set(schema["properties"]) == {"path", "text"}
+    assert schema["required"] == ["path"]
+
+
+def test_a_role_naming_no_parameter_is_an_error() -> None:
+    def read(path: str) -> str:
+        return path
+
+    with pytest.raises(ValueError, match=r"reads='file'.*names no parameter"):
+        onlooker.tool(reads="file")(read)
+
+
+def test_positional_only_parameters_are_refused() -> None:
+    def positional(path: str, /) -> str:
+        return path
+
+    with pytest.raises(TypeError, match="passable by keyword"):
+        onlooker.tool(positional)
+
+
+def test_validation_names_every_problem() -> None:
+    @onlooker.tool
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    assert add.validate_args({"a": "1", "b": 2}) == {"a": 1, "b": 2}
+    with pytest.raises(onlooker.ToolInputError) as info:
+        add.validate_args({"a": "one", "c": 3})
+    message = str(info.value)
+    assert "'add'" in message and "a:" in message and "b:" in message and "c:" in message
+    assert info.value.tool == "add"
+
+
+def test_two_tools_with_one_name_are_refused() -> None:
+    def first() -> None: ...
+
+    def second() -> None: ...
+
+    tools: list[onlooker.Tool[..., Any]] = [
+        onlooker.tool(name="same")(first),
+        onlooker.tool(name="same")(second),
+    ]
+    with pytest.raises(ValueError, match="two tools are named 'same'"):
+        onlooker.ExecutionEngine(tools=tools)
