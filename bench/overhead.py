@@ -164,13 +164,10 @@ async def events_per_second(calls: int) -> float:
     timing: list[float] = []
 
     async def program(ctx: ExecutionContext) -> None:
-        emit = ctx._emit
+        emit = ctx._emitter.tool_call_started
         began = time.perf_counter()
         for i in range(calls):
-            emit(
-                ToolCallStarted,
-                {"kind": "ToolCallStarted", "tool_call_id": "c", "tool": "add", "args": {"a": i}},
-            )
+            emit(tool_call_id="c", tool="add", args={"a": i})
         timing.append(time.perf_counter() - began)
 
     async with onlooker.ExecutionEngine(tools=[add]) as engine:

@@ -60,12 +60,12 @@ def write_file(path: str, content: str) -> int:
 
 def keep_writes_in_sandbox(use: ToolUseContext) -> PreHookResult | None:
     """Rewrite every write's path into ``sandbox/`` (and say so in the metadata)."""
-    path = str(use.input["path"])
+    path = str(use.tool_input["path"])
     if path.startswith("sandbox/"):
         return None
     safe = "sandbox/" + path.lstrip("/").replace("../", "")
     return PreHookResult(
-        modified_input={**use.input, "path": safe}, metadata={"rewritten_from": path}
+        modified_input={**use.tool_input, "path": safe}, metadata={"rewritten_from": path}
     )
 
 

@@ -43,6 +43,8 @@ DESIGN_NAMES = {
     "ToolError",
     "ToolInputError",
     "ToolUseContext",
+    "TrackedExecution",
+    "TrackedToolCall",
     "Trigger",
     "UnknownExecutionError",
     "UnknownToolError",
@@ -78,6 +80,8 @@ PUBLIC = DESIGN_NAMES | {
     "SchemaVersionError",
     "Tool",
     "ToolCallStatus",
+    "ToolDeclaration",
+    "TrackingError",
     "ToolRegistry",
     "current_attribution",
 }
@@ -95,6 +99,7 @@ ERRORS = {
     "ToolBlockedError",
     "ToolError",
     "ToolInputError",
+    "TrackingError",
     "UnknownExecutionError",
     "UnknownToolError",
 }

@@ -154,15 +154,15 @@ class TestOrderAndInput:
         log: list[str] = []
 
         def first(use: ToolUseContext) -> PreHookResult:
-            log.append(f"first saw {use.input['text']}")
-            return PreHookResult(modified_input={"text": use.input["text"] + "-1"})
+            log.append(f"first saw {use.tool_input['text']}")
+            return PreHookResult(modified_input={"text": use.tool_input["text"] + "-1"})
 
         async def second(use: ToolUseContext) -> PreHookResult:
-            log.append(f"second saw {use.input['text']}")
-            return PreHookResult(modified_input={**use.input, "text": use.input["text"] + "-2"})
+            log.append(f"second saw {use.tool_input['text']}")
+            return PreHookResult(modified_input={**use.tool_input, "text": use.tool_input["text"] + "-2"})
 
         def third(use: ToolUseContext) -> None:
-            log.append(f"third saw {use.input['text']}")
+            log.append(f"third saw {use.tool_input['text']}")
 
         def post_a(use: ToolUseContext, output: Any) -> PostHookResult:
             log.append(f"post_a saw {output}")
@@ -195,7 +195,7 @@ class TestOrderAndInput:
 
     async def test_modified_input_is_validated_and_coerced(self) -> None:
         def coerce(use: ToolUseContext) -> PreHookResult:
-            return PreHookResult(modified_input={"a": "40", "b": use.input["b"]})
+            return PreHookResult(modified_input={"a": "40", "b": use.tool_input["b"]})
 
         async def program(ctx: ExecutionContext) -> Any:
             return await ctx.call("add", a=1, b=2)
@@ -251,9 +251,9 @@ class TestOrderAndInput:
             assert use.execution_id == result.value
             assert use.mutating is True
             assert use.attribution.task_id == "t1" and use.attribution.phase == "p1"
-        assert dict(pre_use.input) == {"path": "a.txt", "content": ""}
+        assert dict(pre_use.tool_input) == {"path": "a.txt", "content": ""}
         with pytest.raises(TypeError):
-            pre_use.input["path"] = "b.txt"  # type: ignore[index]  # read-only view
+            pre_use.tool_input["path"] = "b.txt"  # type: ignore[index]  # read-only view
 
     async def test_unknown_tool_runs_no_hook(self) -> None:
         calls: list[str] = []
@@ -546,7 +546,7 @@ async def test_stream_stays_well_formed_under_every_action(
     actions = {"a": HookAction.SKIP, "b": HookAction.BLOCK, "c": HookAction.ABORT}
 
     def decide(use: ToolUseContext) -> PreHookResult:
-        return PreHookResult(actions.get(str(use.input["text"]), HookAction.CONTINUE))
+        return PreHookResult(actions.get(str(use.tool_input["text"]), HookAction.CONTINUE))
 
     async def program(ctx: ExecutionContext) -> None:
         for text in ("a", "b", "c", "d"):

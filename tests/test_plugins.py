@@ -288,7 +288,7 @@ class TestObserversAndHooks:
             denied: str
 
             def pre(self, use: ToolUseContext) -> PreHookResult | None:
-                seen_inputs.append(dict(use.input))
+                seen_inputs.append(dict(use.tool_input))
                 if use.tool_name == self.denied:
                     return PreHookResult(action=HookAction.SKIP, metadata={"by": "policy"})
                 return None

@@ -77,7 +77,7 @@ def get(store: SummaryStore, execution_id: object) -> ExecutionSummary:
 class TestCounts:
     async def test_files_usage_errors_and_success_rate(self) -> None:
         def block_secrets(use: ToolUseContext) -> PreHookResult | None:
-            if use.input.get("path") == "secret.txt":
+            if use.tool_input.get("path") == "secret.txt":
                 return PreHookResult(HookAction.BLOCK, reason="secret")
             return None
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         ToolBlockedError,
         ToolError,
         ToolInputError,
+        TrackingError,
         UnknownExecutionError,
         UnknownToolError,
     )
@@ -76,7 +77,8 @@ if TYPE_CHECKING:
         PausedExecution,
     )
     from ._scope import attribution, current_attribution, emit_event, observing
-    from ._tools import Tool, ToolRegistry, tool
+    from ._tools import Tool, ToolDeclaration, ToolRegistry, tool
+    from ._tracked import TrackedExecution, TrackedToolCall
 
 __version__ = "0.1.0"
 
@@ -131,10 +133,14 @@ _LAZY: dict[str, str] = {
     "ToolCallFinished": "_events",
     "ToolCallStarted": "_events",
     "ToolCallStatus": "_events",
+    "ToolDeclaration": "_tools",
     "ToolError": "_errors",
     "ToolInputError": "_errors",
     "ToolRegistry": "_tools",
     "ToolUseContext": "_hooks",
+    "TrackedExecution": "_tracked",
+    "TrackedToolCall": "_tracked",
+    "TrackingError": "_errors",
     "Trigger": "_events",
     "UnknownExecutionError": "_errors",
     "UnknownToolError": "_errors",
@@ -222,10 +228,14 @@ __all__ = [  # noqa: RUF022  # plainly sorted, as the contract says
     "ToolCallFinished",
     "ToolCallStarted",
     "ToolCallStatus",
+    "ToolDeclaration",
     "ToolError",
     "ToolInputError",
     "ToolRegistry",
     "ToolUseContext",
+    "TrackedExecution",
+    "TrackedToolCall",
+    "TrackingError",
     "Trigger",
     "UnknownExecutionError",
     "UnknownToolError",

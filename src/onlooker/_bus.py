@@ -411,6 +411,14 @@ class EventBus:
     def _dropped_event(self, name: str) -> None:
         self._dropped[name] = self._dropped.get(name, 0) + 1
 
+    def record_observer_errors(self, name: str, count: int) -> None:
+        """Count ``count`` failures of observers outside the bus (``observing()`` scopes).
+
+        They are already logged by whoever called them; this puts them in
+        :meth:`statistics`, beside the bus's own observers.
+        """
+        self._errors[name] = self._errors.get(name, 0) + count
+
     def _observer_failed(self, name: str, event: ExecutionEvent, exc: Exception) -> None:
         self._errors[name] = self._errors.get(name, 0) + 1
         log_observer_failure(name, event, exc)

@@ -15,25 +15,20 @@ from anyio.abc import TaskGroup
 from pydantic import JsonValue
 
 from ._bus import EventBus
-from ._context import (
-    ExecutionContext,
-    Program,
-    _current,
-    _execution_finished,
-    _execution_started,
-    _Run,
-    _tool_call,
-)
+from ._context import ExecutionContext, Program, _current, _tool_call
+from ._emitter import Emitter
 from ._errors import (
     ExecutionExpiredError,
     ExecutionNotPausedError,
     HookAbortError,
     OnlookerError,
     PluginError,
+    TrackingError,
     UnknownExecutionError,
 )
-from ._events import Attribution, ExecutionEvent, Trigger, new_id
-from ._hooks import _NO_HOOKS, HookMatcher, _HookPlan
+from ._events import Attribution, Trigger, new_id, snapshot
+from ._hooks import HookMatcher, HookPlans
+from ._lifecycle import Runtime
 from ._plugin import Plugin, PluginContext
 from ._results import (
     ElicitationHandler,
@@ -42,8 +37,10 @@ from ._results import (
     PausedExecution,
     error_info,
 )
-from ._scope import _attribution, _deliver, _observers
-from ._tools import Tool, ToolRegistry
+from ._run import RunState
+from ._scope import _attribution, _observers
+from ._tools import Tool, ToolDeclaration, ToolRegistry
+from ._tracked import TrackedExecution, as_trigger, track
 
 __all__ = ["ExecutionEngine"]
 
@@ -85,14 +82,14 @@ class ExecutionEngine:
         self._tools = ToolRegistry(list(tools))
         self._plugins = tuple(plugins)
         self._own_hooks = tuple(hooks)
-        self._hooks: tuple[HookMatcher, ...] = self._own_hooks
-        self._hook_plans: dict[tuple[str, str | None], _HookPlan] = {}
         self.pause_timeout = pause_timeout
         self.bus: EventBus = bus if bus is not None else EventBus()
         """The engine's event bus: subscribe observers, or use ``bus.events`` with Rx."""
+        self._runtime = Runtime(self.bus, self._tools, HookPlans(self._own_hooks), self.extension)
         self._keep_results = keep_results
         self._extensions: dict[str, Any] = {}
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, RunState] = {}
+        self._tracked: dict[str, TrackedExecution] = {}  # open tracked roots
         self._finished: OrderedDict[str, ExecutionResult[Any]] = OrderedDict()
         self._task_group: TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
@@ -161,8 +158,7 @@ class ExecutionEngine:
                 raise PluginError(
                     f"plugin {plugin.id!r} failed to start: {exc}", plugin_id=plugin.id
                 ) from exc
-        self._hooks = self._own_hooks + tuple(extra_hooks)
-        self._hook_plans.clear()
+        self._runtime.hooks.replace(self._own_hooks + tuple(extra_hooks))
 
     async def __aexit__(
         self,
@@ -176,6 +172,7 @@ class ExecutionEngine:
         close_error: BaseException | None = None
         try:
             with anyio.CancelScope(shield=True):
+                self._finish_tracked()
                 await self._cancel_detached()
                 await self.bus._aclose()
                 if self._stack is not None:
@@ -209,6 +206,10 @@ class ExecutionEngine:
         if self._state in ("new", "closing", "closed"):
             return
         await self.__aexit__(None, None, None)
+
+    def _finish_tracked(self) -> None:
+        for run in list(self._tracked.values()):
+            run._finish("cancelled", error="the engine closed while the execution was open")
 
     async def _cancel_detached(self) -> None:
         for run in list(self._runs.values()):
@@ -248,31 +249,6 @@ class ExecutionEngine:
         """The engine's tools by name."""
         return self._tools
 
-    # -- emitting ----------------------------------------------------------------
-
-    def _publish(self, event: ExecutionEvent) -> None:
-        self.bus.emit(event)
-        scoped = _observers.get()
-        if scoped:
-            failures = _deliver(scoped, event)
-            if failures:
-                self.bus._errors["observing()"] = self.bus._errors.get("observing()", 0) + failures
-
-    def _hook_plan(self, tool: str, phase: str | None) -> _HookPlan:
-        key = (tool, phase)
-        plan = self._hook_plans.get(key)
-        if plan is None:
-            if not self._hooks:
-                plan = _NO_HOOKS
-            else:
-                matching = [m for m in self._hooks if m.matches(tool, phase)]
-                plan = _HookPlan(
-                    tuple((m, hook) for m in matching for hook in m.pre),
-                    tuple((m, hook) for m in matching for hook in m.post),
-                )
-            self._hook_plans[key] = plan
-        return plan
-
     # -- executing ---------------------------------------------------------------
 
     async def execute(
@@ -291,13 +267,13 @@ class ExecutionEngine:
         after the closing events are emitted.
         """
         self._require_running()
-        run = _Run(new_id(), mode="inline", on_elicitation=on_elicitation)
+        run = RunState(new_id(), mode="inline", on_elicitation=on_elicitation)
         return await self._run_execution(
             program,
             run,
             run.root_id,
             self._root_attribution(),
-            _trigger(trigger),
+            as_trigger(trigger),
             owner=owner,
             input=input,
         )
@@ -315,7 +291,7 @@ class ExecutionEngine:
         The detached task keeps the observers in scope here, whoever resumes it.
         """
         task_group = self._require_running()
-        run = _Run(new_id(), mode="paused", pause_timeout=self.pause_timeout)
+        run = RunState(new_id(), mode="paused", pause_timeout=self.pause_timeout)
         run.outcome_ready = anyio.Event()
         run.done = anyio.Event()
         run.scope = anyio.CancelScope()
@@ -328,7 +304,7 @@ class ExecutionEngine:
             run,
             scoped,
             attribution,
-            _trigger(trigger),
+            as_trigger(trigger),
             owner,
             input,
             name=f"onlooker execution {run.root_id}",
@@ -375,6 +351,74 @@ class ExecutionEngine:
         assert run.result is not None
         return run.result
 
+    async def _spawn(
+        self,
+        program: Program[Any],
+        run: RunState,
+        attribution: Attribution,
+        trigger: Trigger,
+        input: JsonValue,
+    ) -> ExecutionResult[Any]:
+        return await self._run_execution(
+            program, run, new_id(), attribution, trigger, owner=None, input=input
+        )
+
+    # -- tracked executions ------------------------------------------------------
+
+    def track(
+        self,
+        program: str,
+        *,
+        trigger: Trigger | str = "external",
+        input: JsonValue = None,
+        owner: str | None = None,
+        execution_id: str | None = None,
+    ) -> TrackedExecution:
+        """Track an execution whose tools another framework runs (an agent SDK, an MCP server).
+
+        Returns a :class:`TrackedExecution`: ``async with run:`` (or
+        ``await run.start()`` / ``await run.finish(...)``) brackets it, and
+        ``await run.tool_started(...)`` runs onlooker's pre-hooks on each call
+        and records it. Its events reach the observers in scope here.
+        """
+        self._require_running()
+        if execution_id is not None and (
+            execution_id in self._tracked or execution_id in self._runs
+        ):
+            raise TrackingError(
+                f"execution {execution_id!r} is already running", execution_id=execution_id
+            )
+        return track(
+            self._runtime,
+            program,
+            trigger=trigger,
+            input=input,
+            owner=owner,
+            execution_id=execution_id,
+            attribution=self._root_attribution(),
+            scope=_observers.get(),
+            on_start=self._tracked_started,
+            on_close=self._tracked_closed,
+        )
+
+    def _tracked_started(self, run: TrackedExecution) -> None:
+        if self._state != "running":
+            run._finish("cancelled", error="the engine is not running")
+            return
+        self._tracked[run.execution_id] = run
+
+    def _tracked_closed(self, run: TrackedExecution) -> None:
+        self._tracked.pop(run.execution_id, None)
+
+    def declare_tool(self, declaration: ToolDeclaration) -> None:
+        """Tell onlooker what a tool it does not run does (``mutating``, file arguments).
+
+        ``policies.require_intent()`` and the summary then interpret tracked
+        calls of it like calls of an ``@tool``. Declaring the same thing twice
+        is harmless; a conflicting declaration is a ``ValueError``.
+        """
+        self._tools.declare(declaration)
+
     def _finished_result(self, execution_id: str) -> ExecutionResult[Any]:
         result = self._finished.get(execution_id)
         if result is None:
@@ -398,7 +442,7 @@ class ExecutionEngine:
     async def _run_detached(
         self,
         program: Program[Any],
-        run: _Run,
+        run: RunState,
         scoped: Any,
         attribution: Attribution,
         trigger: Trigger,
@@ -426,7 +470,7 @@ class ExecutionEngine:
     async def _run_execution(
         self,
         program: Program[T],
-        run: _Run,
+        run: RunState,
         execution_id: str,
         attribution: Attribution,
         trigger: Trigger,
@@ -439,15 +483,20 @@ class ExecutionEngine:
             or getattr(program, "__name__", None)
             or repr(program)
         )
-        ctx = ExecutionContext(self, run, execution_id, attribution, name, trigger, input)
+        emitter = Emitter(self.bus, execution_id)
+        ctx = ExecutionContext(
+            self._runtime, run, emitter, self._spawn, attribution, name, trigger, input
+        )
         attribution_token = _attribution.set(attribution)
         context_token = _current.set(ctx)
         call_token = _tool_call.set(None)
         began = perf_counter()
         try:
             try:
-                _execution_started(ctx, owner)
-                if self.bus._full:
+                emitter.execution_started(
+                    program=name, trigger=trigger, owner=owner, input=snapshot(input)
+                )
+                if self.bus.congested:
                     await self.bus.wait_for_space()
                 value = await program(ctx)
             except BaseException as exc:
@@ -456,7 +505,7 @@ class ExecutionEngine:
                 )
                 if execution_id == run.root_id:
                     run.result = result
-                _execution_finished(ctx, result)
+                _execution_finished(emitter, result)
                 if not isinstance(exc, Exception):
                     raise
                 return result
@@ -475,7 +524,7 @@ class ExecutionEngine:
                 result = ExecutionResult(execution_id, "completed", value, None, _ms(began))
             if execution_id == run.root_id:
                 run.result = result
-            _execution_finished(ctx, result)
+            _execution_finished(emitter, result)
             return result
         finally:
             _tool_call.reset(call_token)
@@ -483,7 +532,16 @@ class ExecutionEngine:
             _attribution.reset(attribution_token)
 
 
-def _failure_status(exc: BaseException, run: _Run) -> Any:
+def _execution_finished(emitter: Emitter, result: ExecutionResult[Any]) -> None:
+    emitter.execution_finished(
+        status=result.status,
+        result=snapshot(result.value) if result.status == "completed" else None,
+        error=result.error,
+        duration_ms=result.duration_ms,
+    )
+
+
+def _failure_status(exc: BaseException, run: RunState) -> Any:
     if not isinstance(exc, Exception):
         return "cancelled"
     if run.expired and run.aborted is None:
@@ -491,7 +549,7 @@ def _failure_status(exc: BaseException, run: _Run) -> Any:
     return "failed"
 
 
-def _error_of(exc: BaseException, run: _Run) -> Any:
+def _error_of(exc: BaseException, run: RunState) -> Any:
     if (
         isinstance(exc, Exception)
         and run.aborted is not None
@@ -503,14 +561,6 @@ def _error_of(exc: BaseException, run: _Run) -> Any:
 
 def _ms(began: float) -> float:
     return (perf_counter() - began) * 1000.0
-
-
-def _trigger(trigger: Trigger | str) -> Trigger:
-    if isinstance(trigger, Trigger):
-        return trigger
-    if isinstance(trigger, str) and trigger:
-        return Trigger(kind=trigger)
-    raise TypeError(f"trigger must be a Trigger or a non-empty string, not {trigger!r}")
 
 
 def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:

@@ -13,7 +13,8 @@ The hierarchy::
     ├── ExecutionError            misuse of an execution id
     │   ├── UnknownExecutionError   no execution with that id
     │   ├── ExecutionNotPausedError resume() of a running execution
-    │   └── ExecutionExpiredError   raised in a program whose pause timed out
+    │   ├── ExecutionExpiredError   raised in a program whose pause timed out
+    │   └── TrackingError           misuse of a tracked execution (a call finished twice, ...)
     ├── HistoryError              the history store (plugins.history)
     │   └── SchemaVersionError      a database written by a newer onlooker
     └── AuditError                the audit trail (plugins.audit)
@@ -38,6 +39,7 @@ __all__ = [
     "ToolBlockedError",
     "ToolError",
     "ToolInputError",
+    "TrackingError",
     "UnknownExecutionError",
     "UnknownToolError",
 ]
@@ -143,6 +145,28 @@ class ExecutionExpiredError(ExecutionError):
 
     The execution finishes ``expired`` even if the program catches it.
     """
+
+
+class TrackingError(ExecutionError, ValueError):
+    """Misuse of a tracked execution; nothing recorded changes.
+
+    A tool call finished twice, an id this execution does not know (a call
+    of another execution, an unknown interaction), a call on a finished
+    run, a ``tool_call_id`` used twice. ``tool_call_id`` and
+    ``interaction_id`` name the call or question when there is one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        execution_id: str,
+        tool_call_id: str | None = None,
+        interaction_id: str | None = None,
+    ) -> None:
+        super().__init__(message, execution_id=execution_id)
+        self.tool_call_id = tool_call_id
+        self.interaction_id = interaction_id
 
 
 class HistoryError(OnlookerError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar, Union, final
 
@@ -46,6 +47,7 @@ __all__ = [
     "new_id",
     "parse_event",
     "snapshot",
+    "snapshot_object",
 ]
 
 SCHEMA_VERSION: Final = 1
@@ -317,6 +319,18 @@ def snapshot(value: object) -> JsonValue:
         return _copy(value)
     except Exception as exc:
         return f"<not JSON-serializable {type(value).__name__}: {exc}>"
+
+
+def snapshot_object(value: Mapping[Any, object]) -> dict[str, JsonValue]:
+    """A snapshot of a mapping (tool arguments, hook metadata) that stays a JSON object.
+
+    Each value is snapshotted on its own, so one value that cannot be copied
+    becomes a string saying so and the others keep their shape.
+    """
+    return {
+        k if type(k) is str else str(k): v if isinstance(v, _SCALARS) else snapshot(v)
+        for k, v in value.items()
+    }
 
 
 def _copy(value: object) -> JsonValue:

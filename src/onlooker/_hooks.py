@@ -1,16 +1,26 @@
-"""Tool hooks: matchers, actions, and the results hooks return."""
+"""Tool hooks: matchers, actions, the results hooks return, and the one hook runner.
+
+The runner (``run_pre_hooks`` / ``run_post_hooks``) is kept apart from the
+tool-call lifecycle that calls it, as pluggy keeps its call loop apart from
+its hook specifications: ``ctx.call`` and tracked tool calls both end here.
+"""
 
 from __future__ import annotations
 
 import enum
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from time import perf_counter
+from types import MappingProxyType
 from typing import Any, Final, TypeAlias
 
+import anyio
 from pydantic import JsonValue
 
+from ._errors import HookAbortError, ToolBlockedError
 from ._events import Attribution
 
 __all__ = [
@@ -42,7 +52,7 @@ class ToolUseContext:
     """What a hook sees of a tool call."""
 
     tool_name: str
-    input: Mapping[str, Any]
+    tool_input: Mapping[str, Any]
     tool_call_id: str
     attribution: Attribution
     execution_id: str
@@ -139,7 +149,7 @@ _Step: TypeAlias = tuple[Callable[..., Any], float, str, bool]
 
 
 @dataclass(frozen=True, slots=True)
-class _HookPlan:
+class HookPlan:
     """The hooks that apply to one (tool, phase), flattened in order (cached by the engine)."""
 
     pre: tuple[tuple[HookMatcher, PreHook], ...]
@@ -153,18 +163,18 @@ class _HookPlan:
             object.__setattr__(self, name, steps)
 
 
-_NO_HOOKS: Final = _HookPlan((), ())
+NO_HOOKS: Final = HookPlan((), ())
 
 _new: Final = object.__new__
 _USE_SETTERS: Final = tuple(
     ToolUseContext.__dict__[f].__set__
-    for f in ("tool_name", "input", "tool_call_id", "attribution", "execution_id", "mutating")
+    for f in ("tool_name", "tool_input", "tool_call_id", "attribution", "execution_id", "mutating")
 )
 
 
-def _use_context(
+def use_context(
     tool_name: str,
-    input: Mapping[str, Any],
+    tool_input: Mapping[str, Any],
     tool_call_id: str,
     attribution: Attribution,
     execution_id: str,
@@ -174,9 +184,187 @@ def _use_context(
     use: ToolUseContext = _new(ToolUseContext)
     s1, s2, s3, s4, s5, s6 = _USE_SETTERS
     s1(use, tool_name)
-    s2(use, input)
+    s2(use, tool_input)
     s3(use, tool_call_id)
     s4(use, attribution)
     s5(use, execution_id)
     s6(use, mutating)
     return use
+
+
+class HookPlans:
+    """The hook plan of every (tool, phase), worked out once and cached (one per engine)."""
+
+    __slots__ = ("_matchers", "_plans")
+
+    def __init__(self, matchers: Sequence[HookMatcher] = ()) -> None:
+        self._matchers = tuple(matchers)
+        self._plans: dict[tuple[str, str | None], HookPlan] = {}
+
+    def replace(self, matchers: Sequence[HookMatcher]) -> None:
+        """Use ``matchers`` from now on (the engine adds its plugins' hooks at start)."""
+        self._matchers = tuple(matchers)
+        self._plans.clear()
+
+    def __bool__(self) -> bool:
+        return bool(self._matchers)
+
+    def plan(self, tool: str, phase: str | None) -> HookPlan:
+        """The hooks that apply to a call of ``tool`` in ``phase``, in order."""
+        key = (tool, phase)
+        plan = self._plans.get(key)
+        if plan is None:
+            matching = [m for m in self._matchers if m.matches(tool, phase)]
+            if not matching:
+                plan = NO_HOOKS
+            else:
+                plan = HookPlan(
+                    tuple((m, hook) for m in matching for hook in m.pre),
+                    tuple((m, hook) for m in matching for hook in m.post),
+                )
+            self._plans[key] = plan
+        return plan
+
+
+class SkipCall(Exception):
+    """A pre-hook said SKIP (caught by the tool-call lifecycle, never seen by programs)."""
+
+    def __init__(self, reason: str | None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+Revalidate: TypeAlias = Callable[[Mapping[str, Any], str], dict[str, Any]]
+"""Checks a pre-hook's ``modified_input`` (and the hook's name) and returns the new input."""
+
+logger: Final = logging.getLogger("onlooker")
+
+
+async def run_pre_hooks(
+    steps: tuple[_Step, ...],
+    use: ToolUseContext,
+    metadata: dict[str, JsonValue],
+    revalidate: Revalidate,
+) -> ToolUseContext:
+    """Run the pre-hooks in order; the context they leave (``tool_input`` is the final input).
+
+    Fail-closed: a hook that raises, times out or returns something else than
+    a ``PreHookResult`` blocks the call (``ToolBlockedError``). ``SKIP`` raises
+    :class:`SkipCall`, ``BLOCK`` ``ToolBlockedError``, ``ABORT``
+    ``HookAbortError``. Hook metadata is merged into ``metadata``.
+    """
+    tool = use.tool_name
+    for hook, timeout, name, is_async in steps:
+        try:
+            decision = await _call_hook(hook, timeout, is_async, use)
+        except Exception as exc:  # fail-closed: a broken governance hook blocks
+            problem = "timed out" if isinstance(exc, TimeoutError) else f"failed: {exc!r}"
+            raise ToolBlockedError(
+                f"tool {tool!r} blocked: pre-hook {name!r} {problem}",
+                tool=tool,
+                reason=f"pre-hook {name!r} {problem}",
+                hook=name,
+            ) from exc
+        if decision is None:
+            continue
+        if not isinstance(decision, PreHookResult):
+            raise ToolBlockedError(
+                f"tool {tool!r} blocked: pre-hook {name!r} returned {type(decision).__name__}, "
+                "not PreHookResult",
+                tool=tool,
+                reason=f"pre-hook {name!r} returned {type(decision).__name__}",
+                hook=name,
+            )
+        if decision.metadata:
+            metadata.update(decision.metadata)
+        action = decision.action
+        if action is HookAction.CONTINUE:
+            if decision.modified_input is not None:
+                use = use_context(
+                    tool,
+                    MappingProxyType(revalidate(decision.modified_input, name)),
+                    use.tool_call_id,
+                    use.attribution,
+                    use.execution_id,
+                    use.mutating,
+                )
+        elif action is HookAction.SKIP:
+            raise SkipCall(decision.reason)
+        elif action is HookAction.BLOCK:
+            reason = decision.reason or "no reason given"
+            raise ToolBlockedError(
+                f"tool {tool!r} blocked by {name}: {reason}", tool=tool, reason=reason, hook=name
+            )
+        else:
+            reason = decision.reason or "no reason given"
+            raise HookAbortError(
+                f"execution aborted by pre-hook {name} on tool {tool!r}: {reason}",
+                tool=tool,
+                reason=reason,
+            )
+    return use
+
+
+async def run_post_hooks(
+    steps: tuple[_Step, ...],
+    use: ToolUseContext,
+    output: Any,
+    metadata: dict[str, JsonValue],
+) -> Any:
+    """Run the post-hooks in order; the output they leave.
+
+    Fail-safe: a hook that raises, times out or returns something else than
+    a ``PostHookResult`` is logged and the output passes unchanged. ``ABORT``
+    raises ``HookAbortError``.
+    """
+    tool = use.tool_name
+    for hook, timeout, name, is_async in steps:
+        try:
+            decision = await _call_hook(hook, timeout, is_async, use, output)
+        except Exception as exc:  # fail-safe: observability never breaks the call
+            logger.error(
+                "post-hook %r failed on tool %r (execution %s); output passed unchanged",
+                name,
+                tool,
+                use.execution_id,
+                exc_info=exc,
+            )
+            continue
+        if decision is None:
+            continue
+        if not isinstance(decision, PostHookResult):
+            logger.error("post-hook %r returned %r, not PostHookResult; ignored", name, decision)
+            continue
+        if decision.metadata:
+            metadata.update(decision.metadata)
+        if decision.action is HookAction.ABORT:
+            reason = decision.reason or "no reason given"
+            raise HookAbortError(
+                f"execution aborted by post-hook {name} on tool {tool!r}: {reason}",
+                tool=tool,
+                reason=reason,
+            )
+        if decision.modified_output is not None:
+            output = decision.modified_output
+    return output
+
+
+_RESULT_TYPES: Final = (PreHookResult, PostHookResult)
+
+
+async def _call_hook(hook: Callable[..., Any], timeout: float, is_async: bool, *args: Any) -> Any:  # noqa: ASYNC109  # per-matcher timeout
+    if is_async:
+        with anyio.fail_after(timeout):
+            return await hook(*args)
+    began = perf_counter()
+    decision = hook(*args)
+    if (
+        decision is not None
+        and type(decision) not in _RESULT_TYPES
+        and inspect.isawaitable(decision)  # a sync callable that returned an awaitable
+    ):
+        with anyio.fail_after(max(timeout - (perf_counter() - began), 0.0)):
+            decision = await decision
+    if perf_counter() - began > timeout:
+        raise TimeoutError(f"hook took longer than {timeout}s")
+    return decision

@@ -4,17 +4,46 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, final, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ._errors import ToolInputError
 
-__all__ = ["Tool", "ToolRegistry", "tool"]
+__all__ = ["Tool", "ToolDeclaration", "ToolRegistry", "tool"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ToolDeclaration:
+    """What a tool does, for a tool onlooker does not run itself (a framework's tool).
+
+    ``engine.declare_tool(ToolDeclaration("Write", mutating=True, writes="file_path"))``
+    lets ``policies.require_intent()`` and the summary interpret tracked calls
+    of it, as ``@tool(mutating=..., reads=..., writes=..., edits=...)`` does
+    for onlooker's own tools. ``reads`` / ``writes`` / ``edits`` name the
+    argument that holds a file path.
+    """
+
+    name: str
+    description: str = ""
+    mutating: bool = False
+    reads: str | None = None
+    writes: str | None = None
+    edits: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"a tool declaration needs a non-empty name, not {self.name!r}")
+        for role in ("reads", "writes", "edits"):
+            arg = getattr(self, role)
+            if arg is not None and (not isinstance(arg, str) or not arg):
+                raise ValueError(f"tool {self.name!r}: {role} must name an argument, not {arg!r}")
 
 
 @final
@@ -71,6 +100,18 @@ class Tool(Generic[P, R_co]):
 
     def __repr__(self) -> str:
         return f"<Tool {self.name!r}>"
+
+    @property
+    def declaration(self) -> ToolDeclaration:
+        """What this tool does, as a :class:`ToolDeclaration`."""
+        return ToolDeclaration(
+            self.name,
+            description=self.description,
+            mutating=self.mutating,
+            reads=self.reads,
+            writes=self.writes,
+            edits=self.edits,
+        )
 
     @property
     def input_schema(self) -> dict[str, Any]:
@@ -183,15 +224,20 @@ def tool(
 
 
 class ToolRegistry(Mapping[str, Tool[..., Any]]):
-    """The engine's tools by name (read-only)."""
+    """The engine's tools by name (read-only), and what every known tool does.
 
-    __slots__ = ("_tools",)
+    As a mapping it holds the tools onlooker runs; :meth:`declaration` also
+    knows the foreign tools declared with ``engine.declare_tool``.
+    """
+
+    __slots__ = ("_declared", "_tools")
 
     def __init__(
         self,
         tools: Iterable[Tool[..., Any] | Callable[..., Any]] = (),
     ) -> None:
         self._tools: dict[str, Tool[..., Any]] = {}
+        self._declared: dict[str, ToolDeclaration] = {}
         for entry in tools:
             item = (
                 entry if isinstance(entry, Tool) else Tool(entry)
@@ -199,6 +245,7 @@ class ToolRegistry(Mapping[str, Tool[..., Any]]):
             if item.name in self._tools:
                 raise ValueError(f"two tools are named {item.name!r}")
             self._tools[item.name] = item
+            self._declared[item.name] = item.declaration
 
     def __getitem__(self, name: str) -> Tool[..., Any]:
         return self._tools[name]
@@ -211,3 +258,43 @@ class ToolRegistry(Mapping[str, Tool[..., Any]]):
 
     def __repr__(self) -> str:
         return f"ToolRegistry({sorted(self._tools)})"
+
+    def runnable(self, name: str) -> Tool[..., Any] | None:
+        """The tool onlooker runs under ``name``, or ``None``."""
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        """The names of the tools onlooker runs."""
+        return list(self._tools)
+
+    def declaration(self, name: str) -> ToolDeclaration | None:
+        """What the tool ``name`` does (a runnable or a declared foreign tool), or ``None``."""
+        return self._declared.get(name)
+
+    def declarations(self) -> Mapping[str, ToolDeclaration]:
+        """Every known tool's declaration, runnable and foreign, by name (read-only)."""
+        return dict(self._declared)
+
+    def is_mutating(self, name: str) -> bool:
+        """Whether the tool ``name`` is declared mutating (False when unknown)."""
+        declared = self._declared.get(name)
+        return declared is not None and declared.mutating
+
+    def declare(self, declaration: ToolDeclaration) -> None:
+        """Add a foreign tool's declaration (``engine.declare_tool`` calls this).
+
+        Declaring the same thing twice is harmless; a different declaration
+        for a known name, or one named like a runnable tool, is a ``ValueError``.
+        """
+        if not isinstance(declaration, ToolDeclaration):
+            raise TypeError(f"expected a ToolDeclaration, not {type(declaration).__name__}")
+        known = self._declared.get(declaration.name)
+        if known == declaration and declaration.name not in self._tools:
+            return
+        if known is not None:
+            what = "a tool onlooker runs" if declaration.name in self._tools else "declared"
+            raise ValueError(
+                f"tool {declaration.name!r} is already {what} as {known}; "
+                f"cannot declare it as {declaration}"
+            )
+        self._declared[declaration.name] = declaration

@@ -84,7 +84,7 @@ def require_intent(
                 HookAction.BLOCK,
                 reason=(
                     f"tool {use.tool_name!r} is mutating and no intent is selected{expected}: "
-                    "call ctx.select_intent(intent_id) first"
+                    "select one first (ctx.select_intent or run.select_intent)"
                 ),
                 metadata={"policy": "require_intent", "missing_intent": True},
             )
@@ -150,7 +150,7 @@ def deny_commands(
     rules = tuple((name, _compile(name, pattern, syntax)) for name, pattern in named)
 
     def deny_commands(use: ToolUseContext) -> PreHookResult | None:
-        value = use.input.get(argument)
+        value = use.tool_input.get(argument)
         if value is None:
             return None
         if isinstance(value, list | tuple):

@@ -1,0 +1,301 @@
+"""Emitter: one execution's voice — ``seq``, the envelope, attribution, typed events.
+
+Every event an execution emits, native (``ExecutionContext``) or tracked
+(``TrackedExecution``), is built here by one typed method per kind: the
+values go into a ``TypedDict`` per kind, so a misspelt or missing field is a
+mypy error, and are then assembled without re-validation (``_build``). The
+emitter publishes to the engine's bus and to the ``observing()`` scope.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal, TypedDict, final
+
+from pydantic import JsonValue
+
+from ._bus import EventBus
+from ._events import (
+    SCHEMA_VERSION,
+    Attribution,
+    ErrorInfo,
+    ExecutionEvent,
+    ExecutionFinished,
+    ExecutionStarted,
+    ExecutionStatus,
+    InteractionMode,
+    InteractionResolved,
+    InteractionStarted,
+    InteractionStatus,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolCallStatus,
+    Trigger,
+    _build,
+    _now,
+    new_id,
+)
+from ._scope import _attribution, _deliver, _observers, _Scoped
+
+__all__ = ["Emitter"]
+
+SCOPE_OBSERVERS: Final = "observing()"
+"""The name under which failures of ``observing()`` observers are counted."""
+
+
+class _ExecutionStartedFields(TypedDict):
+    kind: Literal["ExecutionStarted"]
+    program: str
+    trigger: Trigger
+    owner: str | None
+    input: JsonValue
+
+
+class _ToolCallStartedFields(TypedDict):
+    kind: Literal["ToolCallStarted"]
+    tool_call_id: str
+    tool: str
+    args: dict[str, JsonValue]
+
+
+class _ToolCallFinishedFields(TypedDict):
+    kind: Literal["ToolCallFinished"]
+    tool_call_id: str
+    tool: str
+    status: ToolCallStatus
+    result: JsonValue
+    error: ErrorInfo | None
+    duration_ms: float
+    metadata: dict[str, JsonValue]
+
+
+class _InteractionStartedFields(TypedDict):
+    kind: Literal["InteractionStarted"]
+    interaction_id: str
+    message: str
+    requested_schema: dict[str, JsonValue] | None
+    mode: InteractionMode
+
+
+class _InteractionResolvedFields(TypedDict):
+    kind: Literal["InteractionResolved"]
+    interaction_id: str
+    status: InteractionStatus
+    response: JsonValue
+    error: ErrorInfo | None
+
+
+class _ExecutionFinishedFields(TypedDict):
+    kind: Literal["ExecutionFinished"]
+    status: ExecutionStatus
+    result: JsonValue
+    error: ErrorInfo | None
+    duration_ms: float
+
+
+_Fields = (
+    _ExecutionStartedFields
+    | _ToolCallStartedFields
+    | _ToolCallFinishedFields
+    | _InteractionStartedFields
+    | _InteractionResolvedFields
+    | _ExecutionFinishedFields
+)
+
+FIELDS_BY_KIND: Final[dict[type[ExecutionEvent], type[Any]]] = {
+    ExecutionStarted: _ExecutionStartedFields,
+    ToolCallStarted: _ToolCallStartedFields,
+    ToolCallFinished: _ToolCallFinishedFields,
+    InteractionStarted: _InteractionStartedFields,
+    InteractionResolved: _InteractionResolvedFields,
+    ExecutionFinished: _ExecutionFinishedFields,
+}
+"""Each event class's own fields (the tests check them against the models)."""
+
+
+@final
+class Emitter:
+    """Builds and publishes one execution's events, numbering them 0, 1, 2 ...
+
+    ``attribution`` and ``scope`` fix what every event carries and who in
+    ``observing()`` receives it; left ``None`` (a native execution, which runs
+    in its own task) they are read from the context at each emit.
+    ``base_attribution`` is then merged under the context's task, phase and
+    intent: a tracked execution is driven from callbacks in any context, but
+    ``onlooker.attribution(...)`` around a call still counts.
+    """
+
+    __slots__ = ("_base", "_bus", "_closed", "_scope", "_seq", "execution_id")
+
+    def __init__(
+        self,
+        bus: EventBus,
+        execution_id: str,
+        *,
+        base_attribution: Attribution | None = None,
+        scope: _Scoped | None = None,
+    ) -> None:
+        self._bus = bus
+        self.execution_id = execution_id
+        self._seq = 0
+        self._base = base_attribution
+        self._scope = scope
+        self._closed = False
+
+    @property
+    def scope(self) -> _Scoped:
+        """The ``observing()`` observers this emitter delivers to (fixed, or the context's)."""
+        return _observers.get() if self._scope is None else self._scope
+
+    @property
+    def emitted(self) -> int:
+        """How many events this execution has emitted (the next ``seq``)."""
+        return self._seq
+
+    def attribution(self) -> Attribution:
+        """The attribution an event emitted now carries."""
+        current = _attribution.get()
+        base = self._base
+        if base is None:
+            return current
+        task_id = current.task_id if current.task_id is not None else base.task_id
+        phase = current.phase if current.phase is not None else base.phase
+        intent_id = current.intent_id if current.intent_id is not None else base.intent_id
+        if task_id == base.task_id and phase == base.phase and intent_id == base.intent_id:
+            return base
+        return base.model_copy(update={"task_id": task_id, "phase": phase, "intent_id": intent_id})
+
+    def select_intent(self, intent_id: str) -> None:
+        """Fix the intent of a tracked execution's later events."""
+        assert self._base is not None, "a native execution selects its intent in its context"
+        self._base = self._base.model_copy(update={"intent_id": intent_id})
+
+    def _emit(self, cls: type[ExecutionEvent], fields: _Fields) -> None:
+        if self._closed:  # nothing follows ExecutionFinished (a straggler's events are dropped)
+            return
+        seq = self._seq
+        self._seq = seq + 1
+        # Envelope first, in the models' field order: pydantic serializes ``__dict__``
+        # in its order, and an event must dump to the same JSON as its parsed copy.
+        values: dict[str, Any] = {
+            "event_id": new_id(),
+            "execution_id": self.execution_id,
+            "seq": seq,
+            "at": _now(),
+            "attribution": _attribution.get() if self._base is None else self.attribution(),
+            "schema_version": SCHEMA_VERSION,
+        }
+        values.update(fields)
+        event = _build(cls, values)
+        self._bus.emit(event)
+        scoped = _observers.get() if self._scope is None else self._scope
+        if scoped:
+            failures = _deliver(scoped, event)
+            if failures:
+                self._bus.record_observer_errors(SCOPE_OBSERVERS, failures)
+
+    # -- one typed method per kind ---------------------------------------------------
+
+    def execution_started(
+        self, *, program: str, trigger: Trigger, owner: str | None, input: JsonValue
+    ) -> None:
+        self._emit(
+            ExecutionStarted,
+            {
+                "kind": "ExecutionStarted",
+                "program": program,
+                "trigger": trigger,
+                "owner": owner,
+                "input": input,
+            },
+        )
+
+    def tool_call_started(
+        self, *, tool_call_id: str, tool: str, args: dict[str, JsonValue]
+    ) -> None:
+        self._emit(
+            ToolCallStarted,
+            {"kind": "ToolCallStarted", "tool_call_id": tool_call_id, "tool": tool, "args": args},
+        )
+
+    def tool_call_finished(
+        self,
+        *,
+        tool_call_id: str,
+        tool: str,
+        status: ToolCallStatus,
+        result: JsonValue,
+        error: ErrorInfo | None,
+        duration_ms: float,
+        metadata: dict[str, JsonValue],
+    ) -> None:
+        self._emit(
+            ToolCallFinished,
+            {
+                "kind": "ToolCallFinished",
+                "tool_call_id": tool_call_id,
+                "tool": tool,
+                "status": status,
+                "result": result,
+                "error": error,
+                "duration_ms": duration_ms,
+                "metadata": metadata,
+            },
+        )
+
+    def interaction_started(
+        self,
+        *,
+        interaction_id: str,
+        message: str,
+        requested_schema: dict[str, JsonValue] | None,
+        mode: InteractionMode,
+    ) -> None:
+        self._emit(
+            InteractionStarted,
+            {
+                "kind": "InteractionStarted",
+                "interaction_id": interaction_id,
+                "message": message,
+                "requested_schema": requested_schema,
+                "mode": mode,
+            },
+        )
+
+    def interaction_resolved(
+        self,
+        *,
+        interaction_id: str,
+        status: InteractionStatus,
+        response: JsonValue,
+        error: ErrorInfo | None,
+    ) -> None:
+        self._emit(
+            InteractionResolved,
+            {
+                "kind": "InteractionResolved",
+                "interaction_id": interaction_id,
+                "status": status,
+                "response": response,
+                "error": error,
+            },
+        )
+
+    def execution_finished(
+        self,
+        *,
+        status: ExecutionStatus,
+        result: JsonValue,
+        error: ErrorInfo | None,
+        duration_ms: float,
+    ) -> None:
+        self._emit(
+            ExecutionFinished,
+            {
+                "kind": "ExecutionFinished",
+                "status": status,
+                "result": result,
+                "error": error,
+                "duration_ms": duration_ms,
+            },
+        )
+        self._closed = True
