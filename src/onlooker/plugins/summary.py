@@ -196,13 +196,8 @@ class SummaryStore:
         self._keep = keep
         self._records: dict[str, _Record] = {}
         self._finished_roots: OrderedDict[str, None] = OrderedDict()
+        self._tools = context.tools
         self._file_args: dict[str, tuple[tuple[str, str], ...]] = {}
-        for name, declared in context.tools.items():
-            roles = tuple(
-                (role, arg) for role in _ROLES if (arg := getattr(declared, role)) is not None
-            )
-            if roles:
-                self._file_args[name] = roles
 
     def get(self, execution_id: str) -> ExecutionSummary | None:
         """The summary of ``execution_id`` (partial while it runs), or ``None`` if unknown."""
@@ -220,8 +215,8 @@ class SummaryStore:
         if isinstance(event, ToolCallFinished):
             self._finished_call(event)
         elif isinstance(event, ToolCallStarted):
-            roles = self._file_args.get(event.tool)
-            if roles is not None:
+            roles = self._file_roles(event.tool)
+            if roles:
                 record = self._records.get(event.execution_id)
                 if record is not None:
                     record.in_flight[event.tool_call_id] = [
@@ -245,6 +240,19 @@ class SummaryStore:
                     while len(self._finished_roots) > self._keep:
                         oldest, _ = self._finished_roots.popitem(last=False)
                         self._forget(oldest)
+
+    def _file_roles(self, tool: str) -> tuple[tuple[str, str], ...]:
+        """(role, argument) pairs of a tool's file arguments; foreign tools may be declared late."""
+        roles = self._file_args.get(tool)
+        if roles is None:
+            declared = self._tools.declaration(tool)
+            if declared is None:
+                return ()  # not cached: a declaration may still come
+            roles = tuple(
+                (role, arg) for role in _ROLES if (arg := getattr(declared, role)) is not None
+            )
+            self._file_args[tool] = roles
+        return roles
 
     def _finished_call(self, event: ToolCallFinished) -> None:
         record = self._records.get(event.execution_id)

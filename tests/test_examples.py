@@ -1,0 +1,37 @@
+"""Smoke tests: the examples run as a newcomer runs them, in a fresh interpreter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_example(relative: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / relative)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_tracked_agent() -> None:
+    out = run_example("examples/tracked_agent.py").splitlines()
+    assert out[0] == "support-bot  completed"
+    assert [line.split() for line in out[1:5]] == [
+        ["call_1", "read_file", "completed"],
+        ["call_2", "read_file", "failed"],
+        ["call_3", "delete_file", "blocked"],
+        ["call_4", "summarize", "completed"],
+    ]
+    assert out[5].split() == ["child", "summarizer", "completed"]
+    assert "the sub-agent wrote: ['draft.md']" in out
+    assert "audit trail: intact, 16 records" in out
+    assert "files now: ['draft.md', 'notes.md']" in out  # the refused delete never ran
