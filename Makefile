@@ -2,13 +2,15 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Every optional extra the tests use; constraints.txt pins the versions CI tested.
+EXTRAS := dev,postgres,claude-agent-sdk,pydantic-ai,langchain,openai-agents,mcp,opentelemetry
 
 .PHONY: run test lint typecheck pytest bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,postgres]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -1,0 +1,409 @@
+"""onlooker for MCP servers: ``OnlookerMiddleware(engine)``, a server middleware.
+
+``pip install "onlooker[mcp]"`` (the official SDK, ``mcp`` 2.3 or later, whose
+servers take a middleware chain)::
+
+    async with onlooker.ExecutionEngine(plugins=[...], hooks=[...]) as engine:
+        server = MCPServer("calc", middleware=[OnlookerMiddleware(engine, program="calc")])
+        await server.run_stdio_async()     # or: lowlevel_server.middleware.append(...)
+
+Every ``tools/call`` the server answers becomes a tracked tool call, governed
+by onlooker's pre-hooks before the tool runs and by its post-hooks after:
+
+========================================  ==============================================
+MCP server (``mcp`` 2.3 middleware)       onlooker
+========================================  ==============================================
+first ``tools/call`` of a session         ``engine.track(program, trigger="mcp")``,
+                                          ``run.start()``
+``tools/call`` (JSON-RPC id ``N``)        ``run.tool_started(name, arguments,
+                                          tool_call_id="mcp:<execution_id>:N")``
+pre-hook BLOCK / SKIP / ABORT             an error ``CallToolResult`` (``isError``, the
+                                          reason as text); the tool is not called
+pre-hook ``modified_input``               ``params.arguments`` replaced for the handler
+result with ``isError`` false             ``call.finished(result)``; a post-hook's
+                                          ``modified_output`` is what the client gets
+result with ``isError`` true              ``call.failed(its text)``
+handler raises (``MCPError``, ...)        ``call.failed(exc)``, then the error goes on
+request cancelled                         ``call.failed(cancellation)``: ``cancelled``
+session ends (connection exit stack)      ``run.finish(status="completed")``
+2026-07-28 request (no session)           one execution per ``tools/call``
+========================================  ==============================================
+
+**One execution per session, or per request where there are none.** On the
+handshake protocol (2025-11-25 and earlier: stdio, stateful streamable HTTP,
+the in-memory ``Client(server, mode="legacy")``) a client connection is a
+session: its first ``tools/call`` starts a tracked execution that holds all
+of the session's calls, finished ``completed`` from the connection's exit
+stack when the session ends. The 2026-07-28 protocol has no sessions
+(``Client(server)`` in-process, stateless HTTP): each ``tools/call`` is its
+own execution, finished when the request is answered (``completed``, or
+``cancelled`` when the request was). ``mcp`` 2.3 does not yet hand middleware
+the ``Connection`` (it sits on the per-request ``ServerSession``); should a
+later SDK move it, sessions fall back to one execution per request too.
+
+**Tool call ids.** JSON-RPC ids are unique only within one session (every
+client counts from 0 or 1), while onlooker's ``tool_call_id`` is unique
+everywhere; the recorded id is therefore ``"mcp:<execution_id>:<request id>"``,
+and :func:`request_id_of` gives the request id back (as a string).
+
+**What is recorded as the result.** The ``CallToolResult`` in its wire form
+(``content``, ``structuredContent``, ``isError``, ``_meta``), without the
+protocol's envelope (``resultType``, the ``serverInfo`` stamp); a post-hook
+receives that dict. Its ``modified_output`` may be such a dict, a
+``CallToolResult``, or a string (the one text content the client then gets;
+a tool with an output schema needs its ``structuredContent`` too, so rewrite
+the whole dict there). A rewrite that is no ``CallToolResult`` is logged and
+the client gets the tool's own result, as when a post-hook raises.
+An ``input_required`` interim result (the 2026 multi-round-trip flow) is
+recorded as a completed call; the client's retry is a new request and a new
+call.
+
+The middleware never breaks the server: its own errors are logged on
+``onlooker.integrations.mcp`` and the request passes through unchanged. The
+engine must run on the server's event loop (open it around ``run_*_async``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final, final
+
+import anyio
+from pydantic import JsonValue
+
+import onlooker
+from onlooker.integrations import require
+
+if TYPE_CHECKING:
+    from mcp.server.connection import Connection
+    from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+    from mcp_types import CallToolResult, TextContent
+
+__all__ = ["OnlookerMiddleware", "request_id_of"]
+
+logger = logging.getLogger("onlooker.integrations.mcp")
+
+_PREFIX: Final = "mcp:"
+_SERVER_INFO: Final = "io.modelcontextprotocol/serverInfo"  # mcp_types.SERVER_INFO_META_KEY
+
+
+def request_id_of(tool_call_id: str) -> str | None:
+    """The JSON-RPC request id inside a ``tool_call_id`` this middleware recorded.
+
+    ``"mcp:<execution_id>:<request id>"`` gives ``"<request id>"`` (a string,
+    whether the client sent a number or a string); any other id gives ``None``.
+    """
+    if not tool_call_id.startswith(_PREFIX):
+        return None
+    parts = tool_call_id.split(":", 2)  # execution ids hold no ":"; request ids may
+    return parts[2] if len(parts) == 3 else None
+
+
+@final
+@dataclass(slots=True, eq=False)
+class _Session:
+    """The tracked execution of one connection."""
+
+    run: onlooker.TrackedExecution
+    lock: anyio.Lock
+    started: bool = False
+
+
+@final
+class OnlookerMiddleware:
+    """An ``mcp`` server middleware that turns every ``tools/call`` into a tracked tool call.
+
+    Pass it to ``MCPServer(middleware=[...])`` or append it to a low-level
+    ``Server.middleware``. ``program`` names the tracked executions (the
+    server's name is a good choice), ``trigger`` is their trigger kind and
+    ``owner`` their owner; without one, the client id of an authenticated
+    request (OAuth bearer token) is the owner. See the module docstring for
+    the mapping.
+    """
+
+    __slots__ = (
+        "_call_tool_result",
+        "_connection_type",
+        "_engine",
+        "_modern",
+        "_owner",
+        "_program",
+        "_sessions",
+        "_text_content",
+        "_trigger",
+    )
+
+    def __init__(
+        self,
+        engine: onlooker.ExecutionEngine,
+        *,
+        program: str = "mcp-server",
+        trigger: str = "mcp",
+        owner: str | None = None,
+    ) -> None:
+        types = require("mcp_types", extra="mcp", framework="MCP")
+        connection = require("mcp.server.connection", extra="mcp", framework="MCP")
+        versions = require("mcp_types.version", extra="mcp", framework="MCP")
+        self._engine = engine
+        self._program = program
+        self._trigger = trigger
+        self._owner = owner
+        self._call_tool_result: type[CallToolResult] = types.CallToolResult
+        self._text_content: type[TextContent] = types.TextContent
+        self._connection_type: type[Connection] = connection.Connection
+        self._modern: frozenset[str] = frozenset(versions.MODERN_PROTOCOL_VERSIONS)
+        self._sessions: weakref.WeakKeyDictionary[Connection, _Session] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        """Track a ``tools/call`` request; pass every other message through untouched."""
+        if ctx.method != "tools/call" or ctx.request_id is None:
+            return await call_next(ctx)
+        params = ctx.params or {}
+        name = params.get("name")
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(name, str) or not isinstance(arguments, Mapping):
+            return await call_next(ctx)  # malformed: the SDK answers INVALID_PARAMS
+        connection = None if ctx.protocol_version in self._modern else self._connection(ctx)
+        if connection is None:  # no session: this request is the execution
+            return await self._per_request(ctx, call_next, name, arguments)
+        try:
+            run = await self._session_run(ctx, connection)
+        except Exception:
+            logger.exception(
+                "onlooker could not track the MCP session; tools/call %s untracked", name
+            )
+            return await call_next(ctx)
+        return await self._tool_call(run, ctx, call_next, name, arguments)
+
+    # -- executions -------------------------------------------------------------------------
+
+    def _connection(self, ctx: ServerRequestContext[Any, Any]) -> Connection | None:
+        # mcp 2.3 keeps the Connection on the per-request ServerSession only
+        # (its TODO(L54) moves it onto the context); without it, one execution per request.
+        connection = getattr(ctx.session, "_connection", None)
+        return connection if isinstance(connection, self._connection_type) else None
+
+    def _track(
+        self, ctx: ServerRequestContext[Any, Any], session_id: str | None
+    ) -> onlooker.TrackedExecution:
+        metadata: dict[str, JsonValue] = {"protocol_version": ctx.protocol_version}
+        if session_id is not None:
+            metadata["session_id"] = session_id
+        client = ctx.session.client_params
+        if client is not None:
+            metadata["client"] = {
+                "name": client.client_info.name,
+                "version": client.client_info.version,
+            }
+        return self._engine.track(
+            self._program,
+            trigger=onlooker.Trigger(kind=self._trigger, metadata=metadata),
+            owner=self._owner if self._owner is not None else _authenticated_client(),
+        )
+
+    async def _session_run(
+        self, ctx: ServerRequestContext[Any, Any], connection: Connection
+    ) -> onlooker.TrackedExecution:
+        session = self._sessions.get(connection)
+        if session is None:
+            session = _Session(self._track(ctx, connection.session_id), anyio.Lock())
+            self._sessions[connection] = session
+        if not session.started:
+            async with session.lock:  # concurrent first calls start it once
+                if not session.started:
+                    await session.run.start()
+                    session.started = True
+                    connection.exit_stack.push_async_callback(self._session_closed, session)
+        return session.run
+
+    async def _session_closed(self, session: _Session) -> None:
+        try:
+            await session.run.finish(status="completed")
+        except Exception:
+            logger.exception("onlooker could not finish the MCP session's execution")
+
+    async def _per_request(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+        name: str,
+        arguments: Mapping[str, Any],
+    ) -> HandlerResult:
+        try:
+            run = self._track(ctx, None)
+            await run.start()
+        except Exception:
+            logger.exception("onlooker could not track tools/call %s; untracked", name)
+            return await call_next(ctx)
+        try:
+            return await self._tool_call(run, ctx, call_next, name, arguments)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # cancelled: say so, even while cancelled
+                with anyio.CancelScope(shield=True):
+                    await self._finish(run, "cancelled", exc)
+            raise
+        finally:
+            if not run.finished:  # the request is answered, even by an error
+                await self._finish(run, "completed", None)
+
+    async def _finish(
+        self,
+        run: onlooker.TrackedExecution,
+        status: onlooker.ExecutionStatus,
+        error: BaseException | None,
+    ) -> None:
+        try:
+            await run.finish(status=status, error=error)
+        except Exception:
+            logger.exception("onlooker could not finish the execution of an MCP request")
+
+    # -- one tools/call ---------------------------------------------------------------------
+
+    async def _tool_call(
+        self,
+        run: onlooker.TrackedExecution,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+        name: str,
+        arguments: Mapping[str, Any],
+    ) -> HandlerResult:
+        try:
+            call = await run.tool_started(
+                name, arguments, tool_call_id=f"{_PREFIX}{run.execution_id}:{ctx.request_id}"
+            )
+            if not call.allowed:
+                return self._refusal(call.reason or f"onlooker refused the call to {name!r}")
+            forwarded = ctx
+            if dict(call.input) != dict(arguments):
+                forwarded = replace(
+                    ctx, params={**(ctx.params or {}), "arguments": dict(call.input)}
+                )
+        except Exception:
+            logger.exception("onlooker could not govern tools/call %s; passed through", name)
+            return await call_next(ctx)
+        try:
+            result = await call_next(forwarded)
+        except BaseException as exc:
+            with anyio.CancelScope(shield=not isinstance(exc, Exception)):
+                try:
+                    await call.failed(exc)
+                except Exception:
+                    logger.exception("onlooker could not record the failure of tools/call %s", name)
+            raise
+        try:
+            return await self._settle(call, result)
+        except Exception:
+            logger.exception("onlooker could not record the result of tools/call %s", name)
+            return result
+
+    async def _settle(self, call: onlooker.TrackedToolCall, result: HandlerResult) -> HandlerResult:
+        """Record the handler's result; what the client gets (the post-hooks' output)."""
+        wire = _wire(result)
+        body, envelope = _split(wire)
+        if wire.get("resultType") == "input_required":
+            body.pop("requestState", None)  # the server's own state, sealed for the client
+            await call.finished(body)
+            return result
+        if body.get("isError") is True:
+            await call.failed(_text_of(body) or "the tool returned an error result")
+            return result
+        try:
+            output = await call.finished(body)
+        except onlooker.HookAbortError as abort:  # a post-hook ended the execution
+            return self._refusal(abort.reason or str(abort))
+        if output is body:
+            return result
+        rewritten = _merge(self._rewritten(output), envelope)
+        try:
+            self._call_tool_result.model_validate(rewritten)
+        except ValueError as exc:  # fail-safe, as for a raising post-hook: the output passes
+            logger.error(
+                "a post-hook rewrote the result of tools/call %s into no CallToolResult (%s); "
+                "the client gets the tool's own result",
+                call.tool,
+                exc,
+            )
+            return result
+        return rewritten
+
+    def _refusal(self, reason: str) -> CallToolResult:
+        return self._call_tool_result(
+            content=[self._text_content(type="text", text=reason)], is_error=True
+        )
+
+    def _rewritten(self, output: object) -> dict[str, Any]:
+        if isinstance(output, self._call_tool_result):
+            return output.model_dump(by_alias=True, mode="json", exclude_none=True)
+        if isinstance(output, Mapping):
+            return {str(k): v for k, v in output.items()}
+        text = output if isinstance(output, str) else json.dumps(output, default=str)
+        return {"content": [{"type": "text", "text": text}], "isError": False}
+
+
+def _authenticated_client() -> str | None:
+    try:
+        from mcp.server.auth.middleware.auth_context import get_access_token
+    except ImportError:  # pragma: no cover - part of mcp itself
+        return None
+    token = get_access_token()
+    return None if token is None else token.client_id
+
+
+def _wire(result: HandlerResult) -> dict[str, Any]:
+    if result is None:
+        return {}
+    if isinstance(result, dict):
+        return result
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def _split(wire: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The tool's result and the protocol envelope the SDK added (``resultType``, ``serverInfo``)."""
+    body = dict(wire)
+    envelope: dict[str, Any] = {}
+    if "resultType" in body:
+        envelope["resultType"] = body.pop("resultType")
+    meta = body.get("_meta")
+    if isinstance(meta, Mapping) and _SERVER_INFO in meta:
+        rest = {k: v for k, v in meta.items() if k != _SERVER_INFO}
+        envelope["_meta"] = {_SERVER_INFO: meta[_SERVER_INFO]}
+        if rest:
+            body["_meta"] = rest
+        else:
+            del body["_meta"]
+    return body, envelope
+
+
+def _merge(body: dict[str, Any], envelope: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(body)
+    if "resultType" in envelope:
+        merged.setdefault("resultType", envelope["resultType"])
+    stamp = envelope.get("_meta")
+    if isinstance(stamp, Mapping):
+        meta = merged.get("_meta")
+        merged["_meta"] = {**stamp, **meta} if isinstance(meta, Mapping) else dict(stamp)
+    return merged
+
+
+def _text_of(body: Mapping[str, Any]) -> str:
+    content = body.get("content")
+    if not isinstance(content, list):
+        return ""
+    texts = [
+        item["text"]
+        for item in content
+        if isinstance(item, Mapping)
+        and item.get("type") == "text"
+        and isinstance(item.get("text"), str)
+    ]
+    return "\n".join(texts)

@@ -1,0 +1,297 @@
+"""Export: an onlooker plugin that turns events into GenAI spans (the mapping is in ``__init__``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Final, final
+
+import onlooker
+from onlooker import (
+    ExecutionEvent,
+    ExecutionFinished,
+    ExecutionStarted,
+    InteractionResolved,
+    InteractionStarted,
+    Plugin,
+    PluginContext,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolRegistry,
+)
+
+from ._conventions import (
+    AGENT_NAME,
+    ERROR_TYPE,
+    OPERATION,
+    SCOPE_NAME,
+    TOOL_ARGUMENTS,
+    TOOL_CALL_ID,
+    TOOL_DESCRIPTION,
+    TOOL_NAME,
+    TOOL_RESULT,
+    TOOL_TYPE,
+    logger,
+    ns,
+    to_json,
+    trace_api,
+)
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.util.types import AttributeValue
+
+__all__ = ["TraceExport", "plugin"]
+
+_ERROR_TOOL_STATUSES: Final = frozenset({"failed", "blocked", "cancelled"})
+
+
+def plugin(
+    tracer_provider: trace_api.TracerProvider | None = None,
+    *,
+    record_content: bool = False,
+) -> Plugin[TraceExport]:
+    """An onlooker plugin that exports every execution as GenAI spans.
+
+    ``tracer_provider`` defaults to the global one (``trace.get_tracer_provider()``).
+    ``record_content=True`` also records tool arguments and results
+    (``gen_ai.tool.call.arguments`` / ``gen_ai.tool.call.result``), execution
+    inputs and results, and interaction messages and responses, as JSON strings:
+    opt-in, since they may hold sensitive data. Works for native and tracked
+    executions alike; the extension is a :class:`TraceExport`.
+    """
+
+    @asynccontextmanager
+    async def extension(ctx: PluginContext) -> AsyncIterator[TraceExport]:
+        tracer = trace_api.get_tracer(
+            SCOPE_NAME, onlooker.__version__, tracer_provider=tracer_provider
+        )
+        export = TraceExport(tracer, tools=ctx.tools, record_content=record_content)
+        try:
+            yield export
+        finally:
+            export.close()
+
+    return onlooker.define_plugin(
+        id="opentelemetry", extension=extension, observer=lambda export: export
+    )
+
+
+@final
+class TraceExport:
+    """The export plugin's extension and observer: opens and ends spans as events arrive.
+
+    A synchronous observer (cheap work, inline): it never raises into the
+    execution; a failure is logged on ``onlooker.integrations.opentelemetry``.
+    """
+
+    __slots__ = ("_dispatch", "_executions", "_record_content", "_tool_spans", "_tools", "_tracer")
+
+    def __init__(
+        self, tracer: trace_api.Tracer, *, tools: ToolRegistry, record_content: bool = False
+    ) -> None:
+        self._tracer = tracer
+        self._tools = tools
+        self._record_content = record_content
+        self._executions: dict[str, trace_api.Span] = {}
+        # Keyed by (execution id, call id): a framework's call ids repeat across runs.
+        self._tool_spans: dict[tuple[str, str], trace_api.Span] = {}
+        self._dispatch: dict[type[Any], Callable[[Any], None]] = {
+            ExecutionStarted: self._execution_started,
+            ToolCallStarted: self._tool_started,
+            ToolCallFinished: self._tool_finished,
+            InteractionStarted: self._interaction_started,
+            InteractionResolved: self._interaction_resolved,
+            ExecutionFinished: self._execution_finished,
+        }
+
+    @property
+    def tracer(self) -> trace_api.Tracer:
+        """The tracer the spans are made with (scope ``onlooker.integrations.opentelemetry``)."""
+        return self._tracer
+
+    @property
+    def open_spans(self) -> int:
+        """How many spans are open now (executions and tool calls still running)."""
+        return len(self._executions) + len(self._tool_spans)
+
+    def span(self, execution_id: str) -> trace_api.Span | None:
+        """The ``invoke_agent`` span of a running execution (to add your own attributes)."""
+        return self._executions.get(execution_id)
+
+    def handle(self, event: ExecutionEvent) -> None:
+        """Turn one event into span work; never raises an ``Exception``."""
+        try:
+            self._dispatch[type(event)](event)
+        except Exception:
+            logger.exception(
+                "OpenTelemetry export failed on %s (execution %s)", event.kind, event.execution_id
+            )
+
+    def close(self) -> None:
+        """End every span still open (the engine closed before its events did)."""
+        leftovers = [*self._tool_spans.values(), *self._executions.values()]
+        self._tool_spans.clear()
+        self._executions.clear()
+        for span in leftovers:
+            try:
+                span.set_status(
+                    trace_api.Status(trace_api.StatusCode.ERROR, "the engine closed first")
+                )
+                span.set_attribute(ERROR_TYPE, "_OTHER")
+                span.end()
+            except Exception:
+                logger.exception("OpenTelemetry export could not end a span")
+
+    # -- one method per kind ----------------------------------------------------------
+
+    def _execution_started(self, event: ExecutionStarted) -> None:
+        attribution = event.attribution
+        attributes: dict[str, AttributeValue] = {
+            OPERATION: "invoke_agent",
+            AGENT_NAME: event.program,
+            "onlooker.execution.id": event.execution_id,
+            "onlooker.trigger.kind": event.trigger.kind,
+            "onlooker.depth": attribution.depth,
+        }
+        if event.owner is not None:
+            attributes["onlooker.owner"] = event.owner
+        _attribution_attributes(attributes, event)
+        if attribution.parent_execution_id is not None:
+            attributes["onlooker.parent_execution.id"] = attribution.parent_execution_id
+        if attribution.parent_tool_call_id is not None:
+            attributes["onlooker.parent_tool_call.id"] = attribution.parent_tool_call_id
+        if self._record_content and event.input is not None:
+            attributes["onlooker.execution.input"] = to_json(event.input)
+        self._executions[event.execution_id] = self._tracer.start_span(
+            f"invoke_agent {event.program}",
+            context=self._parent_context(event),
+            kind=trace_api.SpanKind.INTERNAL,
+            attributes=attributes,
+            start_time=ns(event.at),
+        )
+
+    def _parent_context(self, event: ExecutionStarted) -> Context | None:
+        """A child's parent span: the parent's tool-call span, else the parent's execution span."""
+        attribution = event.attribution
+        parent_id = attribution.parent_execution_id
+        if parent_id is None:
+            return None  # a root: the span current where it started, if any
+        parent = None
+        if attribution.parent_tool_call_id is not None:
+            parent = self._tool_spans.get((parent_id, attribution.parent_tool_call_id))
+        if parent is None:
+            parent = self._executions.get(parent_id)
+        return trace_api.set_span_in_context(parent) if parent is not None else None
+
+    def _tool_started(self, event: ToolCallStarted) -> None:
+        attributes: dict[str, AttributeValue] = {
+            OPERATION: "execute_tool",
+            TOOL_NAME: event.tool,
+            TOOL_CALL_ID: event.tool_call_id,
+            TOOL_TYPE: "function",
+            "onlooker.execution.id": event.execution_id,
+        }
+        declaration = self._tools.declaration(event.tool)
+        if declaration is not None and declaration.description:
+            attributes[TOOL_DESCRIPTION] = declaration.description
+        _attribution_attributes(attributes, event)
+        if self._record_content:
+            attributes[TOOL_ARGUMENTS] = to_json(event.args)
+        execution = self._executions.get(event.execution_id)
+        self._tool_spans[(event.execution_id, event.tool_call_id)] = self._tracer.start_span(
+            f"execute_tool {event.tool}",
+            context=trace_api.set_span_in_context(execution) if execution is not None else None,
+            kind=trace_api.SpanKind.INTERNAL,
+            attributes=attributes,
+            start_time=ns(event.at),
+        )
+
+    def _tool_finished(self, event: ToolCallFinished) -> None:
+        span = self._tool_spans.pop((event.execution_id, event.tool_call_id), None)
+        if span is None:  # its start was never seen: a zero-length span still tells the story
+            self._tool_started(_started_of(event))
+            span = self._tool_spans.pop((event.execution_id, event.tool_call_id))
+        span.set_attribute("onlooker.tool.status", event.status)
+        span.set_attribute("onlooker.tool.duration_ms", event.duration_ms)
+        if event.metadata:
+            span.set_attribute("onlooker.tool.metadata", to_json(event.metadata))
+        if self._record_content and event.status == "completed":
+            span.set_attribute(TOOL_RESULT, to_json(event.result))
+        if event.status in _ERROR_TOOL_STATUSES:
+            error_type = event.error.type if event.error is not None else event.status
+            message = event.error.message if event.error is not None else event.status
+            span.set_attribute(ERROR_TYPE, error_type)
+            span.set_status(trace_api.Status(trace_api.StatusCode.ERROR, message))
+        span.end(end_time=ns(event.at))
+
+    def _interaction_started(self, event: InteractionStarted) -> None:
+        span = self._executions.get(event.execution_id)
+        if span is None:
+            return
+        attributes: dict[str, AttributeValue] = {
+            "onlooker.interaction.id": event.interaction_id,
+            "onlooker.interaction.mode": event.mode,
+        }
+        if self._record_content:
+            attributes["onlooker.interaction.message"] = event.message
+            if event.requested_schema is not None:
+                attributes["onlooker.interaction.schema"] = to_json(event.requested_schema)
+        span.add_event("onlooker.interaction.started", attributes, timestamp=ns(event.at))
+
+    def _interaction_resolved(self, event: InteractionResolved) -> None:
+        span = self._executions.get(event.execution_id)
+        if span is None:
+            return
+        attributes: dict[str, AttributeValue] = {
+            "onlooker.interaction.id": event.interaction_id,
+            "onlooker.interaction.status": event.status,
+        }
+        if event.error is not None:
+            attributes[ERROR_TYPE] = event.error.type
+        if self._record_content and event.response is not None:
+            attributes["onlooker.interaction.response"] = to_json(event.response)
+        span.add_event("onlooker.interaction.resolved", attributes, timestamp=ns(event.at))
+
+    def _execution_finished(self, event: ExecutionFinished) -> None:
+        span = self._executions.pop(event.execution_id, None)
+        # Calls still open when their execution ends (a defect upstream) end with it.
+        for key in [key for key in self._tool_spans if key[0] == event.execution_id]:
+            self._tool_spans.pop(key).end(end_time=ns(event.at))
+        if span is None:
+            return
+        span.set_attribute("onlooker.execution.status", event.status)
+        span.set_attribute("onlooker.execution.duration_ms", event.duration_ms)
+        if self._record_content and event.status == "completed" and event.result is not None:
+            span.set_attribute("onlooker.execution.result", to_json(event.result))
+        if event.status != "completed":
+            error_type = event.error.type if event.error is not None else event.status
+            message = event.error.message if event.error is not None else event.status
+            span.set_attribute(ERROR_TYPE, error_type)
+            span.set_status(trace_api.Status(trace_api.StatusCode.ERROR, message))
+        span.end(end_time=ns(event.at))
+
+
+def _attribution_attributes(
+    attributes: dict[str, AttributeValue], event: ExecutionStarted | ToolCallStarted
+) -> None:
+    attribution = event.attribution
+    if attribution.task_id is not None:
+        attributes["onlooker.task_id"] = attribution.task_id
+    if attribution.phase is not None:
+        attributes["onlooker.phase"] = attribution.phase
+    if attribution.intent_id is not None:
+        attributes["onlooker.intent_id"] = attribution.intent_id
+
+
+def _started_of(event: ToolCallFinished) -> ToolCallStarted:
+    return ToolCallStarted(
+        event_id=event.event_id,
+        execution_id=event.execution_id,
+        seq=event.seq,
+        at=event.at,
+        attribution=event.attribution,
+        tool_call_id=event.tool_call_id,
+        tool=event.tool,
+        args={},
+    )

@@ -1,0 +1,510 @@
+"""Ingest: an SDK span processor that turns GenAI spans into tracked executions (watch only).
+
+The mapping and the threading model are in the package docstring. Two
+halves: ``on_start`` / ``on_end`` (any thread) copy what they need from a
+span into an ordered queue under a lock; one drain task on the engine's
+event loop applies the queue to ``engine.track(...)`` runs, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import threading
+from collections import deque
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
+
+import anyio
+import anyio.lowlevel
+from pydantic import JsonValue
+
+from onlooker import ExecutionEngine, OnlookerError, Trigger
+
+from ._conventions import (
+    AGENT_NAME,
+    ERROR_TYPE,
+    OPERATION,
+    SCOPE_NAME,
+    TOOL_ARGUMENTS,
+    TOOL_CALL_ID,
+    TOOL_NAME,
+    TOOL_RESULT,
+    SpanProcessor,
+    logger,
+    trace_api,
+)
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace import ReadableSpan, Span
+
+    from onlooker import TrackedExecution, TrackedToolCall
+
+__all__ = ["OnlookerSpanProcessor"]
+
+_AGENT_OPERATIONS: Final = frozenset({"invoke_agent", "invoke_workflow"})
+
+_RunKey: TypeAlias = tuple[Literal["agent", "trace"], int]
+"""Who owns a tool call: an ``invoke_agent`` span (by span id) or a whole trace (by trace id)."""
+
+
+@dataclass(slots=True)
+class _Open:
+    """What the processor remembers of a span that started and has not ended."""
+
+    role: Literal["agent", "tool"] | None
+    trace_id: int
+    run: _RunKey | None
+    """The run a tool started under this span belongs to (None: no agent or tool above)."""
+    tool_call_id: str | None
+    """The call id of the nearest enclosing tool span (this one, for a tool), within ``run``."""
+    root_name: str
+    """The name of the trace's local root span (it names a per-trace run)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _AgentStart:
+    span_id: int
+    trace_id: int
+    program: str
+    parent_run: _RunKey | None
+    parent_tool_call_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _ToolStart:
+    span_id: int
+    trace_id: int
+    run: _RunKey
+    root_name: str
+    tool: str
+    tool_call_id: str
+    args: dict[str, JsonValue]
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    role: Literal["agent", "tool"]
+    span_id: int
+    error: str | None
+    result: JsonValue
+    duration_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _TraceEnd:
+    trace_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Shutdown:
+    pass
+
+
+_Op: TypeAlias = _AgentStart | _ToolStart | _End | _TraceEnd | _Shutdown
+
+
+class OnlookerSpanProcessor(SpanProcessor):
+    """An OpenTelemetry SDK span processor that records GenAI tool spans as tracked executions.
+
+    >>> async with onlooker.ExecutionEngine(plugins=[history.plugin()]) as engine:
+    ...     processor = OnlookerSpanProcessor(engine)
+    ...     provider.add_span_processor(processor)   # the framework's TracerProvider
+    ...     await agent.run("...")                    # any GenAI-instrumented framework
+    ...     await processor.flush()
+
+    Build it on the engine's event loop (inside ``async with engine``); its
+    runs report to the ``onlooker.observing()`` scope in effect there.
+    ``trigger`` is the trigger kind of the runs it tracks. **Watch only**:
+    onlooker's pre-hooks are consulted and their verdict recorded, but the
+    framework runs the call regardless — nothing is enforced.
+    """
+
+    def __init__(self, engine: ExecutionEngine, *, trigger: str = "opentelemetry") -> None:
+        self._engine = engine
+        self._trigger = trigger
+        # Raises NoEventLoopError when built outside the engine's event loop.
+        self._token = anyio.lowlevel.current_token()
+        self._loop_thread = threading.get_ident()
+        self._context = contextvars.copy_context()
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        # Under the lock, from any thread:
+        self._spans: dict[int, _Open] = {}
+        self._open_in_trace: dict[int, int] = {}
+        self._ops: deque[_Op] = deque()
+        self._pending = 0
+        self._draining = False
+        self._wake_scheduled = False
+        self._closed = False
+        # On the loop thread only:
+        self._runs: dict[_RunKey, TrackedExecution] = {}
+        self._calls: dict[int, TrackedToolCall] = {}
+        self._idle_events: list[anyio.Event] = []
+        self._task: asyncio.Task[None] | None = None
+
+    # -- SpanProcessor: any thread, never blocks the app, never raises into it ---------
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Remember the span; queue an execution's or a tool call's start."""
+        try:
+            self._on_start(span)
+        except Exception:
+            logger.exception("OnlookerSpanProcessor.on_start failed on span %r", span.name)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Queue the tool call's or the execution's end."""
+        try:
+            self._on_end(span)
+        except Exception:
+            logger.exception("OnlookerSpanProcessor.on_end failed on span %r", span.name)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Wait until every queued span reached the engine; ``False`` on timeout.
+
+        On the engine's own thread it cannot wait (the loop does that work):
+        it says whether the queue is empty; ``await processor.flush()`` there.
+        """
+        with self._idle:
+            if threading.get_ident() == self._loop_thread:
+                return self._pending == 0
+            return self._idle.wait_for(lambda: self._pending == 0, timeout_millis / 1000)
+
+    def shutdown(self) -> None:
+        """Stop taking spans; every run still open finishes ``cancelled``.
+
+        From another thread it waits (up to 30 s) until the engine has that.
+        """
+        try:
+            with self._lock:
+                if self._closed:
+                    return
+                self._closed = True
+                busy = bool(self._spans or self._pending)
+                wake = self._enqueue(_Shutdown()) if busy else False
+            self._wake_from_any_thread(wake)
+            if busy and threading.get_ident() != self._loop_thread:
+                self.force_flush()
+        except Exception:
+            logger.exception("OnlookerSpanProcessor.shutdown failed")
+
+    async def flush(self) -> None:
+        """Wait, on the engine's loop, until every span queued so far reached the engine."""
+        while True:
+            with self._lock:
+                if self._pending == 0:
+                    return
+            event = anyio.Event()
+            self._idle_events.append(event)
+            await event.wait()
+
+    # -- span -> op, under the lock ------------------------------------------------------
+
+    def _on_start(self, span: Span) -> None:
+        scope = span.instrumentation_scope
+        if self._closed or (scope is not None and scope.name == SCOPE_NAME):
+            return  # onlooker's own exported spans are not tool calls to track again
+        context = span.get_span_context()
+        span_id, trace_id = context.span_id, context.trace_id
+        attributes = span.attributes or {}
+        role = _role(span.name, attributes)
+        parent = span.parent
+        op: _Op | None = None
+        with self._lock:
+            above = self._spans.get(parent.span_id) if parent is not None else None
+            if above is not None and above.trace_id != trace_id:
+                above = None
+            run = above.run if above is not None else None
+            call_id = above.tool_call_id if above is not None else None
+            root_name = above.root_name if above is not None else span.name
+            if role == "agent":
+                op = _AgentStart(
+                    span_id=span_id,
+                    trace_id=trace_id,
+                    program=_text(attributes.get(AGENT_NAME))
+                    or _after(span.name, "invoke_agent")
+                    or "agent",
+                    parent_run=run,
+                    parent_tool_call_id=call_id,
+                )
+                run, call_id = ("agent", span_id), None
+            elif role == "tool":
+                run = run if run is not None else ("trace", trace_id)
+                call_id = _text(attributes.get(TOOL_CALL_ID)) or f"{span_id:016x}"
+                op = _ToolStart(
+                    span_id=span_id,
+                    trace_id=trace_id,
+                    run=run,
+                    root_name=root_name,
+                    tool=_text(attributes.get(TOOL_NAME))
+                    or _after(span.name, "execute_tool")
+                    or "tool",
+                    tool_call_id=call_id,
+                    args=_arguments(attributes.get(TOOL_ARGUMENTS)),
+                )
+            self._spans[span_id] = _Open(role, trace_id, run, call_id, root_name)
+            self._open_in_trace[trace_id] = self._open_in_trace.get(trace_id, 0) + 1
+            wake = self._enqueue(op) if op is not None else False
+        self._wake_from_any_thread(wake)
+
+    def _on_end(self, span: ReadableSpan) -> None:
+        context = span.get_span_context()
+        if context is None:
+            return
+        with self._lock:
+            known = self._spans.pop(context.span_id, None)
+            if known is None:  # started before this processor was added, or one of ours
+                return
+            wake = False
+            if known.role is not None and not self._closed:
+                wake = self._enqueue(_end_of(known.role, context.span_id, span))
+            left = self._open_in_trace.get(known.trace_id, 1) - 1
+            if left > 0:
+                self._open_in_trace[known.trace_id] = left
+            else:
+                self._open_in_trace.pop(known.trace_id, None)
+                if not self._closed:
+                    wake = self._enqueue(_TraceEnd(known.trace_id)) or wake
+        self._wake_from_any_thread(wake)
+
+    def _enqueue(self, op: _Op) -> bool:
+        """Queue ``op`` (the lock held); whether a drain task must be started."""
+        self._ops.append(op)
+        self._pending += 1
+        if self._draining or self._wake_scheduled:
+            return False
+        self._wake_scheduled = True
+        return True
+
+    # -- onto the loop -------------------------------------------------------------------
+
+    def _wake_from_any_thread(self, wake: bool) -> None:
+        if not wake:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._wake()
+            return
+        try:  # loop.call_soon_threadsafe on asyncio, TrioToken.run_sync_soon on trio
+            self._token.backend_class.run_sync_soon(self._wake, (), self._token.native_token)
+        except Exception:
+            self._drop_all("the engine's event loop is closed")
+
+    def _wake(self) -> None:
+        """On the loop thread: start the drain task unless one is running."""
+        with self._lock:
+            self._wake_scheduled = False
+            if self._draining or not self._ops:
+                return
+            self._draining = True
+        try:
+            self._spawn(self._drain)
+        except Exception as exc:  # no running loop any more (interpreter exit)
+            with self._lock:
+                self._draining = False
+            self._drop_all(f"its drain task could not start ({exc})")
+
+    def _spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        # A task of its own, in the context the processor was built in: anyio has
+        # no detached spawn, so each backend's own (the engine's task group is private).
+        native = self._token.native_token
+        context = self._context.copy()
+        if isinstance(native, asyncio.AbstractEventLoop):
+            self._task = native.create_task(fn(), context=context)
+        else:
+            import trio
+
+            trio.lowlevel.spawn_system_task(fn, context=context)
+
+    def _drop_all(self, why: str) -> None:
+        with self._idle:
+            dropped = len(self._ops)
+            self._pending -= dropped
+            self._ops.clear()
+            self._wake_scheduled = False
+            self._idle.notify_all()
+        if dropped:
+            logger.warning("OnlookerSpanProcessor dropped %d span(s): %s", dropped, why)
+
+    async def _drain(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if not self._ops:
+                        break
+                    op = self._ops.popleft()
+                try:
+                    await self._apply(op)
+                except OnlookerError as exc:  # the engine refused it (closed, finished run)
+                    logger.warning("OnlookerSpanProcessor could not record %r: %s", op, exc)
+                except Exception:
+                    logger.exception("OnlookerSpanProcessor could not record %r", op)
+                finally:
+                    with self._idle:
+                        self._pending -= 1
+                        if self._pending == 0:
+                            self._idle.notify_all()
+        finally:  # also when cancelled: the next span starts a new drain task
+            with self._lock:
+                self._draining = False
+            events, self._idle_events = self._idle_events, []
+            for event in events:
+                event.set()
+
+    # -- op -> tracked execution, on the loop ---------------------------------------------
+
+    async def _apply(self, op: _Op) -> None:
+        if isinstance(op, _ToolStart):
+            await self._tool_start(op)
+        elif isinstance(op, _End):
+            await self._end(op)
+        elif isinstance(op, _AgentStart):
+            await self._agent_start(op)
+        elif isinstance(op, _TraceEnd):
+            run = self._runs.pop(("trace", op.trace_id), None)
+            if run is not None:
+                await run.finish(status="completed")
+        else:
+            runs = list(self._runs.values())
+            self._runs.clear()
+            self._calls.clear()
+            for run in reversed(runs):  # children before their parents
+                await run.finish(status="cancelled", error="the span processor was shut down")
+
+    def _trigger_of(self, trace_id: int, span_id: int) -> Trigger:
+        return Trigger(
+            kind=self._trigger,
+            metadata={"trace_id": f"{trace_id:032x}", "span_id": f"{span_id:016x}"},
+        )
+
+    def _track(self, program: str, trigger: Trigger) -> TrackedExecution | None:
+        try:
+            return self._engine.track(program, trigger=trigger)
+        except RuntimeError as exc:  # the engine has closed: stop taking spans, say so once
+            with self._lock:
+                already, self._closed = self._closed, True
+            if not already:
+                logger.warning("OnlookerSpanProcessor stops recording: %s", exc)
+            return None
+
+    async def _agent_start(self, op: _AgentStart) -> None:
+        trigger = self._trigger_of(op.trace_id, op.span_id)
+        parent = self._runs.get(op.parent_run) if op.parent_run is not None else None
+        if parent is None:
+            run = self._track(op.program, trigger)
+            if run is None:
+                return
+        else:
+            run = parent.child(
+                op.program, parent_tool_call_id=op.parent_tool_call_id, trigger=trigger
+            )
+        self._runs[("agent", op.span_id)] = run
+        await run.start()
+
+    async def _tool_start(self, op: _ToolStart) -> None:
+        run = self._runs.get(op.run)
+        if run is None:
+            if op.run[0] == "agent":
+                return  # its agent's start was not recorded (see the log)
+            run = self._track(op.root_name, self._trigger_of(op.trace_id, op.span_id))
+            if run is None:
+                return
+            self._runs[op.run] = run
+            await run.start()
+        call = await run.tool_started(op.tool, op.args, tool_call_id=op.tool_call_id)
+        if call.allowed:
+            self._calls[op.span_id] = call
+            return
+        logger.warning(
+            "onlooker refused tool %r (call %s: %s) but OpenTelemetry ingest is watch-only: "
+            "the framework runs it anyway; govern it with the framework's own adapter",
+            op.tool,
+            op.tool_call_id,
+            call.reason,
+        )
+
+    async def _end(self, op: _End) -> None:
+        if op.role == "tool":
+            call = self._calls.pop(op.span_id, None)
+            if call is None or call.done:
+                return
+            if op.error is not None:
+                await call.failed(op.error, duration_ms=op.duration_ms)
+            else:
+                await call.finished(op.result, duration_ms=op.duration_ms)
+            return
+        run = self._runs.pop(("agent", op.span_id), None)
+        if run is None:
+            return
+        if op.error is not None:
+            await run.finish(status="failed", error=op.error)
+        else:
+            await run.finish(status="completed")
+
+
+def _role(name: str, attributes: Mapping[str, object]) -> Literal["agent", "tool"] | None:
+    operation = attributes.get(OPERATION)
+    if operation == "execute_tool" or (operation is None and name.startswith("execute_tool")):
+        return "tool"
+    if operation in _AGENT_OPERATIONS or (operation is None and name.startswith("invoke_agent")):
+        return "agent"
+    return None
+
+
+def _end_of(role: Literal["agent", "tool"], span_id: int, span: ReadableSpan) -> _End:
+    attributes = span.attributes or {}
+    error: str | None = None
+    if span.status.status_code is trace_api.StatusCode.ERROR:
+        error = span.status.description or _text(attributes.get(ERROR_TYPE)) or _exception_of(span)
+    duration = None
+    if span.start_time is not None and span.end_time is not None:
+        duration = max(span.end_time - span.start_time, 0) / 1e6
+    result: JsonValue = None
+    if role == "tool" and error is None:
+        result = _decoded(attributes.get(TOOL_RESULT))
+    return _End(role=role, span_id=span_id, error=error, result=result, duration_ms=duration)
+
+
+def _exception_of(span: ReadableSpan) -> str:
+    """The first recorded exception's ``type: message``, or a plain word."""
+    for event in span.events:
+        if event.name == "exception" and event.attributes:
+            kind = _text(event.attributes.get("exception.type"))
+            message = _text(event.attributes.get("exception.message"))
+            if kind or message:
+                return f"{kind}: {message}" if kind and message else kind or message
+    return "error"
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _after(name: str, prefix: str) -> str:
+    return name[len(prefix) :].strip() if name.startswith(prefix) else ""
+
+
+def _decoded(value: object) -> JsonValue:
+    """An attribute as JSON: a JSON string decoded, other strings and scalars kept."""
+    if isinstance(value, str):
+        try:
+            decoded: JsonValue = json.loads(value)
+        except ValueError:
+            return value
+        return decoded
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, tuple | list):
+        return [item if isinstance(item, str | bool | int | float) else str(item) for item in value]
+    return str(value)
+
+
+def _arguments(value: object) -> dict[str, JsonValue]:
+    decoded = _decoded(value)
+    if decoded is None:
+        return {}
+    if isinstance(decoded, dict):
+        return decoded
+    return {"arguments": decoded}

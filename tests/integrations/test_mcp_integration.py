@@ -1,0 +1,510 @@
+"""The MCP adapter on a real ``mcp`` 2.3 server, driven by the SDK's in-process client.
+
+``Client(server, mode="legacy")`` speaks the handshake protocol over the SDK's
+in-memory streams (one session: one execution of every call); ``Client(server)``
+speaks the 2026-07-28 protocol in-process (no sessions: one execution per call).
+MCP has no sub-agents, so there is no child execution to track.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.server import Server
+from mcp.server.auth.middleware.auth_context import auth_context_var
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    CallToolResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    TextContent,
+    Tool,
+)
+
+import onlooker
+from onlooker import (
+    ExecutionEvent,
+    ExecutionFinished,
+    ExecutionStarted,
+    HookAction,
+    HookMatcher,
+    PostHookResult,
+    PreHookResult,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolUseContext,
+)
+from onlooker.integrations.mcp import OnlookerMiddleware, request_id_of
+from onlooker.plugins import audit, history
+from onlooker.testing import RecordingObserver
+
+pytestmark = pytest.mark.anyio
+
+Check = Callable[[Sequence[ExecutionEvent]], None]
+
+
+def refuse_deletes(use: ToolUseContext) -> PreHookResult:
+    return PreHookResult(action=HookAction.BLOCK, reason=f"{use.tool_name} is not allowed here")
+
+
+def polite_name(use: ToolUseContext) -> PreHookResult:
+    return PreHookResult(modified_input={**use.tool_input, "name": f"Dr. {use.tool_input['name']}"})
+
+
+def shout(use: ToolUseContext, output: Any) -> PostHookResult:
+    """Rewrite a whole CallToolResult: its text and its structured content agree."""
+    loud = str(output["structuredContent"]["result"]).upper()
+    return PostHookResult(
+        modified_output={
+            **output,
+            "content": [{"type": "text", "text": loud}],
+            "structuredContent": {"result": loud},
+        }
+    )
+
+
+def redact(use: ToolUseContext, output: Any) -> PostHookResult:
+    """A plain string: the one text content the client gets."""
+    return PostHookResult(modified_output="[redacted]")
+
+
+HOOKS = [
+    HookMatcher(pattern="delete_*", pre=(refuse_deletes,)),
+    HookMatcher(pattern="greet", pre=(polite_name,), post=(shout,)),
+    HookMatcher(pattern="echo", post=(redact,)),
+]
+
+
+@dataclass
+class Calc:
+    """An MCPServer whose tools note what ran; an outer middleware notes each tools/call id."""
+
+    server: MCPServer
+    ran: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    request_ids: list[str] = field(default_factory=list)
+
+
+def calc_server(middleware: OnlookerMiddleware) -> Calc:
+    calc = Calc(MCPServer("calc"))
+    server = calc.server
+
+    async def note_request_id(
+        ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        if ctx.method == "tools/call":
+            calc.request_ids.append(str(ctx.request_id))
+        return await call_next(ctx)
+
+    server.middleware.extend([note_request_id, middleware])
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        calc.ran.append(("add", {"a": a, "b": b}))
+        return a + b
+
+    @server.tool()
+    def divide(a: int, b: int) -> float:
+        """Divide a by b."""
+        calc.ran.append(("divide", {"a": a, "b": b}))
+        if b == 0:
+            raise ToolError("division by zero")
+        return a / b
+
+    @server.tool()
+    def delete_everything(path: str) -> str:
+        """Delete a directory tree."""
+        calc.ran.append(("delete_everything", {"path": path}))
+        return "deleted"
+
+    @server.tool()
+    def greet(name: str) -> str:
+        """Greet someone."""
+        calc.ran.append(("greet", {"name": name}))
+        return f"hello {name}"
+
+    return calc
+
+
+@dataclass
+class Recorded:
+    engine: onlooker.ExecutionEngine
+    recorder: RecordingObserver
+    trail: audit.AuditTrail
+    history_url: str
+
+
+@asynccontextmanager
+async def engine_for(
+    tmp_path: Path, hooks: Sequence[HookMatcher] = HOOKS
+) -> AsyncIterator[Recorded]:
+    """An engine with the hooks, history and audit; closed (all written) on exit."""
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    trail_plugin = audit.plugin(directory=tmp_path / "audit", session_id="mcp")
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine(
+        plugins=[history.plugin(url), trail_plugin], hooks=hooks
+    ) as engine:
+        engine.bus.subscribe(recorder)
+        yield Recorded(engine, recorder, engine.extension(trail_plugin), url)
+
+
+def text(result: CallToolResult) -> str:
+    assert len(result.content) == 1 and isinstance(result.content[0], TextContent)
+    return result.content[0].text
+
+
+async def three_calls(client: Client) -> list[CallToolResult]:
+    return [
+        await client.call_tool("add", {"a": 1, "b": 2}),
+        await client.call_tool("divide", {"a": 1, "b": 0}),
+        await client.call_tool("delete_everything", {"path": "/"}),
+    ]
+
+
+def tool_events(recorder: RecordingObserver) -> list[tuple[str, str, str | None]]:
+    """(kind, tool, status) of every tool-call event, in order."""
+    return [
+        (e.kind, e.tool, e.status if isinstance(e, ToolCallFinished) else None)
+        for e in recorder.events
+        if isinstance(e, ToolCallStarted | ToolCallFinished)
+    ]
+
+
+THREE_CALLS = [
+    ("ToolCallStarted", "add", None),
+    ("ToolCallFinished", "add", "completed"),
+    ("ToolCallStarted", "divide", None),
+    ("ToolCallFinished", "divide", "failed"),
+    ("ToolCallStarted", "delete_everything", None),
+    ("ToolCallFinished", "delete_everything", "blocked"),
+]
+
+
+def assert_client_saw(calc: Calc, results: list[CallToolResult]) -> None:
+    done, failed, refused = results
+    assert (done.is_error, text(done), done.structured_content) == (False, "3", {"result": 3})
+    assert (failed.is_error, text(failed)) == (
+        True,
+        "Error executing tool divide: division by zero",
+    )
+    assert (refused.is_error, text(refused)) == (True, "delete_everything is not allowed here")
+    assert [tool for tool, _ in calc.ran] == ["add", "divide"]  # the refused body never ran
+
+
+async def assert_history_and_audit(
+    recorded: Recorded, statuses: dict[str, list[tuple[str, str]]]
+) -> None:
+    """History holds each execution's calls with these (tool, status); the trail verifies."""
+    async with history.open(recorded.history_url) as store:
+        for execution_id, expected in statuses.items():
+            tree = await store.get_execution(execution_id)
+            assert tree is not None and tree.status == "completed"
+            assert [(c.tool, c.status) for c in tree.tool_calls] == expected
+            assert await store.events(execution_id) == recorded.recorder.for_execution(execution_id)
+    report = audit.verify(recorded.trail.path)
+    assert report.ok and report.records == len(recorded.recorder.events)
+
+
+class TestOneSession:
+    async def test_a_session_is_one_execution_of_every_call(
+        self, tmp_path: Path, check_stream: Check
+    ) -> None:
+        async with engine_for(tmp_path) as recorded:
+            calc = calc_server(OnlookerMiddleware(recorded.engine, program="calc"))
+            async with Client(calc.server, mode="legacy") as client:
+                results = await three_calls(client)
+        recorder = recorded.recorder
+
+        assert_client_saw(calc, results)
+        check_stream(recorder.events)
+        assert recorder.kinds() == [
+            "ExecutionStarted",
+            *[kind for kind, _, _ in THREE_CALLS],
+            "ExecutionFinished",
+        ]
+        assert tool_events(recorder) == THREE_CALLS
+        (started,) = recorder.of(ExecutionStarted)
+        assert (started.program, started.trigger.kind) == ("calc", "mcp")
+        assert started.trigger.metadata["client"] == {"name": "mcp", "version": "0.1.0"}
+        (finished,) = recorder.of(ExecutionFinished)
+        assert finished.status == "completed"
+
+        ids = [e.tool_call_id for e in recorder.of(ToolCallStarted)]
+        assert len(calc.request_ids) == 3
+        assert ids == [f"mcp:{started.execution_id}:{rid}" for rid in calc.request_ids]
+        assert [request_id_of(i) for i in ids] == calc.request_ids
+
+        add_done, divide_failed, delete_blocked = recorder.of(ToolCallFinished)
+        assert add_done.result == {
+            "content": [{"type": "text", "text": "3"}],
+            "isError": False,
+            "structuredContent": {"result": 3},
+        }
+        assert divide_failed.error is not None
+        assert divide_failed.error.message == "Error executing tool divide: division by zero"
+        assert delete_blocked.error is not None
+        assert "delete_everything is not allowed here" in delete_blocked.error.message
+
+        await assert_history_and_audit(
+            recorded,
+            {
+                started.execution_id: [
+                    ("add", "completed"),
+                    ("divide", "failed"),
+                    ("delete_everything", "blocked"),
+                ]
+            },
+        )
+
+    async def test_hooks_rewrite_the_arguments_and_the_result(
+        self, tmp_path: Path, check_stream: Check
+    ) -> None:
+        async with engine_for(tmp_path) as recorded:
+            calc = calc_server(OnlookerMiddleware(recorded.engine))
+            async with Client(calc.server, mode="legacy") as client:
+                result = await client.call_tool("greet", {"name": "Ada"})
+
+        assert calc.ran == [("greet", {"name": "Dr. Ada"})]
+        assert (result.is_error, text(result)) == (False, "HELLO DR. ADA")
+        assert result.structured_content == {"result": "HELLO DR. ADA"}
+        (started,) = recorded.recorder.of(ToolCallStarted)
+        assert started.args == {"name": "Dr. Ada"}
+        (finished,) = recorded.recorder.of(ToolCallFinished)
+        assert finished.status == "completed"
+        assert finished.result == {
+            "content": [{"type": "text", "text": "HELLO DR. ADA"}],
+            "isError": False,
+            "structuredContent": {"result": "HELLO DR. ADA"},
+        }
+        check_stream(recorded.recorder.events)
+
+    async def test_an_abort_refuses_the_rest_of_the_session(
+        self, tmp_path: Path, check_stream: Check
+    ) -> None:
+        def abort(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(action=HookAction.ABORT, reason="deletes end the session")
+
+        hooks = [HookMatcher(pattern="delete_*", pre=(abort,))]
+        async with engine_for(tmp_path, hooks) as recorded:
+            calc = calc_server(OnlookerMiddleware(recorded.engine))
+            async with Client(calc.server, mode="legacy") as client:
+                aborted = await client.call_tool("delete_everything", {"path": "/"})
+                later = await client.call_tool("add", {"a": 1, "b": 2})
+
+        assert calc.ran == []
+        assert (aborted.is_error, text(aborted)) == (True, "deletes end the session")
+        assert (later.is_error, text(later)) == (True, "deletes end the session")
+        check_stream(recorded.recorder.events)
+        assert [e.status for e in recorded.recorder.of(ToolCallFinished)] == ["blocked"] * 2
+        (finished,) = recorded.recorder.of(ExecutionFinished)
+        assert finished.status == "failed"
+
+    async def test_the_authenticated_client_owns_the_execution(self, tmp_path: Path) -> None:
+        # What the SDK's bearer-auth ASGI middleware sets for an authenticated HTTP request.
+        token = AccessToken(token="t", client_id="ci-bot", scopes=[])
+        reset = auth_context_var.set(AuthenticatedUser(token))
+        try:
+            async with engine_for(tmp_path) as recorded:
+                calc = calc_server(OnlookerMiddleware(recorded.engine))
+                async with Client(calc.server, mode="legacy") as client:
+                    await client.call_tool("add", {"a": 1, "b": 2})
+        finally:
+            auth_context_var.reset(reset)
+        (started,) = recorded.recorder.of(ExecutionStarted)
+        assert started.owner == "ci-bot"
+
+
+class TestNoSessions:
+    async def test_each_call_is_its_own_execution(
+        self, tmp_path: Path, check_stream: Check
+    ) -> None:
+        async with engine_for(tmp_path) as recorded:
+            calc = calc_server(OnlookerMiddleware(recorded.engine, program="calc"))
+            async with Client(calc.server) as client:  # the 2026-07-28 protocol, in-process
+                results = await three_calls(client)
+        recorder = recorded.recorder
+
+        assert_client_saw(calc, results)
+        check_stream(recorder.events)
+        assert tool_events(recorder) == THREE_CALLS
+        runs = recorder.of(ExecutionStarted)
+        assert len(runs) == 3
+        assert {r.trigger.metadata["protocol_version"] for r in runs} == {"2026-07-28"}
+        for run, rid, (start, end) in zip(
+            runs,
+            calc.request_ids,
+            zip(THREE_CALLS[::2], THREE_CALLS[1::2], strict=True),
+            strict=True,
+        ):
+            assert recorder.kinds(run.execution_id) == [
+                "ExecutionStarted", start[0], end[0], "ExecutionFinished"
+            ]  # fmt: skip
+            (call,) = recorder.of(ToolCallStarted, run.execution_id)
+            assert call.tool_call_id == f"mcp:{run.execution_id}:{rid}"
+        assert [e.status for e in recorder.of(ExecutionFinished)] == ["completed"] * 3
+
+        await assert_history_and_audit(
+            recorded,
+            {
+                run.execution_id: [(tool, status)]
+                for run, (_, tool, status) in zip(runs, THREE_CALLS[1::2], strict=True)
+                if status is not None
+            },
+        )
+
+
+class TestCancellation:
+    @pytest.mark.parametrize(
+        ("mode", "execution_status"),
+        [("legacy", "completed"), ("2026-07-28", "cancelled")],
+    )
+    async def test_a_cancelled_request_is_a_cancelled_call(
+        self, tmp_path: Path, check_stream: Check, mode: str, execution_status: str
+    ) -> None:
+        async with engine_for(tmp_path) as recorded:
+            calc = calc_server(OnlookerMiddleware(recorded.engine))
+
+            @calc.server.tool()
+            async def slow() -> str:
+                """Never answers in time."""
+                await anyio.sleep_forever()
+                return "late"
+
+            async with Client(calc.server, mode=mode) as client:
+                with pytest.raises(MCPError, match=r"[Tt]imed out"):
+                    await client.call_tool("slow", {}, read_timeout_seconds=0.2)
+        check_stream(recorded.recorder.events)
+        assert tool_events(recorded.recorder) == [
+            ("ToolCallStarted", "slow", None),
+            ("ToolCallFinished", "slow", "cancelled"),
+        ]
+        (finished,) = recorded.recorder.of(ExecutionFinished)
+        assert finished.status == execution_status
+
+
+class TestLowLevelServer:
+    async def test_a_raising_handler_is_a_failed_call(
+        self, tmp_path: Path, check_stream: Check
+    ) -> None:
+        ran: list[str] = []
+
+        async def list_tools(
+            ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
+        ) -> ListToolsResult:
+            schema = {"type": "object", "properties": {"path": {"type": "string"}}}
+            return ListToolsResult(
+                tools=[Tool(name=n, input_schema=schema) for n in ("read", "delete_file", "echo")]
+            )
+
+        async def call_tool(
+            ctx: ServerRequestContext[Any], params: CallToolRequestParams
+        ) -> CallToolResult:
+            ran.append(params.name)
+            if params.name == "read":
+                raise MCPError(code=INVALID_PARAMS, message="no such file")
+            return CallToolResult(content=[TextContent(type="text", text="secret: hunter2")])
+
+        async with engine_for(tmp_path) as recorded:
+            server = Server("files", on_list_tools=list_tools, on_call_tool=call_tool)
+            server.middleware.append(OnlookerMiddleware(recorded.engine, program="files"))
+            async with Client(server, mode="legacy") as client:
+                with pytest.raises(MCPError, match="no such file"):
+                    await client.call_tool("read", {"path": "a.md"})
+                refused = await client.call_tool("delete_file", {"path": "a.md"})
+                echoed = await client.call_tool("echo", {"path": "a.md"})
+
+        assert ran == ["read", "echo"]
+        assert (refused.is_error, text(refused)) == (True, "delete_file is not allowed here")
+        assert (echoed.is_error, text(echoed)) == (False, "[redacted]")
+        check_stream(recorded.recorder.events)
+        assert tool_events(recorded.recorder) == [
+            ("ToolCallStarted", "read", None),
+            ("ToolCallFinished", "read", "failed"),
+            ("ToolCallStarted", "delete_file", None),
+            ("ToolCallFinished", "delete_file", "blocked"),
+            ("ToolCallStarted", "echo", None),
+            ("ToolCallFinished", "echo", "completed"),
+        ]
+        failed, _, redacted = recorded.recorder.of(ToolCallFinished)
+        assert redacted.result == "[redacted]"
+        assert failed.error is not None
+        assert (failed.error.type, failed.error.message) == ("MCPError", "no such file")
+
+
+class TestWithoutTheConnection:
+    async def test_each_call_is_its_own_execution(
+        self, tmp_path: Path, check_stream: Check, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # Should a later SDK move the Connection, sessions degrade to one execution per call.
+        monkeypatch.setattr(OnlookerMiddleware, "_connection", lambda self, ctx: None)
+        async with engine_for(tmp_path) as recorded:
+            calc = calc_server(OnlookerMiddleware(recorded.engine))
+            async with Client(calc.server, mode="legacy") as client:
+                results = await three_calls(client)
+        assert_client_saw(calc, results)
+        check_stream(recorded.recorder.events)
+        assert tool_events(recorded.recorder) == THREE_CALLS
+        assert [e.status for e in recorded.recorder.of(ExecutionFinished)] == ["completed"] * 3
+
+
+class TestContainment:
+    async def test_a_broken_engine_never_costs_the_client_its_answer(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        async with engine_for(tmp_path) as recorded:
+            middleware = OnlookerMiddleware(recorded.engine)
+        # The engine is closed: tracking fails, the middleware logs and steps aside.
+        calc = calc_server(middleware)
+        with caplog.at_level(logging.ERROR, logger="onlooker.integrations.mcp"):
+            async with Client(calc.server, mode="legacy") as client:
+                result = await client.call_tool("add", {"a": 2, "b": 3})
+                refused = await client.call_tool("delete_everything", {"path": "/"})
+        assert (result.is_error, text(result)) == (False, "5")
+        assert not refused.is_error  # ungoverned once onlooker is gone, as logged
+        assert [tool for tool, _ in calc.ran] == ["add", "delete_everything"]
+        logged = [r for r in caplog.records if r.name == "onlooker.integrations.mcp"]
+        assert logged and all("untracked" in r.getMessage() for r in logged)
+
+    async def test_a_rewrite_that_is_no_result_leaves_the_tools_own(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        def garbage(use: ToolUseContext, output: Any) -> PostHookResult:
+            return PostHookResult(modified_output={"content": "not a list of blocks"})
+
+        async with engine_for(tmp_path, [HookMatcher(pattern="add", post=(garbage,))]) as recorded:
+            calc = calc_server(OnlookerMiddleware(recorded.engine))
+            with caplog.at_level(logging.ERROR, logger="onlooker.integrations.mcp"):
+                async with Client(calc.server, mode="legacy") as client:
+                    result = await client.call_tool("add", {"a": 2, "b": 3})
+        assert (result.is_error, text(result)) == (False, "5")
+        assert any("no CallToolResult" in r.getMessage() for r in caplog.records)
+        (finished,) = recorded.recorder.of(ToolCallFinished)
+        assert finished.status == "completed"
+
+    def test_a_missing_sdk_names_the_extra(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setitem(sys.modules, "mcp_types", None)
+        with pytest.raises(ImportError, match=r'pip install "onlooker\[mcp\]"'):
+            OnlookerMiddleware(onlooker.ExecutionEngine())
+
+
+def test_request_id_of() -> None:
+    assert request_id_of("mcp:0a1b2c-7:42") == "42"
+    assert request_id_of("mcp:0a1b2c-7:req:with:colons") == "req:with:colons"
+    assert request_id_of("call_1") is None
