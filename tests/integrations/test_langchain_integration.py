@@ -1,0 +1,583 @@
+"""LangChain / LangGraph: a real StateGraph with a ToolNode, driven by GenericFakeChatModel.
+
+The graph is LangGraph's own ReAct loop (an agent node, ``ToolNode``,
+``tools_condition``) built with ``StateGraph``, as ``create_react_agent`` builds it;
+``create_react_agent`` itself is deprecated in LangGraph 1.x and cannot bind tools to
+the fake model. The model is LangChain's ``GenericFakeChatModel``, scripted with
+``AIMessage``\\ s that carry tool calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt.tool_node import AsyncToolCallWrapper
+from langgraph.types import interrupt
+
+import onlooker
+from onlooker import (
+    ExecutionEvent,
+    ExecutionFinished,
+    ExecutionStarted,
+    HookAction,
+    HookMatcher,
+    PostHookResult,
+    PreHookResult,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolUseContext,
+)
+from onlooker.integrations.langchain import OnlookerCallbackHandler, wrap_tool_call
+from onlooker.plugins import audit, history
+from onlooker.testing import RecordingObserver
+
+pytestmark = pytest.mark.anyio
+
+Graph = CompiledStateGraph[Any, Any, Any, Any]
+CheckStream = Callable[[Sequence[ExecutionEvent]], None]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    # LangChain's async callback manager and LangGraph's ToolNode call asyncio.gather and
+    # asyncio.create_task themselves: LangGraph runs on asyncio only.
+    return "asyncio"
+
+
+# -- the agent --------------------------------------------------------------------------
+
+
+def call(name: str, call_id: str, **args: Any) -> AIMessage:
+    """A scripted model turn that asks for one tool call."""
+    return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": call_id}])
+
+
+def model(*turns: AIMessage) -> GenericFakeChatModel:
+    return GenericFakeChatModel(messages=iter(turns))
+
+
+class Agent:
+    """A ReAct graph whose tool bodies and model inputs the test can inspect."""
+
+    def __init__(self, wrapper: AsyncToolCallWrapper | None = None) -> None:
+        self.ran: list[str] = []
+        """Which tool bodies ran, in order."""
+        self.seen: list[list[AnyMessage]] = []
+        """The messages each model turn received."""
+        self.wrapper = wrapper
+
+    def tools(self) -> list[BaseTool]:
+        ran = self.ran
+
+        @tool
+        def lookup(order_id: str) -> str:
+            """Look an order up."""
+            ran.append(f"lookup:{order_id}")
+            return f"order {order_id}: shipped"
+
+        @tool
+        def refund(order_id: str, amount: float) -> str:
+            """Refund an order."""
+            ran.append(f"refund:{order_id}")
+            return "refunded"
+
+        def reserve(order_id: str) -> str:
+            """Reserve stock for an order."""
+            ran.append(f"reserve:{order_id}")
+            raise ToolException(f"order {order_id} is on hold")
+
+        @tool
+        def cancel(order_id: str) -> str:
+            """Cancel an order."""
+            ran.append(f"cancel:{order_id}")
+            raise ToolException("already shipped")
+
+        # The tool handles its own ToolException: on_tool_end gets ToolMessage(status="error").
+        handled = StructuredTool.from_function(reserve, handle_tool_error=True)
+        return [lookup, refund, handled, cancel]
+
+    def graph(
+        self,
+        name: str,
+        chat: GenericFakeChatModel,
+        tools: Sequence[BaseTool],
+        *,
+        handle_tool_errors: bool = True,
+        checkpointer: InMemorySaver | None = None,
+    ) -> Graph:
+        seen = self.seen
+
+        def agent(state: MessagesState) -> dict[str, list[AnyMessage]]:
+            seen.append(list(state["messages"]))
+            return {"messages": [chat.invoke(state["messages"])]}
+
+        async def aagent(state: MessagesState) -> dict[str, list[AnyMessage]]:
+            seen.append(list(state["messages"]))
+            return {"messages": [await chat.ainvoke(state["messages"])]}
+
+        builder = StateGraph(MessagesState)
+        builder.add_node("agent", RunnableLambda(agent, afunc=aagent))
+        builder.add_node(
+            "tools",
+            ToolNode(
+                tools,
+                awrap_tool_call=self.wrapper,
+                # ToolNode turns a ToolException the tool did not handle into an error message
+                handle_tool_errors=handle_tool_errors,
+            ),
+        )
+        builder.add_edge(START, "agent")
+        builder.add_conditional_edges("agent", tools_condition)
+        builder.add_edge("tools", "agent")
+        return builder.compile(name=name, checkpointer=checkpointer)
+
+    def support_bot(self) -> Graph:
+        """Five calls: completed, blocked, failed twice, and a researcher sub-agent."""
+        researcher = self.graph(
+            "researcher",
+            model(call("lookup", "s1", order_id="A1-history"), AIMessage(content="A1 is fine")),
+            self.tools()[:1],
+        )
+        ran = self.ran
+
+        @tool
+        async def research(topic: str) -> str:
+            """Ask the researcher sub-agent."""
+            ran.append(f"research:{topic}")
+            state = await researcher.ainvoke({"messages": [HumanMessage(topic)]})
+            return str(state["messages"][-1].content)
+
+        chat = model(
+            call("lookup", "c1", order_id="A1"),
+            call("refund", "c2", order_id="A1", amount=120.0),
+            call("reserve", "c3", order_id="A1"),
+            call("cancel", "c4", order_id="A1"),
+            call("research", "c5", topic="A1"),
+            AIMessage(content="done"),
+        )
+        return self.graph("support-bot", chat, [*self.tools(), research])
+
+    def tool_message(self, call_id: str) -> ToolMessage:
+        """The ToolMessage for ``call_id`` that the model received."""
+        for message in self.seen[-1]:
+            if isinstance(message, ToolMessage) and message.tool_call_id == call_id:
+                return message
+        raise AssertionError(f"the model never saw a result for {call_id}")
+
+
+def block_refunds(context: ToolUseContext) -> PreHookResult:
+    return PreHookResult(action=HookAction.BLOCK, reason="refunds need a human")
+
+
+REFUNDS = HookMatcher(pattern="refund", pre=[block_refunds])
+
+
+def steps(events: Sequence[ExecutionEvent], root: str) -> list[tuple[str, ...]]:
+    """Each event as (who, kind, tool, tool_call_id, status): the shape of the run."""
+    out: list[tuple[str, ...]] = []
+    for event in events:
+        who = "root" if event.execution_id == root else "child"
+        match event:
+            case ToolCallStarted():
+                out.append((who, "started", event.tool, event.tool_call_id))
+            case ToolCallFinished():
+                out.append((who, event.status, event.tool, event.tool_call_id))
+            case ExecutionStarted():
+                out.append((who, "ExecutionStarted", event.program))
+            case ExecutionFinished():
+                out.append((who, "ExecutionFinished", event.status))
+            case _:
+                out.append((who, event.kind))
+    return out
+
+
+def config(handler: OnlookerCallbackHandler, run_id: uuid.UUID) -> RunnableConfig:
+    return {"callbacks": [handler], "run_id": run_id}
+
+
+# -- handler + wrapper: recorded once, governed -----------------------------------------
+
+
+async def test_handler_and_wrapper_record_and_govern_every_call(
+    tmp_path: Path, check_stream: CheckStream
+) -> None:
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    recorder = RecordingObserver()
+    root_id = uuid.uuid4()
+    async with onlooker.ExecutionEngine(
+        hooks=[REFUNDS],
+        plugins=[history.plugin(url), audit.plugin(directory=tmp_path, session_id="lc")],
+    ) as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine))
+        state = await agent.support_bot().ainvoke(
+            {"messages": [HumanMessage("refund A1")]},
+            config(OnlookerCallbackHandler(engine), root_id),
+        )
+    root = str(root_id)
+    assert state["messages"][-1].content == "done"
+    events = recorder.events
+    check_stream(events)
+    assert steps(events, root) == [
+        ("root", "ExecutionStarted", "support-bot"),
+        ("root", "started", "lookup", "c1"),
+        ("root", "completed", "lookup", "c1"),
+        ("root", "started", "refund", "c2"),
+        ("root", "blocked", "refund", "c2"),
+        ("root", "started", "reserve", "c3"),
+        ("root", "failed", "reserve", "c3"),
+        ("root", "started", "cancel", "c4"),
+        ("root", "failed", "cancel", "c4"),
+        ("root", "started", "research", "c5"),
+        ("child", "ExecutionStarted", "researcher"),
+        ("child", "started", "lookup", "s1"),
+        ("child", "completed", "lookup", "s1"),
+        ("child", "ExecutionFinished", "completed"),
+        ("root", "completed", "research", "c5"),
+        ("root", "ExecutionFinished", "completed"),
+    ]
+    # The refused tool never ran, and the model got the refusal instead.
+    assert agent.ran == [
+        "lookup:A1",
+        "reserve:A1",
+        "cancel:A1",
+        "research:A1",
+        "lookup:A1-history",
+    ]
+    refusal = agent.tool_message("c2")
+    assert (refusal.status, refusal.content, refusal.name) == (
+        "error",
+        "refunds need a human",
+        "refund",
+    )
+    assert agent.tool_message("c3").status == agent.tool_message("c4").status == "error"
+    assert agent.tool_message("c5").content == "A1 is fine"
+
+    started = recorder.of(ExecutionStarted)
+    assert started[0].execution_id == root and started[0].trigger.kind == "langgraph"
+    child = started[1]
+    assert child.attribution.parent_execution_id == root
+    assert child.attribution.parent_tool_call_id == "c5"
+    assert child.attribution.depth == 1
+    finished = {e.tool_call_id: e for e in recorder.of(ToolCallFinished)}
+    assert finished["c1"].result == "order A1: shipped"
+    assert (
+        finished["c2"].error is not None and "refunds need a human" in finished["c2"].error.message
+    )
+    assert (
+        finished["c3"].error is not None and finished["c3"].error.message == "order A1 is on hold"
+    )
+    assert finished["c4"].error is not None and "already shipped" in finished["c4"].error.message
+    assert recorder.of(ToolCallStarted)[0].args == {"order_id": "A1"}
+
+    async with history.open(url) as store:
+        tree = await store.get_execution(root)
+    assert tree is not None and tree.status == "completed" and tree.program == "support-bot"
+    assert [(c.tool_call_id, c.status) for c in tree.tool_calls] == [
+        ("c1", "completed"),
+        ("c2", "blocked"),
+        ("c3", "failed"),
+        ("c4", "failed"),
+        ("c5", "completed"),
+    ]
+    [sub] = tree.children
+    assert (sub.program, sub.parent_tool_call_id, sub.status) == ("researcher", "c5", "completed")
+    assert [(c.tool_call_id, c.status) for c in sub.tool_calls] == [("s1", "completed")]
+    report = audit.verify(tmp_path / "lc")
+    assert report.ok and report.records == len(events)
+
+
+async def test_hooks_rewrite_the_arguments_and_the_result() -> None:
+    def shout(context: ToolUseContext) -> PreHookResult:
+        return PreHookResult(
+            modified_input={"order_id": str(context.tool_input["order_id"]).upper()}
+        )
+
+    def redact(context: ToolUseContext, output: Any) -> PostHookResult:
+        return PostHookResult(modified_output=f"[redacted: {len(str(output))} chars]")
+
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine(
+        hooks=[HookMatcher(pattern="lookup", pre=[shout], post=[redact])]
+    ) as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine))
+        chat = model(call("lookup", "c1", order_id="a7"), AIMessage(content="done"))
+        await agent.graph("bot", chat, agent.tools()).ainvoke(
+            {"messages": [HumanMessage("where is a7?")]},
+            config(OnlookerCallbackHandler(engine), uuid.uuid4()),
+        )
+    assert agent.ran == ["lookup:A7"]  # the tool got the rewritten arguments
+    assert agent.tool_message("c1").content == "[redacted: 17 chars]"  # the model the new output
+    [started] = recorder.of(ToolCallStarted)
+    [ended] = recorder.of(ToolCallFinished)
+    assert started.args == {"order_id": "A7"}
+    assert (ended.status, ended.result) == ("completed", "[redacted: 17 chars]")
+
+
+async def test_an_abort_stops_the_graph_and_fails_the_execution() -> None:
+    def abort(context: ToolUseContext) -> PreHookResult:
+        return PreHookResult(action=HookAction.ABORT, reason="stop everything")
+
+    recorder = RecordingObserver()
+    root_id = uuid.uuid4()
+    async with onlooker.ExecutionEngine(
+        hooks=[HookMatcher(pattern="refund", pre=[abort])]
+    ) as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine))
+        chat = model(call("refund", "c1", order_id="A1", amount=5.0), AIMessage(content="done"))
+        graph = agent.graph("bot", chat, agent.tools(), handle_tool_errors=False)
+        with pytest.raises(onlooker.HookAbortError, match="stop everything"):
+            await graph.ainvoke(
+                {"messages": [HumanMessage("refund")]},
+                config(OnlookerCallbackHandler(engine), root_id),
+            )
+    assert agent.ran == []
+    assert steps(recorder.events, str(root_id)) == [
+        ("root", "ExecutionStarted", "bot"),
+        ("root", "started", "refund", "c1"),
+        ("root", "blocked", "refund", "c1"),
+        ("root", "ExecutionFinished", "failed"),
+    ]
+
+
+async def test_a_skipped_call_returns_the_reason_as_a_result() -> None:
+    def skip(context: ToolUseContext) -> PreHookResult:
+        return PreHookResult(action=HookAction.SKIP, reason="cached: shipped")
+
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine(
+        hooks=[HookMatcher(pattern="lookup", pre=[skip])]
+    ) as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine))
+        chat = model(call("lookup", "c1", order_id="A1"), AIMessage(content="done"))
+        await agent.graph("bot", chat, agent.tools()).ainvoke(
+            {"messages": [HumanMessage("x")]}, config(OnlookerCallbackHandler(engine), uuid.uuid4())
+        )
+    assert agent.ran == []
+    message = agent.tool_message("c1")
+    assert (message.status, message.content) == ("success", "cached: shipped")
+    [ended] = recorder.of(ToolCallFinished)
+    assert (ended.tool_call_id, ended.status) == ("c1", "skipped")
+
+
+# -- either one alone -------------------------------------------------------------------
+
+
+async def test_the_handler_alone_records_but_cannot_refuse(
+    caplog: pytest.LogCaptureFixture, check_stream: CheckStream
+) -> None:
+    recorder = RecordingObserver()
+    root_id = uuid.uuid4()
+    async with onlooker.ExecutionEngine(hooks=[REFUNDS]) as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent()  # no awrap_tool_call: callbacks only
+        with caplog.at_level(logging.WARNING, logger="onlooker.integrations.langchain"):
+            await agent.support_bot().ainvoke(
+                {"messages": [HumanMessage("refund A1")]},
+                config(OnlookerCallbackHandler(engine), root_id),
+            )
+    check_stream(recorder.events)
+    assert [step for step in steps(recorder.events, str(root_id)) if step[1] != "started"] == [
+        ("root", "ExecutionStarted", "support-bot"),
+        ("root", "completed", "lookup", "c1"),
+        ("root", "blocked", "refund", "c2"),  # the hooks' verdict ...
+        ("root", "failed", "reserve", "c3"),
+        ("root", "failed", "cancel", "c4"),
+        ("child", "ExecutionStarted", "researcher"),
+        ("child", "completed", "lookup", "s1"),
+        ("child", "ExecutionFinished", "completed"),
+        ("root", "completed", "research", "c5"),
+        ("root", "ExecutionFinished", "completed"),
+    ]
+    assert "refund:A1" in agent.ran  # ... which a callback cannot enforce
+    assert agent.tool_message("c2").content == "refunded"
+    assert any("cannot stop a call" in r.getMessage() for r in caplog.records)
+    child = recorder.of(ExecutionStarted)[1]
+    assert child.attribution.parent_tool_call_id == "c5"
+
+
+async def test_the_wrapper_alone_governs_each_call_in_an_execution_of_its_own() -> None:
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine(hooks=[REFUNDS]) as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine, program="shop"))
+        chat = model(
+            call("lookup", "c1", order_id="A1"),
+            call("refund", "c2", order_id="A1", amount=1.0),
+            AIMessage(content="done"),
+        )
+        await agent.graph("bot", chat, agent.tools()).ainvoke({"messages": [HumanMessage("hi")]})
+    assert agent.ran == ["lookup:A1"]
+    assert agent.tool_message("c2").status == "error"
+    assert [(e.program, e.execution_id) for e in recorder.of(ExecutionStarted)] == [
+        ("shop", e.execution_id) for e in recorder.of(ToolCallStarted)
+    ]
+    assert [(e.tool_call_id, e.status) for e in recorder.of(ToolCallFinished)] == [
+        ("c1", "completed"),
+        ("c2", "blocked"),
+    ]
+    assert [e.status for e in recorder.of(ExecutionFinished)] == ["completed", "completed"]
+
+
+# -- shapes of runs ---------------------------------------------------------------------
+
+
+async def test_a_subgraph_node_is_a_child_execution(check_stream: CheckStream) -> None:
+    recorder = RecordingObserver()
+    root_id = uuid.uuid4()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine))
+        inner = agent.graph(
+            "inner",
+            model(call("lookup", "s1", order_id="B2"), AIMessage(content="ok")),
+            agent.tools()[:1],
+        )
+        builder = StateGraph(MessagesState)
+        builder.add_node("delegate", inner)
+        builder.add_edge(START, "delegate")
+        builder.add_edge("delegate", END)
+        await builder.compile(name="outer").ainvoke(
+            {"messages": [HumanMessage("B2?")]},
+            config(OnlookerCallbackHandler(engine, program="shop"), root_id),
+        )
+    check_stream(recorder.events)
+    assert steps(recorder.events, str(root_id)) == [
+        ("root", "ExecutionStarted", "shop"),
+        ("child", "ExecutionStarted", "inner"),
+        ("child", "started", "lookup", "s1"),
+        ("child", "completed", "lookup", "s1"),
+        ("child", "ExecutionFinished", "completed"),
+        ("root", "ExecutionFinished", "completed"),
+    ]
+    child = recorder.of(ExecutionStarted)[1]
+    assert child.attribution.parent_execution_id == str(root_id)
+    assert child.attribution.parent_tool_call_id is None
+
+
+async def test_a_synchronous_invoke_on_a_worker_thread_is_recorded(
+    check_stream: CheckStream,
+) -> None:
+    recorder = RecordingObserver()
+    root_id = uuid.uuid4()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent()
+        chat = model(call("lookup", "c1", order_id="A1"), AIMessage(content="done"))
+        graph = agent.graph("bot", chat, agent.tools())
+        handler = OnlookerCallbackHandler(engine)
+        await anyio.to_thread.run_sync(
+            lambda: graph.invoke({"messages": [HumanMessage("hi")]}, config(handler, root_id))
+        )
+    check_stream(recorder.events)
+    assert steps(recorder.events, str(root_id)) == [
+        ("root", "ExecutionStarted", "bot"),
+        ("root", "started", "lookup", "c1"),
+        ("root", "completed", "lookup", "c1"),
+        ("root", "ExecutionFinished", "completed"),
+    ]
+
+
+async def test_a_failing_graph_fails_its_execution() -> None:
+    recorder = RecordingObserver()
+    root_id = uuid.uuid4()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine))
+        chat = model(call("cancel", "c1", order_id="A1"), AIMessage(content="done"))
+        graph = agent.graph("bot", chat, agent.tools(), handle_tool_errors=False)
+        with pytest.raises(ToolException, match="already shipped"):
+            await graph.ainvoke(
+                {"messages": [HumanMessage("x")]}, config(OnlookerCallbackHandler(engine), root_id)
+            )
+    [ended] = recorder.of(ToolCallFinished)
+    [run] = recorder.of(ExecutionFinished)
+    assert (ended.tool_call_id, ended.status) == ("c1", "failed")
+    assert run.status == "failed" and run.error is not None and run.error.type == "ToolException"
+
+
+async def test_an_interrupted_graph_leaves_its_call_cancelled() -> None:
+    @tool
+    def approve(order_id: str) -> str:
+        """Ask a person to approve."""
+        return str(interrupt(f"approve {order_id}?"))
+
+    recorder = RecordingObserver()
+    root_id = uuid.uuid4()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine))
+        chat = model(call("approve", "c1", order_id="A1"), AIMessage(content="done"))
+        graph = agent.graph("bot", chat, [approve], checkpointer=InMemorySaver())
+        state = await graph.ainvoke(
+            {"messages": [HumanMessage("x")]},
+            {
+                **config(OnlookerCallbackHandler(engine), root_id),
+                "configurable": {"thread_id": "t"},
+            },
+        )
+    assert "__interrupt__" in state  # LangGraph paused the run and returned
+    assert steps(recorder.events, str(root_id)) == [
+        ("root", "ExecutionStarted", "bot"),
+        ("root", "started", "approve", "c1"),
+        ("root", "cancelled", "approve", "c1"),
+        ("root", "ExecutionFinished", "completed"),
+    ]
+
+
+async def test_a_tool_run_on_its_own_is_an_execution_of_one_call() -> None:
+    recorder = RecordingObserver()
+    run_id = uuid.uuid4()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        [lookup] = Agent().tools()[:1]
+        out = await lookup.ainvoke(
+            {"order_id": "A1"}, config(OnlookerCallbackHandler(engine), run_id)
+        )
+    assert out == "order A1: shipped"
+    assert steps(recorder.events, str(run_id)) == [
+        ("root", "ExecutionStarted", "lookup"),
+        ("root", "started", "lookup", str(run_id)),
+        ("root", "completed", "lookup", str(run_id)),
+        ("root", "ExecutionFinished", "completed"),
+    ]
+
+
+async def test_the_adapter_failing_never_breaks_the_agent(caplog: pytest.LogCaptureFixture) -> None:
+    engine = onlooker.ExecutionEngine()  # never started: every onlooker call fails
+    agent = Agent(wrap_tool_call(engine))
+    chat = model(call("lookup", "c1", order_id="A1"), AIMessage(content="done"))
+    with caplog.at_level(logging.ERROR, logger="onlooker.integrations.langchain"):
+        state = await agent.graph("bot", chat, agent.tools()).ainvoke(
+            {"messages": [HumanMessage("hi")]},
+            config(OnlookerCallbackHandler(engine), uuid.uuid4()),
+        )
+    assert state["messages"][-1].content == "done"
+    assert agent.ran == ["lookup:A1"]
+    assert caplog.records and all(
+        r.name == "onlooker.integrations.langchain" for r in caplog.records
+    )
+
+
+def test_a_missing_langgraph_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "langgraph.prebuilt", None)  # as if not installed
+    with pytest.raises(ImportError, match=r'pip install "onlooker\[langchain\]"'):
+        wrap_tool_call(onlooker.ExecutionEngine())
