@@ -1,0 +1,496 @@
+"""Claude Agent SDK: each agent turn a tracked execution, governed through the SDK's hooks.
+
+::
+
+    from claude_agent_sdk import ClaudeAgentOptions, query
+    from onlooker.integrations.claude_agent_sdk import hooks
+
+    async with onlooker.ExecutionEngine(hooks=[...], plugins=[...]) as engine:
+        options = ClaudeAgentOptions(hooks=hooks(engine))
+        async for message in query(prompt="...", options=options): ...
+
+:func:`hooks` returns the ``hooks=`` mapping of ``ClaudeAgentOptions``: one
+``claude_agent_sdk.HookMatcher`` (matching every tool) per hook event below,
+all served by one adapter that keeps, per ``session_id``, the turn being
+tracked, the sub-agents running in it (by ``agent_id``) and the calls still
+open (by ``tool_use_id``, which becomes onlooker's ``tool_call_id``).
+
+=====================  ==================================================================
+SDK hook               onlooker
+=====================  ==================================================================
+UserPromptSubmit       ``engine.track(program, trigger=Trigger("claude-agent-sdk",
+                       {session_id, prompt_id}), input={"prompt": prompt})`` and
+                       ``run.start()``; a turn of the same session that never reached
+                       ``Stop`` (an interrupted one) finishes ``cancelled`` first
+PreToolUse             ``run.tool_started(tool_name, tool_input, tool_call_id=tool_use_id)``
+                       on the turn (started here if no prompt started it) or, with
+                       ``agent_id``, on that sub-agent's child execution. Refused (SKIP,
+                       BLOCK) -> ``permissionDecision: "deny"`` with the reason; ABORT ->
+                       the same plus ``continue: false`` and the turn finishes ``failed``;
+                       a ``modified_input`` -> ``updatedInput``
+PostToolUse            ``call.finished(tool_response, duration_ms=duration_ms)``; a
+                       post-hook rewrite -> ``updatedToolOutput`` (and
+                       ``updatedMCPToolOutput`` for ``mcp__`` tools); a post-hook ABORT
+                       -> ``continue: false`` and the turn finishes ``failed``
+PostToolUseFailure     ``call.failed(error, duration_ms=duration_ms)`` (``cancelled`` when
+                       ``is_interrupt``)
+SubagentStart          ``parent.child(agent_type, parent_tool_call_id=<the Agent/Task
+                       call's tool_use_id>).start()``; the parent is the execution that
+                       made that call (so sub-agents of sub-agents nest)
+SubagentStop           ``child.finish("completed", result=last_assistant_message)``
+Stop                   ``run.finish("completed", result=last_assistant_message)``, once
+                       the turn's background sub-agents have stopped too
+=====================  ==================================================================
+
+``duration_ms`` from the SDK wins over onlooker's clock. Claude's built-in
+tools are declared with ``engine.declare_tool`` (``Write``, ``Edit``,
+``MultiEdit``, ``NotebookEdit`` and ``Bash`` mutating; ``Write`` writes,
+``Edit``/``MultiEdit`` edit and ``Read`` reads ``file_path``;
+``NotebookEdit`` edits ``notebook_path``), so ``policies.require_intent()``
+and the summary understand them.
+
+What cannot be governed or rewritten:
+
+- ``SubagentStart`` carries no ``tool_use_id``: a sub-agent is linked to the
+  ``Agent``/``Task`` call whose result named its ``agentId`` (a background
+  launch), else to the oldest open such call of its session whose
+  ``subagent_type`` matches its ``agent_type`` (parallel sub-agents of one
+  type may swap links).
+- A refusal reaches the model as a failed tool result with the reason; the
+  SDK has no way to answer a call with a result it did not run, so ``SKIP``
+  is a deny too (recorded ``skipped``).
+- A post-hook rewrite of a built-in tool's output must keep that tool's
+  output shape, or the CLI keeps the original output (the record keeps the
+  rewrite). Failed calls (``PostToolUseFailure``) run no post-hooks: the SDK
+  cannot rewrite an error.
+- Permission prompts (``can_use_tool``) are the application's; they are not
+  recorded as interactions.
+
+The hooks run on the event loop that runs ``query()``/``ClaudeSDKClient``,
+which must be the engine's. An error of the adapter itself is logged on
+``onlooker.integrations.claude_agent_sdk`` and answered with an empty hook
+output (the agent goes on), but a refusal already decided is always sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from onlooker import HookAbortError, HookAction, ToolDeclaration, Trigger
+
+from . import require
+
+if TYPE_CHECKING:
+    from claude_agent_sdk import HookMatcher
+    from claude_agent_sdk.types import (
+        HookContext,
+        HookEvent,
+        HookInput,
+        HookJSONOutput,
+        PostToolUseFailureHookInput,
+        PostToolUseHookInput,
+        PostToolUseHookSpecificOutput,
+        PreToolUseHookInput,
+        StopHookInput,
+        SubagentStartHookInput,
+        SubagentStopHookInput,
+        SyncHookJSONOutput,
+        UserPromptSubmitHookInput,
+    )
+
+    from onlooker import ExecutionEngine, TrackedExecution, TrackedToolCall
+
+__all__ = ["BUILTIN_TOOLS", "HOOK_EVENTS", "TRIGGER", "ToolInterrupted", "hooks"]
+
+logger = logging.getLogger("onlooker.integrations.claude_agent_sdk")
+
+TRIGGER: Final = "claude-agent-sdk"
+"""The ``Trigger.kind`` of every execution the adapter tracks."""
+
+HOOK_EVENTS: Final[tuple[HookEvent, ...]] = (
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "SubagentStart",
+    "SubagentStop",
+    "Stop",
+)
+"""The hook events :func:`hooks` registers, in the order a turn meets them."""
+
+BUILTIN_TOOLS: Final[tuple[ToolDeclaration, ...]] = (
+    ToolDeclaration("Bash", description="Run a shell command", mutating=True),
+    ToolDeclaration("Edit", description="Edit a file", mutating=True, edits="file_path"),
+    ToolDeclaration(
+        "MultiEdit", description="Edit a file in several places", mutating=True, edits="file_path"
+    ),
+    ToolDeclaration(
+        "NotebookEdit", description="Edit a notebook cell", mutating=True, edits="notebook_path"
+    ),
+    ToolDeclaration("Read", description="Read a file", reads="file_path"),
+    ToolDeclaration("Write", description="Write a file", mutating=True, writes="file_path"),
+)
+"""What Claude's built-in tools do, declared on the engine by :func:`hooks`."""
+
+_AGENT_TOOLS: Final = frozenset({"Agent", "Task"})  # the CLI shows the model "Task", hooks "Agent"
+
+
+class ToolInterrupted(BaseException):
+    """A tool call the user interrupted (``PostToolUseFailure`` with ``is_interrupt``).
+
+    A ``BaseException``, like a cancellation, so the call is recorded
+    ``cancelled`` rather than ``failed``. The adapter never raises it.
+    """
+
+
+@dataclass(eq=False, slots=True)
+class _Turn:
+    """A tracked execution of a session: the turn itself or a sub-agent of it."""
+
+    run: TrackedExecution
+    session_id: str
+    parent: _Turn | None = None
+    agent_id: str | None = None
+    agents: set[str] = field(default_factory=set)  # sub-agents still running
+    stopped: bool = False  # Stop / SubagentStop came; finish once `agents` is empty
+    result: str | None = None
+
+    @property
+    def root(self) -> _Turn:
+        turn = self
+        while turn.parent is not None:
+            turn = turn.parent
+        return turn
+
+
+@dataclass(frozen=True, slots=True)
+class _Spawn:
+    """An ``Agent``/``Task`` call waiting for the ``SubagentStart`` it causes."""
+
+    turn: _Turn
+    tool_use_id: str
+    agent_type: str | None
+    prompt: str | None
+
+
+def hooks(
+    engine: ExecutionEngine,
+    *,
+    program: str = "claude-agent",
+    owner: str | None = None,
+    timeout: float | None = None,
+) -> dict[HookEvent, list[HookMatcher]]:
+    """The ``hooks=`` of ``ClaudeAgentOptions`` that track and govern every turn on ``engine``.
+
+    Each agent turn (one prompt, up to ``Stop``) becomes a tracked execution
+    named ``program`` (with ``owner``); each sub-agent a child execution named
+    after its ``agent_type``. ``timeout`` (seconds) is the SDK's per-hook
+    timeout (its default, 60 s, when ``None``): give onlooker's pre-hooks the
+    time they need, a human approval for instance. Merge the result with
+    hooks of your own by extending its lists.
+    """
+    sdk = require("claude_agent_sdk", extra="claude-agent-sdk", framework="Claude Agent SDK")
+    for declaration in BUILTIN_TOOLS:
+        try:
+            engine.declare_tool(declaration)
+        except ValueError:  # the application declared it its own way: keep theirs
+            logger.info("kept the engine's own declaration of Claude's %s tool", declaration.name)
+    adapter = _Adapter(engine, program=program, owner=owner)
+    matcher: type[HookMatcher] = sdk.HookMatcher
+    return {event: [matcher(hooks=[adapter], timeout=timeout)] for event in HOOK_EVENTS}
+
+
+class _Adapter:
+    """One callback for every hook event; the state of every session it has seen."""
+
+    def __init__(self, engine: ExecutionEngine, *, program: str, owner: str | None) -> None:
+        self._engine = engine
+        self._program = program
+        self._owner = owner
+        self._turns: dict[str, _Turn] = {}  # session_id -> the turn in progress
+        self._agents: dict[tuple[str, str], _Turn] = {}  # (session_id, agent_id) -> child
+        # (session_id, tool_use_id) -> the open call and the execution it belongs to
+        self._calls: dict[tuple[str, str], tuple[TrackedToolCall, _Turn]] = {}
+        self._spawns: dict[str, list[_Spawn]] = {}  # session_id -> Agent calls awaiting start
+        # (session_id, agent_id) -> the Agent call whose result named that agent before it started
+        self._launched: dict[tuple[str, str], _Spawn] = {}
+
+    async def __call__(
+        self, input_data: HookInput, tool_use_id: str | None, context: HookContext
+    ) -> HookJSONOutput:
+        event = input_data.get("hook_event_name", "?")
+        try:
+            if input_data["hook_event_name"] == "PreToolUse":
+                return await self._pre_tool_use(input_data)
+            if input_data["hook_event_name"] == "PostToolUse":
+                return await self._post_tool_use(input_data)
+            if input_data["hook_event_name"] == "PostToolUseFailure":
+                await self._post_tool_use_failure(input_data)
+            elif input_data["hook_event_name"] == "UserPromptSubmit":
+                await self._user_prompt_submit(input_data)
+            elif input_data["hook_event_name"] == "SubagentStart":
+                await self._subagent_start(input_data)
+            elif input_data["hook_event_name"] == "SubagentStop":
+                await self._subagent_stop(input_data)
+            elif input_data["hook_event_name"] == "Stop":
+                await self._stop(input_data)
+        except Exception:
+            logger.exception("onlooker could not record Claude's %s hook", event)
+        return {}
+
+    # -- turns ------------------------------------------------------------------------
+
+    async def _user_prompt_submit(self, data: UserPromptSubmitHookInput) -> None:
+        session_id = data["session_id"]
+        previous = self._turns.pop(session_id, None)
+        if previous is not None and not previous.run.finished:
+            logger.info("turn %s ended without Stop (interrupted)", previous.run.execution_id)
+            await previous.run.finish("cancelled", error="interrupted: a new prompt came first")
+        await self._begin(session_id, data.get("prompt_id"), prompt=data["prompt"])
+
+    async def _begin(self, session_id: str, prompt_id: str | None, *, prompt: str | None) -> _Turn:
+        metadata: dict[str, Any] = {"session_id": session_id}
+        if prompt_id is not None:
+            metadata["prompt_id"] = prompt_id
+        run = self._engine.track(
+            self._program,
+            trigger=Trigger(kind=TRIGGER, metadata=metadata),
+            input=None if prompt is None else {"prompt": prompt},
+            owner=self._owner,
+        )
+        turn = _Turn(run, session_id)
+        # Registered before the await: start() never yields, so concurrent hooks
+        # of this session (parallel tool calls) find this turn, not a second one.
+        self._turns[session_id] = turn
+        await run.start()
+        return turn
+
+    async def _turn(self, session_id: str, prompt_id: str | None) -> _Turn:
+        turn = self._turns.get(session_id)
+        if turn is None or turn.run.finished:  # no UserPromptSubmit, or the engine closed it
+            turn = await self._begin(session_id, prompt_id, prompt=None)
+        return turn
+
+    async def _stop(self, data: StopHookInput) -> None:
+        turn = self._turns.pop(data["session_id"], None)
+        if turn is None:
+            return
+        # Sub-agents it launched in the background whose SubagentStart is still to come.
+        turn.agents |= {
+            agent_id
+            for (session_id, agent_id), spawn in self._launched.items()
+            if session_id == turn.session_id and spawn.turn is turn
+        }
+        tasks = data.get("background_tasks")
+        if tasks is not None:  # the CLI's own list of what still runs wins over ours
+            turn.agents &= {task["id"] for task in tasks if task.get("type") == "subagent"}
+        await self._stopped(turn, data.get("last_assistant_message"))
+
+    async def _stopped(self, turn: _Turn, result: str | None) -> None:
+        """The turn (or sub-agent) stopped; finish it once its sub-agents have stopped too."""
+        turn.stopped, turn.result = True, result
+        current: _Turn | None = turn
+        while current is not None and current.stopped and not current.agents:
+            if not current.run.finished:
+                await current.run.finish("completed", result=current.result)
+            parent = current.parent
+            if parent is not None and current.agent_id is not None:
+                parent.agents.discard(current.agent_id)
+            current = parent  # a stopped parent that waited for this one finishes now
+
+    async def _abort(self, turn: _Turn) -> None:
+        """A hook's ABORT ended the execution: finish the turn (``failed``, the tree says why)."""
+        root = turn.root
+        if self._turns.get(root.session_id) is root:
+            del self._turns[root.session_id]
+        await root.run.finish("completed")  # an aborted tree finishes failed
+
+    # -- sub-agents -------------------------------------------------------------------
+
+    async def _subagent_start(self, data: SubagentStartHookInput) -> None:
+        await self._start_agent(data["session_id"], data["agent_id"], data["agent_type"], None)
+
+    async def _start_agent(
+        self, session_id: str, agent_id: str, agent_type: str | None, prompt_id: str | None
+    ) -> _Turn:
+        spawn = self._launched.pop((session_id, agent_id), None) or self._claim_spawn(
+            session_id, agent_type
+        )
+        parent = None if spawn is None else spawn.turn
+        if parent is None or parent.run.finished:  # too late to link it to its Agent call
+            parent, spawn = await self._turn(session_id, prompt_id), None
+        metadata: dict[str, Any] = {"session_id": session_id, "agent_id": agent_id}
+        if agent_type is not None:
+            metadata["agent_type"] = agent_type
+        run = parent.run.child(
+            agent_type or "subagent",
+            parent_tool_call_id=None if spawn is None else spawn.tool_use_id,
+            trigger=Trigger(kind=TRIGGER, metadata=metadata),
+            input=None if spawn is None or spawn.prompt is None else {"prompt": spawn.prompt},
+        )
+        child = _Turn(run, session_id, parent=parent, agent_id=agent_id)
+        self._agents[session_id, agent_id] = child
+        parent.agents.add(agent_id)
+        await run.start()
+        return child
+
+    def _claim_spawn(self, session_id: str, agent_type: str | None) -> _Spawn | None:
+        """The oldest open Agent/Task call of the session for this agent type (or any)."""
+        spawns = self._spawns.get(session_id)
+        if not spawns:
+            return None
+        chosen = next((s for s in spawns if s.agent_type == agent_type), spawns[0])
+        spawns.remove(chosen)
+        return chosen
+
+    async def _subagent_stop(self, data: SubagentStopHookInput) -> None:
+        child = self._agents.pop((data["session_id"], data["agent_id"]), None)
+        if child is not None:
+            await self._stopped(child, data.get("last_assistant_message"))
+
+    async def _owner_of(
+        self, session_id: str, agent_id: str | None, agent_type: str | None, prompt_id: str | None
+    ) -> _Turn:
+        """The execution a tool hook belongs to: its sub-agent's, or the session's turn."""
+        if agent_id is None:
+            return await self._turn(session_id, prompt_id)
+        child = self._agents.get((session_id, agent_id))
+        if child is None or child.run.finished:  # its SubagentStart was missed
+            child = await self._start_agent(session_id, agent_id, agent_type, prompt_id)
+        return child
+
+    # -- tool calls -------------------------------------------------------------------
+
+    async def _pre_tool_use(self, data: PreToolUseHookInput) -> SyncHookJSONOutput:
+        session_id, tool_use_id = data["session_id"], data["tool_use_id"]
+        tool, args = data["tool_name"], data["tool_input"]
+        turn = await self._owner_of(
+            session_id, data.get("agent_id"), data.get("agent_type"), data.get("prompt_id")
+        )
+        call = await turn.run.tool_started(tool, args, tool_call_id=tool_use_id)
+        if not call.allowed:
+            refusal = _deny(call)
+            if call.action is HookAction.ABORT:
+                try:
+                    await self._abort(turn)
+                except Exception:  # the refusal is sent whatever happens to the record
+                    logger.exception("onlooker could not finish the aborted turn")
+            return refusal
+        self._calls[session_id, tool_use_id] = call, turn
+        if tool in _AGENT_TOOLS:
+            subagent_type, prompt = args.get("subagent_type"), args.get("prompt")
+            self._spawns.setdefault(session_id, []).append(
+                _Spawn(
+                    turn,
+                    tool_use_id,
+                    subagent_type if isinstance(subagent_type, str) else None,
+                    prompt if isinstance(prompt, str) else None,
+                )
+            )
+        if call.input != args:
+            return {
+                "hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": call.input}
+            }
+        return {}
+
+    async def _open_call(
+        self, data: PostToolUseHookInput | PostToolUseFailureHookInput
+    ) -> tuple[TrackedToolCall, _Turn] | None:
+        """The call a PostToolUse* hook closes (recorded now if its PreToolUse was missed)."""
+        session_id, tool_use_id = data["session_id"], data["tool_use_id"]
+        spawn = self._take_spawn(session_id, tool_use_id)  # an Agent call no sub-agent claimed
+        if spawn is not None and data["hook_event_name"] == "PostToolUse":
+            agent_id = _launched_agent(data.get("tool_response"))
+            if agent_id is not None:  # a background launch can end before SubagentStart
+                self._launched[session_id, agent_id] = spawn
+        found = self._calls.pop((session_id, tool_use_id), None)
+        if found is None:
+            logger.warning(
+                "Claude's %s call %s ended without a recorded PreToolUse; recording it now",
+                data["tool_name"],
+                tool_use_id,
+            )
+            turn = await self._owner_of(
+                session_id, data.get("agent_id"), data.get("agent_type"), data.get("prompt_id")
+            )
+            call = await turn.run.tool_started(
+                data["tool_name"], data["tool_input"], tool_call_id=tool_use_id
+            )
+            found = call, turn
+        call, turn = found
+        return None if call.done else found  # refused late, or closed with its execution
+
+    def _take_spawn(self, session_id: str, tool_use_id: str) -> _Spawn | None:
+        spawns = self._spawns.get(session_id, [])
+        spawn = next((s for s in spawns if s.tool_use_id == tool_use_id), None)
+        if spawn is not None:
+            spawns.remove(spawn)
+        return spawn
+
+    async def _post_tool_use(self, data: PostToolUseHookInput) -> SyncHookJSONOutput:
+        found = await self._open_call(data)
+        if found is None:
+            return {}
+        call, turn = found
+        response = data.get("tool_response")
+        try:
+            output = await call.finished(response, duration_ms=_duration(data))
+        except HookAbortError as abort:
+            await self._abort(turn)
+            return {"continue_": False, "stopReason": f"onlooker aborted the run: {abort}"}
+        if output is response or output == response:
+            return {}
+        rewrite: PostToolUseHookSpecificOutput = {
+            "hookEventName": "PostToolUse",
+            "updatedToolOutput": output,
+        }
+        if data["tool_name"].startswith("mcp__"):  # CLIs before updatedToolOutput know only this
+            rewrite["updatedMCPToolOutput"] = output
+        return {"hookSpecificOutput": rewrite}
+
+    async def _post_tool_use_failure(self, data: PostToolUseFailureHookInput) -> None:
+        found = await self._open_call(data)
+        if found is None:
+            return
+        error: BaseException | str = data["error"]
+        if data.get("is_interrupt"):
+            error = ToolInterrupted(data["error"])
+        await found[0].failed(error, duration_ms=_duration(data))
+
+
+def _deny(call: TrackedToolCall) -> SyncHookJSONOutput:
+    """The PreToolUse answer that refuses ``call`` in Claude (and stops the turn on ABORT)."""
+    verdict = {HookAction.SKIP: "skipped", HookAction.ABORT: "aborted the run at"}.get(
+        call.action, "blocked"
+    )
+    reason = f"onlooker {verdict} this {call.tool} call: {call.reason or 'refused by a hook'}"
+    output: SyncHookJSONOutput = {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "deny",
+            "permissionDecisionReason": reason,
+        }
+    }
+    if call.action is HookAction.ABORT:
+        output["continue_"] = False
+        output["stopReason"] = reason
+    return output
+
+
+def _launched_agent(response: object) -> str | None:
+    """The ``agentId`` an Agent/Task call's result names (a sub-agent launched in the background)."""
+    if isinstance(response, Mapping):
+        agent_id = response.get("agentId")
+        if isinstance(agent_id, str) and agent_id:
+            return agent_id
+    return None
+
+
+def _duration(data: Mapping[str, object]) -> float | None:
+    duration = data.get("duration_ms")
+    if isinstance(duration, int | float) and not isinstance(duration, bool) and duration >= 0:
+        return float(duration)
+    return None
