@@ -1,0 +1,494 @@
+"""The OpenAI Agents SDK under onlooker: a real ``Runner.run`` on the SDK's own ``ScriptedModel``.
+
+Every run is offline: the model is ``agents.testing.ScriptedModel`` (the SDK's
+deterministic ``Model``), and the only trace processor is onlooker's, so
+nothing is exported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import (
+    Agent,
+    FunctionTool,
+    Runner,
+    ToolInputGuardrail,
+    UserError,
+    function_tool,
+    set_trace_processors,
+    set_tracing_disabled,
+)
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+import onlooker
+from onlooker import (
+    ExecutionFinished,
+    ExecutionStarted,
+    HookAction,
+    HookMatcher,
+    PreHookResult,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolUseContext,
+)
+from onlooker.integrations.openai_agents import (
+    OnlookerRunHooks,
+    OnlookerTracingProcessor,
+    tool_guardrail,
+)
+from onlooker.plugins import audit, history
+from onlooker.testing import RecordingObserver
+
+pytestmark = pytest.mark.anyio
+
+Check = Callable[[Sequence[onlooker.ExecutionEvent]], None]
+LOGGER = "onlooker.integrations.openai_agents"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """asyncio only: the SDK's runner is built on asyncio (tasks, shields), not anyio."""
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def offline_tracing() -> Iterator[None]:
+    """Tracing on (failures live in spans), never the SDK's exporter: tests add onlooker's."""
+    set_tracing_disabled(False)
+    set_trace_processors([])
+    yield
+    set_trace_processors([])
+
+
+@pytest.fixture(autouse=True)
+def no_adapter_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """The adapter logs its own failures instead of raising: none may happen here."""
+    yield
+    errors = [r for r in caplog.records if r.name == LOGGER and r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
+
+
+class Tools:
+    """The agent's tools, and a record of which bodies actually ran."""
+
+    def __init__(self, guard: ToolInputGuardrail[Any] | None) -> None:
+        self.ran: list[str] = []
+        guards = None if guard is None else [guard]
+
+        @function_tool(tool_input_guardrails=guards)
+        def lookup(city: str) -> str:
+            """Look up the weather in a city."""
+            self.ran.append(f"lookup:{city}")
+            return f"sunny in {city}"
+
+        @function_tool(tool_input_guardrails=guards)
+        def explode(reason: str) -> str:
+            """Always fails."""
+            self.ran.append("explode")
+            raise RuntimeError(reason)
+
+        @function_tool(tool_input_guardrails=guards)
+        def delete_file(path: str) -> str:
+            """Delete a file."""
+            self.ran.append(f"delete_file:{path}")
+            return "deleted"
+
+        self.lookup, self.explode, self.delete_file = lookup, explode, delete_file
+
+
+def refuse_deletes(ctx: ToolUseContext) -> PreHookResult:
+    return PreHookResult(action=HookAction.BLOCK, reason=f"no deleting {ctx.tool_input['path']}")
+
+
+GOVERNANCE = [HookMatcher(pattern="delete_file", pre=(refuse_deletes,))]
+
+
+def build_agents(
+    tools: Tools, hooks: OnlookerRunHooks, guard: ToolInputGuardrail[Any] | None
+) -> tuple[Agent[Any], ScriptedModel, ScriptedModel]:
+    researcher_model = ScriptedModel(
+        [
+            [function_call("lookup", {"city": "Oslo"}, call_id="call_r1")],
+            [assistant_message("Oslo is sunny")],
+        ]
+    )
+    researcher = Agent(name="researcher", model=researcher_model, tools=[tools.lookup])
+    research: FunctionTool = researcher.as_tool("research", "Ask the researcher.", hooks=hooks)
+    if guard is not None:
+        research.tool_input_guardrails = [guard]
+    model = ScriptedModel(
+        [
+            [function_call("lookup", {"city": "Paris"}, call_id="call_1")],
+            [function_call("explode", {"reason": "boom"}, call_id="call_2")],
+            [function_call("delete_file", {"path": "/etc/passwd"}, call_id="call_3")],
+            [function_call("research", {"input": "weather in Oslo?"}, call_id="call_4")],
+            [assistant_message("All done")],
+        ]
+    )
+    agent = Agent(
+        name="assistant",
+        model=model,
+        tools=[tools.lookup, tools.explode, tools.delete_file, research],
+    )
+    return agent, model, researcher_model
+
+
+def tool_events(events: list[onlooker.ExecutionEvent]) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = []
+    for event in events:
+        if isinstance(event, ExecutionStarted):
+            out.append(("start", event.program))
+        elif isinstance(event, ToolCallStarted):
+            out.append(("call", event.tool, event.tool_call_id))
+        elif isinstance(event, ToolCallFinished):
+            out.append(("done", event.tool, event.tool_call_id, event.status))
+        elif isinstance(event, ExecutionFinished):
+            out.append(("end", event.status))
+    return out
+
+
+class TestGovernedRun:
+    async def test_a_run_with_every_outcome(self, tmp_path: Path, check_stream: Check) -> None:
+        recorder = RecordingObserver()
+        url = f"sqlite:///{tmp_path / 'history.db'}"
+        audit_plugin = audit.plugin(directory=tmp_path / "audit", session_id="s1")
+        async with onlooker.ExecutionEngine(
+            hooks=GOVERNANCE, plugins=[history.plugin(url), audit_plugin]
+        ) as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks = OnlookerRunHooks(engine, program="support-bot", owner="ana")
+            guard = tool_guardrail(engine)
+            tools = Tools(guard)
+            agent, model, researcher_model = build_agents(tools, hooks, guard)
+
+            result = await Runner.run(agent, "help me", hooks=hooks)
+            trail = engine.extension(audit_plugin)
+
+        assert result.final_output == "All done"
+        model.assert_complete()
+        researcher_model.assert_complete()
+        # The refused tool's body never ran; the failing one did, and the model saw its refusal.
+        assert tools.ran == ["lookup:Paris", "explode", "lookup:Oslo"]
+        seen = [item for call in model.calls for item in call.input if isinstance(item, dict)]
+        outputs = {
+            i["call_id"]: i["output"] for i in seen if i.get("type") == "function_call_output"
+        }
+        assert outputs["call_3"] == "Tool call blocked by onlooker: no deleting /etc/passwd"
+        assert outputs["call_1"] == "sunny in Paris"
+        assert outputs["call_4"] == "Oslo is sunny"
+
+        events = recorder.events
+        check_stream(events)
+        root = events[0]
+        assert isinstance(root, ExecutionStarted)
+        child_start = next(
+            e for e in events if isinstance(e, ExecutionStarted) and e.program == "researcher"
+        )
+        assert tool_events(recorder.for_execution(root.execution_id)) == [
+            ("start", "support-bot"),
+            ("call", "lookup", "call_1"),
+            ("done", "lookup", "call_1", "completed"),
+            ("call", "explode", "call_2"),
+            ("done", "explode", "call_2", "failed"),
+            ("call", "delete_file", "call_3"),
+            ("done", "delete_file", "call_3", "blocked"),
+            ("call", "research", "call_4"),
+            ("done", "research", "call_4", "completed"),
+            ("end", "completed"),
+        ]
+        assert tool_events(recorder.for_execution(child_start.execution_id)) == [
+            ("start", "researcher"),
+            ("call", "lookup", "call_r1"),
+            ("done", "lookup", "call_r1", "completed"),
+            ("end", "completed"),
+        ]
+        # the child runs inside the research call, between its start and its end
+        order = [(e.execution_id, e.kind, getattr(e, "tool_call_id", None)) for e in events]
+        assert (
+            order.index((root.execution_id, "ToolCallStarted", "call_4"))
+            < order.index((child_start.execution_id, "ExecutionStarted", None))
+            < order.index((child_start.execution_id, "ExecutionFinished", None))
+            < order.index((root.execution_id, "ToolCallFinished", "call_4"))
+        )
+        assert root.trigger.kind == "openai-agents" and root.owner == "ana"
+        assert root.input == [{"content": "help me", "role": "user"}]
+        attribution = child_start.attribution
+        assert attribution.parent_execution_id == root.execution_id
+        assert attribution.parent_tool_call_id == "call_4"
+        assert attribution.depth == 1
+
+        finished = {e.tool_call_id: e for e in recorder.of(ToolCallFinished)}
+        assert finished["call_1"].result == "sunny in Paris"
+        assert finished["call_4"].result == "Oslo is sunny"
+        error = finished["call_2"].error
+        assert error is not None and error.message.startswith("Error running tool")
+        assert finished["call_2"].result is None
+        blocked = finished["call_3"].error
+        assert blocked is not None and "no deleting /etc/passwd" in blocked.message
+        started = {e.tool_call_id: e for e in recorder.of(ToolCallStarted)}
+        assert started["call_3"].args == {"path": "/etc/passwd"}
+        assert started["call_4"].args == {"input": "weather in Oslo?"}
+        end = recorder.of(ExecutionFinished, root.execution_id)[0]
+        assert end.result == "All done"
+
+        report = audit.verify(trail.path)
+        assert report.ok and report.records == len(events)
+        async with history.open(url) as store:
+            tree = await store.get_execution(root.execution_id)
+        assert tree is not None and tree.status == "completed" and tree.program == "support-bot"
+        assert [(c.tool_call_id, c.status) for c in tree.tool_calls] == [
+            ("call_1", "completed"),
+            ("call_2", "failed"),
+            ("call_3", "blocked"),
+            ("call_4", "completed"),
+        ]
+        (child,) = tree.children
+        assert child.parent_tool_call_id == "call_4" and child.status == "completed"
+        assert [(c.tool_call_id, c.status) for c in child.tool_calls] == [("call_r1", "completed")]
+
+
+class TestWithoutGuardrail:
+    async def test_hooks_alone_record_every_call_but_cannot_refuse(
+        self, caplog: pytest.LogCaptureFixture, check_stream: Check
+    ) -> None:
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine(hooks=GOVERNANCE) as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks = OnlookerRunHooks(engine)
+            tools = Tools(None)
+            model = ScriptedModel(
+                [
+                    [function_call("lookup", {"city": "Rome"}, call_id="c1")],
+                    [function_call("explode", {"reason": "x"}, call_id="c2")],
+                    [function_call("delete_file", {"path": "a.txt"}, call_id="c3")],
+                    [assistant_message("ok")],
+                ]
+            )
+            agent = Agent(
+                name="watcher", model=model, tools=[tools.lookup, tools.explode, tools.delete_file]
+            )
+            with caplog.at_level(logging.WARNING, LOGGER):
+                await Runner.run(agent, "go", hooks=hooks)
+
+        check_stream(recorder.events)
+        assert tool_events(recorder.events) == [
+            ("start", "watcher"),
+            ("call", "lookup", "c1"),
+            ("done", "lookup", "c1", "completed"),
+            ("call", "explode", "c2"),
+            ("done", "explode", "c2", "failed"),
+            ("call", "delete_file", "c3"),
+            ("done", "delete_file", "c3", "blocked"),
+            ("end", "completed"),
+        ]
+        # Without the guardrail nothing can stop the call: the log says so.
+        assert "delete_file:a.txt" in tools.ran
+        assert "cannot stop it" in caplog.text
+
+
+class TestFailures:
+    async def test_a_tool_that_raises_past_the_sdk_fails_the_call_and_the_run(
+        self, check_stream: Check
+    ) -> None:
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks = OnlookerRunHooks(engine)
+            guard = tool_guardrail(engine)
+
+            @function_tool(failure_error_function=None, tool_input_guardrails=[guard])
+            def crash() -> str:
+                """Raises, and the SDK does not turn it into a message."""
+                raise RuntimeError("disk on fire")
+
+            model = ScriptedModel([[function_call("crash", {}, call_id="k1")]])
+            agent = Agent(name="crasher", model=model, tools=[crash])
+            with pytest.raises(UserError, match="disk on fire"):
+                await Runner.run(agent, "go", hooks=hooks)
+
+        check_stream(recorder.events)
+        assert tool_events(recorder.events) == [
+            ("start", "crasher"),
+            ("call", "crash", "k1"),
+            ("done", "crash", "k1", "failed"),
+            ("end", "failed"),
+        ]
+
+    async def test_an_abort_halts_the_run(self, check_stream: Check) -> None:
+        def abort(ctx: ToolUseContext) -> PreHookResult:
+            return PreHookResult(action=HookAction.ABORT, reason="stop everything")
+
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine(
+            hooks=[HookMatcher(pattern="lookup", pre=(abort,))]
+        ) as engine:
+            engine.bus.subscribe(recorder)
+            hooks = OnlookerRunHooks(engine)
+            tools = Tools(tool_guardrail(engine))
+            model = ScriptedModel([[function_call("lookup", {"city": "Lima"}, call_id="a1")]])
+            agent = Agent(name="aborted", model=model, tools=[tools.lookup])
+            from agents.exceptions import ToolInputGuardrailTripwireTriggered
+
+            with pytest.raises(ToolInputGuardrailTripwireTriggered):
+                await Runner.run(agent, "go", hooks=hooks)
+
+        check_stream(recorder.events)
+        assert tools.ran == []
+        assert tool_events(recorder.events) == [
+            ("start", "aborted"),
+            ("call", "lookup", "a1"),
+            ("done", "lookup", "a1", "blocked"),
+            ("end", "failed"),
+        ]
+
+
+class TestProcessor:
+    async def test_an_agent_tool_without_the_hooks_is_closed_by_its_spans(
+        self, check_stream: Check
+    ) -> None:
+        """``as_tool`` without ``hooks=``: no hook sees the nested run; its spans do."""
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks = OnlookerRunHooks(engine)
+            guard = tool_guardrail(engine)
+            tools = Tools(guard)
+            inner = ScriptedModel(
+                [
+                    [function_call("lookup", {"city": "Kyiv"}, call_id="n1")],
+                    [assistant_message("Kyiv is sunny")],
+                ]
+            )
+            researcher = Agent(name="researcher", model=inner, tools=[tools.lookup])
+            research = researcher.as_tool("research", "Ask the researcher.")
+            research.tool_input_guardrails = [guard]
+            model = ScriptedModel(
+                [
+                    [function_call("research", {"input": "Kyiv?"}, call_id="p1")],
+                    [assistant_message("done")],
+                ]
+            )
+            agent = Agent(name="lead", model=model, tools=[research])
+            await Runner.run(agent, "go", hooks=hooks)
+
+        check_stream(recorder.events)
+        assert tool_events(recorder.events) == [
+            ("start", "lead"),
+            ("call", "research", "p1"),
+            ("start", "researcher"),
+            ("call", "lookup", "n1"),
+            ("done", "lookup", "n1", "completed"),
+            ("end", "completed"),
+            ("done", "research", "p1", "completed"),
+            ("end", "completed"),
+        ]
+        finished = {e.tool_call_id: e for e in recorder.of(ToolCallFinished)}
+        assert finished["n1"].result == "sunny in Kyiv"  # the span's output
+
+
+class TestGovernanceLimits:
+    async def test_a_rewrite_that_cannot_reach_the_tool_refuses_the_call(
+        self, check_stream: Check
+    ) -> None:
+        def elsewhere(ctx: ToolUseContext) -> PreHookResult:
+            return PreHookResult(modified_input={"city": "Nowhere"})
+
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine(
+            hooks=[HookMatcher(pattern="lookup", pre=(elsewhere,))]
+        ) as engine:
+            engine.bus.subscribe(recorder)
+            hooks = OnlookerRunHooks(engine)
+            tools = Tools(tool_guardrail(engine))
+            model = ScriptedModel(
+                [
+                    [function_call("lookup", {"city": "Rome"}, call_id="m1")],
+                    [assistant_message("ok")],
+                ]
+            )
+            agent = Agent(name="rewritten", model=model, tools=[tools.lookup])
+            await Runner.run(agent, "go", hooks=hooks)
+
+        check_stream(recorder.events)
+        assert tools.ran == []
+        assert tool_events(recorder.events) == [
+            ("start", "rewritten"),
+            ("call", "lookup", "m1"),
+            ("done", "lookup", "m1", "failed"),
+            ("end", "completed"),
+        ]
+        (output,) = [
+            item["output"]
+            for item in model.calls[1].input
+            if isinstance(item, dict) and item.get("type") == "function_call_output"
+        ]
+        assert isinstance(output, str) and output.startswith("Tool call refused by onlooker")
+
+    async def test_when_onlooker_cannot_record_it_refuses_and_the_agent_goes_on(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        engine = onlooker.ExecutionEngine()
+        async with engine:
+            hooks = OnlookerRunHooks(engine)
+            tools = Tools(tool_guardrail(engine))
+        model = ScriptedModel(
+            [
+                [function_call("lookup", {"city": "Rome"}, call_id="x1")],
+                [assistant_message("went on")],
+            ]
+        )
+        agent = Agent(name="orphan", model=model, tools=[tools.lookup])
+        result = await Runner.run(agent, "go", hooks=hooks)  # the engine is closed
+
+        assert result.final_output == "went on"
+        assert tools.ran == []  # governance fails closed
+        logged = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+        assert any("refusing it" in message for message in logged)
+        caplog.clear()  # those errors were the point
+
+
+class TestHandoff:
+    async def test_a_handoff_continues_the_same_execution(self, check_stream: Check) -> None:
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks = OnlookerRunHooks(engine)
+            tools = Tools(tool_guardrail(engine))
+            billing_model = ScriptedModel(
+                [
+                    [function_call("lookup", {"city": "Bern"}, call_id="b1")],
+                    [assistant_message("paid")],
+                ]
+            )
+            billing = Agent(name="billing", model=billing_model, tools=[tools.lookup])
+            triage_model = ScriptedModel([[function_call("transfer_to_billing", {}, call_id="h1")]])
+            triage = Agent(name="triage", model=triage_model, handoffs=[billing])
+            result = await Runner.run(triage, "refund?", hooks=hooks)
+
+        assert result.final_output == "paid"
+        check_stream(recorder.events)
+        assert tool_events(recorder.events) == [
+            ("start", "triage"),
+            ("call", "lookup", "b1"),
+            ("done", "lookup", "b1", "completed"),
+            ("end", "completed"),
+        ]
+
+
+def test_a_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "agents", None)  # as if it were not installed
+    monkeypatch.delitem(sys.modules, "onlooker.integrations.openai_agents")
+    with pytest.raises(ImportError, match=r'pip install "onlooker\[openai-agents\]"'):
+        importlib.import_module("onlooker.integrations.openai_agents")
