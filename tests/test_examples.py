@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,3 +37,19 @@ def test_tracked_agent() -> None:
     assert "the sub-agent wrote: ['draft.md']" in out
     assert "audit trail: intact, 16 records" in out
     assert "files now: ['draft.md', 'notes.md']" in out  # the refused delete never ran
+
+
+@pytest.mark.parametrize(
+    ("example", "expected"),
+    [
+        ("claude_agent_sdk_agent.py", "files in the work directory: ['notes.md']"),
+        ("langchain_agent.py", "c3 refund: blocked"),
+        ("mcp_server.py", "audit trail: intact, 8 records"),
+        ("openai_agents_agent.py", "refund [call_refund]: blocked"),
+        ("opentelemetry_export.py", "execute_tool delete_account  [blocked"),
+        ("pydantic_ai_agent.py", "refund [call_refund]: blocked"),
+    ],
+)
+def test_integration_examples(example: str, expected: str) -> None:
+    """Each framework's example runs offline and shows the refused call."""
+    assert expected in run_example(f"examples/integrations/{example}")

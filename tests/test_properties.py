@@ -7,6 +7,7 @@ Started closed exactly once; and that the outcome is the one the script implies.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -233,3 +234,210 @@ def test_random_programs_keep_the_invariants(
     backend: str, mode: str, steps: tuple[Step, ...], check_stream: Check
 ) -> None:
     anyio.run(scenario, steps, mode, check_stream, backend=backend)
+
+
+# -- tracked executions: the same invariants when a framework reports the calls ---------------
+
+
+@dataclass(frozen=True)
+class Op:
+    """One thing a random framework reports to a tracked execution."""
+
+    kind: str  # call | finish | fail | ask | answer | child
+    arg: str = ""  # call: the pre-hook's verdict; child: how the child ends
+    pick: int = 0  # finish / fail / answer: which open call or question
+    children: tuple[Op, ...] = ()
+
+
+VERDICTS = ("continue", "rewrite", "skip", "block", "abort", "broken")
+CHILD_ENDS = ("exit", "raise", "finish", "open")
+ROOT_ENDS = ("exit", "raise", "finish", "cancel", "engine_close")
+
+OP_LEAF = st.one_of(
+    st.builds(Op, kind=st.just("call"), arg=st.sampled_from(VERDICTS)),
+    st.builds(Op, kind=st.sampled_from(["finish", "fail", "answer"]), pick=st.integers(0, 3)),
+    st.just(Op("ask")),
+)
+OP_CHILD = st.builds(
+    Op,
+    kind=st.just("child"),
+    arg=st.sampled_from(CHILD_ENDS),
+    children=st.lists(OP_LEAF, max_size=4).map(tuple),
+)
+OP = st.one_of(
+    OP_LEAF,
+    st.builds(
+        Op,
+        kind=st.just("child"),
+        arg=st.sampled_from(CHILD_ENDS),
+        children=st.lists(st.one_of(OP_LEAF, OP_CHILD), max_size=5).map(tuple),
+    ),
+)
+TRACKED_SCRIPT = st.lists(OP, max_size=10).map(tuple)
+
+
+def decide(use: onlooker.ToolUseContext) -> onlooker.PreHookResult | None:
+    """The pre-hook: the call's ``verdict`` argument says what to decide."""
+    how = use.tool_input["verdict"]
+    if how == "broken":
+        raise RuntimeError("a broken governance hook")
+    actions = {
+        "skip": onlooker.HookAction.SKIP,
+        "block": onlooker.HookAction.BLOCK,
+        "abort": onlooker.HookAction.ABORT,
+    }
+    return onlooker.PreHookResult(actions[how]) if how in actions else None
+
+
+def rewrite(use: onlooker.ToolUseContext, output: Any) -> onlooker.PostHookResult | None:
+    if use.tool_input["verdict"] == "rewrite":
+        return onlooker.PostHookResult(modified_output="REWRITTEN")
+    return None
+
+
+async def tracked_scenario(ops: tuple[Op, ...], end: str, check: Check) -> None:
+    recorder = RecordingObserver()
+    expected_calls: dict[tuple[str, str], str] = {}  # (execution, call) -> final status
+    expected_runs: dict[str, str] = {}  # execution -> final status
+    expected_questions: dict[str, str] = {}  # question -> final status
+    handles: list[onlooker.TrackedToolCall] = []
+    aborted = False
+    counter = 0
+
+    async def drive(run: onlooker.TrackedExecution, script: tuple[Op, ...]) -> None:
+        nonlocal aborted, counter
+        open_calls: list[onlooker.TrackedToolCall] = []
+        open_questions: list[str] = []
+        for op in script:
+            if op.kind == "call":
+                counter += 1
+                call = await run.tool_started(
+                    "tool", {"verdict": op.arg}, tool_call_id=f"call-{counter}"
+                )
+                handles.append(call)
+                key = (run.execution_id, call.tool_call_id)
+                if aborted or op.arg == "abort":
+                    aborted = True
+                    assert call.action is onlooker.HookAction.ABORT and not call.allowed
+                    expected_calls[key] = "blocked"
+                elif op.arg == "skip":
+                    assert call.action is onlooker.HookAction.SKIP
+                    expected_calls[key] = "skipped"
+                elif op.arg in ("block", "broken"):
+                    assert call.action is onlooker.HookAction.BLOCK and call.reason
+                    expected_calls[key] = "blocked"
+                else:
+                    assert call.allowed and not call.done
+                    open_calls.append(call)
+                    expected_calls[key] = "cancelled"  # unless the script closes it
+            elif op.kind in ("finish", "fail") and open_calls:
+                call = open_calls.pop(op.pick % len(open_calls))
+                key = (run.execution_id, call.tool_call_id)
+                if op.kind == "finish":
+                    output = await call.finished("output")
+                    assert output == (
+                        "REWRITTEN" if call.input["verdict"] == "rewrite" else "output"
+                    )
+                    expected_calls[key] = "completed"
+                else:
+                    await call.failed(Oops("the framework's tool failed"))
+                    expected_calls[key] = "failed"
+            elif op.kind == "ask":
+                question = await run.interaction_started("?")
+                open_questions.append(question)
+                expected_questions[question] = "cancelled"  # unless answered
+            elif op.kind == "answer" and open_questions:
+                question = open_questions.pop(op.pick % len(open_questions))
+                await run.interaction_resolved(question, "accepted", {"ok": True})
+                expected_questions[question] = "accepted"
+            elif op.kind == "child":
+                parent_call = f"call-{counter}" if counter else None
+                child = run.child("child", parent_tool_call_id=parent_call)
+                if op.arg == "exit":
+                    async with child:
+                        await drive(child, op.children)
+                    expected_runs[child.execution_id] = "failed" if aborted else "completed"
+                elif op.arg == "raise":
+                    with contextlib.suppress(Oops):
+                        async with child:
+                            await drive(child, op.children)
+                            raise Oops("the sub-agent crashed")
+                    expected_runs[child.execution_id] = "failed"
+                elif op.arg == "finish":
+                    await child.start()
+                    await drive(child, op.children)
+                    await child.finish()
+                    expected_runs[child.execution_id] = "failed" if aborted else "completed"
+                else:  # left open: closed with its parent
+                    await child.start()
+                    await drive(child, op.children)
+                    expected_runs[child.execution_id] = "cancelled"
+                assert child.finished or op.arg == "open"
+
+    with anyio.fail_after(20):
+        async with contextlib.AsyncExitStack() as stack:
+            engine = await stack.enter_async_context(
+                ExecutionEngine(hooks=[onlooker.HookMatcher(pre=[decide], post=[rewrite])])
+            )
+            engine.bus.subscribe(recorder)
+            run = engine.track("framework-agent", trigger="property")
+            if end == "exit":
+                async with run:
+                    await drive(run, ops)
+            elif end == "raise":
+                with contextlib.suppress(Oops):
+                    async with run:
+                        await drive(run, ops)
+                        raise Oops("the agent crashed")
+            elif end == "finish":
+                await run.start()
+                await drive(run, ops)
+                await run.finish()
+                await run.finish()  # harmless
+            elif end == "cancel":
+                with anyio.CancelScope() as scope:
+                    async with run:
+                        await drive(run, ops)
+                        scope.cancel()
+                        await anyio.sleep_forever()
+            else:  # left open: the engine's close ends it
+                await run.start()
+                await drive(run, ops)
+                await stack.aclose()
+            assert run.finished
+    if end in ("cancel", "engine_close"):
+        expected_runs[run.execution_id] = "cancelled"
+    elif end == "raise" or aborted:
+        expected_runs[run.execution_id] = "failed"
+    else:
+        expected_runs[run.execution_id] = "completed"
+
+    events = recorder.events
+    check(events)
+    by_call = {
+        (e.execution_id, e.tool_call_id): e.status
+        for e in events
+        if isinstance(e, onlooker.ToolCallFinished)
+    }
+    assert by_call == expected_calls, (ops, end)
+    assert sum(isinstance(e, onlooker.ToolCallStarted) for e in events) == len(expected_calls)
+    assert all(call.status == by_call[call.execution_id, call.tool_call_id] for call in handles)
+    by_run = {e.execution_id: e.status for e in events if isinstance(e, ExecutionFinished)}
+    assert by_run == expected_runs, (ops, end)
+    by_question = {
+        e.interaction_id: e.status for e in events if isinstance(e, onlooker.InteractionResolved)
+    }
+    assert by_question == expected_questions, (ops, end)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(ops=TRACKED_SCRIPT, end=st.sampled_from(ROOT_ENDS))
+def test_random_tracked_runs_keep_the_invariants(
+    backend: str, ops: tuple[Op, ...], end: str, check_stream: Check
+) -> None:
+    anyio.run(tracked_scenario, ops, end, check_stream, backend=backend)

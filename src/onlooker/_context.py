@@ -16,7 +16,7 @@ from pydantic import JsonValue
 from ._emitter import Emitter
 from ._errors import ExecutionExpiredError, UnknownToolError
 from ._events import Attribution, InteractionStatus, Trigger, new_id, snapshot, snapshot_object
-from ._lifecycle import Runtime, fail_call, finish_call, open_call
+from ._lifecycle import Runtime, complete_call, fail_call, finish_call, open_call
 from ._results import (
     Elicitation,
     ExecutionResult,
@@ -122,22 +122,29 @@ class ExecutionContext:
         tools = self._runtime.tools
         spec = tools.runnable(name)
         if spec is None:
-            check = _unknown_tool(name, tools.names())
-            mutating = tools.is_mutating(name)
+            call = await open_call(
+                self._emitter,
+                self._run,
+                self._runtime,
+                name,
+                args,
+                tool_call_id=new_id(),
+                mutating=tools.is_mutating(name),
+                check=_unknown_tool(name, tools.names()),
+                revalidate=_unchanged,
+            )
         else:
-            check = spec.validate_args
-            mutating = spec.mutating
-        call = await open_call(
-            self._emitter,
-            self._run,
-            self._runtime,
-            name,
-            args,
-            tool_call_id=new_id(),
-            mutating=mutating,
-            check=check,
-            revalidate=_revalidate(spec),
-        )
+            call = await open_call(
+                self._emitter,
+                self._run,
+                self._runtime,
+                name,
+                args,
+                tool_call_id=new_id(),
+                mutating=spec.mutating,
+                check=spec.validate_args,
+                revalidate=spec.validate_modified,
+            )
         if call.status is not None:  # refused: closed already
             if call.refusal is not None:
                 raise call.refusal
@@ -154,7 +161,9 @@ class ExecutionContext:
             raise
         finally:
             _tool_call.reset(token)
-        return await finish_call(call, result)
+        if call.post_steps:
+            return await finish_call(call, result)
+        return complete_call(call, result)
 
     # -- questions ----------------------------------------------------------------------
 
@@ -266,10 +275,8 @@ def _unknown_tool(name: str, known: list[str]) -> Callable[[Mapping[str, Any]], 
     return check
 
 
-def _revalidate(spec: Tool[..., Any] | None) -> Callable[[Mapping[str, Any], str], dict[str, Any]]:
-    if spec is None:
-        return lambda args, hook: dict(args)
-    return lambda args, hook: spec.validate_args(args, hook=hook)
+def _unchanged(args: Mapping[str, Any], hook: str) -> dict[str, Any]:
+    return dict(args)
 
 
 def current_context() -> ExecutionContext:

@@ -164,12 +164,25 @@ class Emitter:
             return base
         return base.model_copy(update={"task_id": task_id, "phase": phase, "intent_id": intent_id})
 
+    def pinned_attribution(self) -> Attribution | None:
+        """For a tracked execution, the attribution now, to pin on a call's two events.
+
+        ``None`` for a native execution: its call runs in one context, whose
+        attribution both events read anyway.
+        """
+        return None if self._base is None else self.attribution()
+
     def select_intent(self, intent_id: str) -> None:
         """Fix the intent of a tracked execution's later events."""
         assert self._base is not None, "a native execution selects its intent in its context"
         self._base = self._base.model_copy(update={"intent_id": intent_id})
 
-    def _emit(self, cls: type[ExecutionEvent], fields: _Fields) -> None:
+    def _emit(
+        self,
+        cls: type[ExecutionEvent],
+        fields: _Fields,
+        attribution: Attribution | None = None,
+    ) -> None:
         if self._closed:  # nothing follows ExecutionFinished (a straggler's events are dropped)
             return
         seq = self._seq
@@ -181,7 +194,11 @@ class Emitter:
             "execution_id": self.execution_id,
             "seq": seq,
             "at": _now(),
-            "attribution": _attribution.get() if self._base is None else self.attribution(),
+            "attribution": attribution
+            if attribution is not None
+            else _attribution.get()
+            if self._base is None
+            else self.attribution(),
             "schema_version": SCHEMA_VERSION,
         }
         values.update(fields)
@@ -210,11 +227,17 @@ class Emitter:
         )
 
     def tool_call_started(
-        self, *, tool_call_id: str, tool: str, args: dict[str, JsonValue]
+        self,
+        *,
+        tool_call_id: str,
+        tool: str,
+        args: dict[str, JsonValue],
+        attribution: Attribution | None = None,
     ) -> None:
         self._emit(
             ToolCallStarted,
             {"kind": "ToolCallStarted", "tool_call_id": tool_call_id, "tool": tool, "args": args},
+            attribution,
         )
 
     def tool_call_finished(
@@ -227,6 +250,7 @@ class Emitter:
         error: ErrorInfo | None,
         duration_ms: float,
         metadata: dict[str, JsonValue],
+        attribution: Attribution | None = None,
     ) -> None:
         self._emit(
             ToolCallFinished,
@@ -240,6 +264,7 @@ class Emitter:
                 "duration_ms": duration_ms,
                 "metadata": metadata,
             },
+            attribution,
         )
 
     def interaction_started(

@@ -26,7 +26,7 @@ from ._errors import (
     TrackingError,
     UnknownExecutionError,
 )
-from ._events import Attribution, Trigger, new_id, snapshot
+from ._events import Attribution, ErrorInfo, Trigger, new_id, snapshot
 from ._hooks import HookMatcher, HookPlans
 from ._lifecycle import Runtime
 from ._plugin import Plugin, PluginContext
@@ -51,6 +51,9 @@ Ext = TypeVar("Ext")
 
 DEFAULT_PAUSE_TIMEOUT: Final = 3600.0
 DEFAULT_KEEP_RESULTS: Final = 1024
+ENGINE_CLOSED: Final = ErrorInfo(
+    type="EngineClosed", message="the engine closed while the execution was open", cause="interrupt"
+)
 
 
 class ExecutionEngine:
@@ -168,6 +171,8 @@ class ExecutionEngine:
     ) -> bool:
         task_group = self._task_group
         assert task_group is not None, "__aexit__ without __aenter__"
+        if self._state == "closed":  # aclose() inside the block closed it already
+            return False
         self._state = "closing"
         close_error: BaseException | None = None
         try:
@@ -209,7 +214,7 @@ class ExecutionEngine:
 
     def _finish_tracked(self) -> None:
         for run in list(self._tracked.values()):
-            run._finish("cancelled", error="the engine closed while the execution was open")
+            run._finish("cancelled", error=ENGINE_CLOSED)
 
     async def _cancel_detached(self) -> None:
         for run in list(self._runs.values()):
@@ -403,7 +408,7 @@ class ExecutionEngine:
 
     def _tracked_started(self, run: TrackedExecution) -> None:
         if self._state != "running":
-            run._finish("cancelled", error="the engine is not running")
+            run._finish("cancelled", error=ENGINE_CLOSED)
             return
         self._tracked[run.execution_id] = run
 

@@ -195,26 +195,24 @@ def use_context(
 class HookPlans:
     """The hook plan of every (tool, phase), worked out once and cached (one per engine)."""
 
-    __slots__ = ("_matchers", "_plans")
+    __slots__ = ("_plans", "matchers")
 
     def __init__(self, matchers: Sequence[HookMatcher] = ()) -> None:
-        self._matchers = tuple(matchers)
+        self.matchers = tuple(matchers)
+        """Every matcher, in order (empty: no call has hooks)."""
         self._plans: dict[tuple[str, str | None], HookPlan] = {}
 
     def replace(self, matchers: Sequence[HookMatcher]) -> None:
         """Use ``matchers`` from now on (the engine adds its plugins' hooks at start)."""
-        self._matchers = tuple(matchers)
+        self.matchers = tuple(matchers)
         self._plans.clear()
-
-    def __bool__(self) -> bool:
-        return bool(self._matchers)
 
     def plan(self, tool: str, phase: str | None) -> HookPlan:
         """The hooks that apply to a call of ``tool`` in ``phase``, in order."""
         key = (tool, phase)
         plan = self._plans.get(key)
         if plan is None:
-            matching = [m for m in self._matchers if m.matches(tool, phase)]
+            matching = [m for m in self.matchers if m.matches(tool, phase)]
             if not matching:
                 plan = NO_HOOKS
             else:

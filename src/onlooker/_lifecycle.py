@@ -43,7 +43,7 @@ from ._hooks import (
 from ._results import error_info
 from ._tools import ToolRegistry
 
-__all__ = ["CallState", "Runtime", "fail_call", "finish_call", "open_call"]
+__all__ = ["CallState", "Runtime", "complete_call", "fail_call", "finish_call", "open_call"]
 
 
 @final
@@ -74,6 +74,7 @@ class CallState:
 
     __slots__ = (
         "action",
+        "attribution",
         "began",
         "emitter",
         "input",
@@ -114,6 +115,8 @@ class CallState:
         """Why the call did not start (raised into a native program)."""
         self.status: ToolCallStatus | None = None
         """``None`` while the call is open; its final status once closed."""
+        self.attribution = emitter.pinned_attribution()
+        """Both events of a call carry the attribution it started with (tracked calls)."""
 
     def close(
         self,
@@ -122,7 +125,9 @@ class CallState:
         error: ErrorInfo | None,
         duration_ms: float | None = None,
     ) -> None:
-        """Emit ``ToolCallFinished`` (once; the caller checks ``status`` first)."""
+        """Emit ``ToolCallFinished``; a call already closed stays as it was recorded."""
+        if self.status is not None:
+            return
         self.status = status
         self.emitter.tool_call_finished(
             tool_call_id=self.tool_call_id,
@@ -134,6 +139,7 @@ class CallState:
             if duration_ms is None
             else duration_ms,
             metadata=snapshot_object(self.metadata) if self.metadata else {},
+            attribution=self.attribution,
         )
 
 
@@ -168,8 +174,8 @@ async def open_call(
         validated = check(args)
         call.input = validated
         hooks = runtime.hooks
-        if hooks:
-            attribution = emitter.attribution()
+        if hooks.matchers:
+            attribution = call.attribution or emitter.attribution()
             plan = hooks.plan(tool, attribution.phase)
         else:
             plan = NO_HOOKS
@@ -190,7 +196,10 @@ async def open_call(
             call.post_steps = plan.post_steps
         started = True
         emitter.tool_call_started(
-            tool_call_id=tool_call_id, tool=tool, args=snapshot_object(call.input)
+            tool_call_id=tool_call_id,
+            tool=tool,
+            args=snapshot_object(call.input),
+            attribution=call.attribution,
         )
         if runtime.bus.congested:
             await runtime.bus.wait_for_space()
@@ -226,8 +235,17 @@ async def open_call(
 
 def _start_refused(call: CallState) -> None:
     call.emitter.tool_call_started(
-        tool_call_id=call.tool_call_id, tool=call.tool, args=snapshot_object(call.input)
+        tool_call_id=call.tool_call_id,
+        tool=call.tool,
+        args=snapshot_object(call.input),
+        attribution=call.attribution,
     )
+
+
+def complete_call(call: CallState, output: Any, *, duration_ms: float | None = None) -> Any:
+    """Close a call that has no post-hooks ``completed`` (the hot path of ``finish_call``)."""
+    call.close("completed", snapshot(output), None, duration_ms)
+    return output
 
 
 async def finish_call(call: CallState, output: Any, *, duration_ms: float | None = None) -> Any:
@@ -235,7 +253,7 @@ async def finish_call(call: CallState, output: Any, *, duration_ms: float | None
 
     A post-hook ``ABORT`` closes it ``blocked``, aborts the run and raises
     ``HookAbortError``; a cancellation during the post-hooks closes it
-    ``cancelled`` and propagates.
+    ``cancelled`` and propagates. Without post-hooks it is :func:`complete_call`.
     """
     if call.post_steps:
         # The clock stops when the tool returned, not after the post-hooks.

@@ -137,6 +137,10 @@ class Tool(Generic[P, R_co]):
             ) from None
         return validated.__dict__  # type: ignore[no-any-return]
 
+    def validate_modified(self, args: Mapping[str, object], hook: str) -> dict[str, Any]:
+        """Validate the input a pre-hook rewrote (``ToolInputError`` names the hook)."""
+        return self.validate_args(args, hook=hook)
+
     async def invoke(self, args: dict[str, Any]) -> Any:
         """Run the tool with already validated arguments."""
         if self.is_async:

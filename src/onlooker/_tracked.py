@@ -311,7 +311,8 @@ class TrackedExecution:
         if self._state == "new":  # a run that ends before it began is still one whole record
             self._start()
         for child in self._children:
-            child._finish("cancelled", error=CANCELLED)
+            if child._state == "running":  # a child never started was never open
+                child._finish("cancelled", error=CANCELLED)
         for call in self._calls.values():
             call._cancel()
         for interaction_id, still_open in self._interactions.items():
@@ -323,7 +324,7 @@ class TrackedExecution:
                     response=None,
                     error=CANCELLED,
                 )
-        info = None if error is None else _error_of(error, "Error")
+        info = None if error is None or status == "completed" else _error_of(error, "Error")
         aborted = self._tree.aborted
         if aborted is not None and status == "completed":
             status, info = "failed", error_info(aborted)
@@ -476,6 +477,8 @@ class TrackedExecution:
                 f"status must be one of {', '.join(sorted(_INTERACTION_STATUSES))}, not {status!r}"
             )
         still_open = self._interactions.get(interaction_id)
+        if still_open is not None and self._state == "finished":
+            self._require_running("resolve a question", interaction_id=interaction_id)
         if still_open is None:
             raise TrackingError(
                 f"execution {self.execution_id!r} has no interaction {interaction_id!r}",

@@ -31,7 +31,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from onlooker import EventBus, ExecutionEvent, Plugin, PluginContext, define_plugin
+from onlooker import EventBus, ExecutionEvent, Plugin, PluginContext, ToolRegistry, define_plugin
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -187,19 +187,22 @@ class _BusCollector:
 class Metrics(_Exposed):
     """The metrics plugin's extension: a synchronous observer feeding prometheus-client.
 
-    ``tools`` bounds the ``tool`` label; ``bus`` feeds the observer-health
-    counters (both come from the engine when the plugin builds it).
+    ``tools`` bounds the ``tool`` label: tool names, or the engine's
+    ``ToolRegistry``, whose foreign tools declared later (``engine.declare_tool``)
+    are labelled by name too; ``bus`` feeds the observer-health counters
+    (both come from the engine when the plugin builds it).
     """
 
     def __init__(
         self,
         *,
-        tools: Iterable[str] = (),
+        tools: Iterable[str] | ToolRegistry = (),
         bus: EventBus | None = None,
         registry: CollectorRegistry | None = None,
     ) -> None:
         super().__init__(registry)
         registry = self.registry
+        self._registry = tools if isinstance(tools, ToolRegistry) else None
         self._tools = frozenset(tools)
         self._executions = Counter(
             "onlooker_executions", _HELP["executions"], ["status", "trigger"], registry=registry
@@ -231,7 +234,11 @@ class Metrics(_Exposed):
         self._open: set[str] = set()
 
     def _tool_label(self, tool: str) -> str:
-        return tool if tool in self._tools else OTHER
+        if tool in self._tools:
+            return tool
+        if self._registry is not None and self._registry.declaration(tool) is not None:
+            return tool  # a foreign tool the engine was told about: a bounded set too
+        return OTHER
 
     def handle(self, event: ExecutionEvent) -> None:
         """Count one event (the plugin's synchronous observer)."""
@@ -275,7 +282,7 @@ def plugin(*, registry: CollectorRegistry | None = None) -> Plugin[Metrics]:
     """
 
     def extension(ctx: PluginContext) -> Metrics:
-        return Metrics(tools=ctx.tools.keys(), bus=ctx.bus, registry=registry)
+        return Metrics(tools=ctx.tools, bus=ctx.bus, registry=registry)
 
     return define_plugin(id="metrics", extension=extension, observer=lambda metrics: metrics)
 
