@@ -16,7 +16,7 @@ from pydantic import JsonValue
 from ._emitter import Emitter
 from ._errors import ExecutionExpiredError, UnknownToolError
 from ._events import Attribution, InteractionStatus, Trigger, new_id, snapshot, snapshot_object
-from ._lifecycle import Runtime, complete_call, fail_call, finish_call, open_call
+from ._lifecycle import Runtime, fail_call, finish_call, open_call, settle_call
 from ._results import (
     Elicitation,
     ExecutionResult,
@@ -121,30 +121,31 @@ class ExecutionContext:
         name = tool if isinstance(tool, str) else tool.name
         tools = self._runtime.tools
         spec = tools.runnable(name)
+        runtime = self._runtime
         if spec is None:
-            call = await open_call(
+            call = open_call(
                 self._emitter,
                 self._run,
-                self._runtime,
+                runtime,
                 name,
                 args,
                 tool_call_id=new_id(),
                 mutating=tools.is_mutating(name),
                 check=_unknown_tool(name, tools.names()),
-                revalidate=_unchanged,
             )
         else:
-            call = await open_call(
+            call = open_call(
                 self._emitter,
                 self._run,
-                self._runtime,
+                runtime,
                 name,
                 args,
                 tool_call_id=new_id(),
                 mutating=spec.mutating,
                 check=spec.validate_args,
-                revalidate=spec.validate_modified,
             )
+            if call.pending:
+                await settle_call(call, runtime, spec.validate_modified)
         if call.status is not None:  # refused: closed already
             if call.refusal is not None:
                 raise call.refusal
@@ -163,7 +164,8 @@ class ExecutionContext:
             _tool_call.reset(token)
         if call.post_steps:
             return await finish_call(call, result)
-        return complete_call(call, result)
+        call.close("completed", snapshot(result), None)
+        return result
 
     # -- questions ----------------------------------------------------------------------
 
@@ -273,10 +275,6 @@ def _unknown_tool(name: str, known: list[str]) -> Callable[[Mapping[str, Any]], 
         )
 
     return check
-
-
-def _unchanged(args: Mapping[str, Any], hook: str) -> dict[str, Any]:
-    return dict(args)
 
 
 def current_context() -> ExecutionContext:

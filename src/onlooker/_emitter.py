@@ -124,7 +124,7 @@ class Emitter:
     ``onlooker.attribution(...)`` around a call still counts.
     """
 
-    __slots__ = ("_base", "_bus", "_closed", "_scope", "_seq", "execution_id")
+    __slots__ = ("_base", "_bus", "_closed", "_scope", "_seq", "execution_id", "tracked")
 
     def __init__(
         self,
@@ -140,6 +140,8 @@ class Emitter:
         self._base = base_attribution
         self._scope = scope
         self._closed = False
+        self.tracked = base_attribution is not None
+        """A tracked execution's emitter (driven from any context), not a native one's."""
 
     @property
     def scope(self) -> _Scoped:
@@ -163,14 +165,6 @@ class Emitter:
         if task_id == base.task_id and phase == base.phase and intent_id == base.intent_id:
             return base
         return base.model_copy(update={"task_id": task_id, "phase": phase, "intent_id": intent_id})
-
-    def pinned_attribution(self) -> Attribution | None:
-        """For a tracked execution, the attribution now, to pin on a call's two events.
-
-        ``None`` for a native execution: its call runs in one context, whose
-        attribution both events read anyway.
-        """
-        return None if self._base is None else self.attribution()
 
     def select_intent(self, intent_id: str) -> None:
         """Fix the intent of a tracked execution's later events."""

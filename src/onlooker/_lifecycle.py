@@ -5,9 +5,11 @@
 framework runs it) are front doors over these three functions:
 
 - :func:`open_call` refuses a call of an aborted execution, checks the
-  arguments, runs the pre-hooks and emits ``ToolCallStarted``; a refused call
+  arguments and, when no pre-hook has to decide, emits ``ToolCallStarted``;
+  :func:`settle_call` runs the pre-hooks of a ``pending`` call (then emits
+  ``ToolCallStarted``) and waits for a congested bus. A refused call
   (skipped, blocked, invalid) has its pair closed at once and carries the
-  refusal;
+  refusal. Split in two so that a call without pre-hooks never awaits;
 - :func:`finish_call` runs the post-hooks and emits ``ToolCallFinished``
   ``completed``;
 - :func:`fail_call` emits ``failed`` (or ``cancelled`` for a cancellation).
@@ -31,7 +33,6 @@ from ._emitter import Emitter
 from ._errors import HookAbortError, ToolBlockedError
 from ._events import ErrorInfo, ToolCallStatus, snapshot, snapshot_object
 from ._hooks import (
-    NO_HOOKS,
     HookAction,
     HookPlans,
     Revalidate,
@@ -43,7 +44,7 @@ from ._hooks import (
 from ._results import error_info
 from ._tools import ToolRegistry
 
-__all__ = ["CallState", "Runtime", "complete_call", "fail_call", "finish_call", "open_call"]
+__all__ = ["CallState", "Runtime", "fail_call", "finish_call", "open_call", "settle_call"]
 
 
 @final
@@ -79,11 +80,13 @@ class CallState:
         "emitter",
         "input",
         "metadata",
-        "mutating",
+        "pending",
         "post_steps",
+        "pre_steps",
         "reason",
         "refusal",
         "run",
+        "started",
         "status",
         "tool",
         "tool_call_id",
@@ -104,19 +107,23 @@ class CallState:
         self.tool = tool
         self.tool_call_id = tool_call_id
         self.input: Mapping[str, Any] = args
-        self.mutating = mutating
-        self.metadata: dict[str, JsonValue] = {}
         self.began = perf_counter()
-        self.post_steps: tuple[Any, ...] = ()
-        self.use: Any = None
+        self.attribution = emitter.attribution() if emitter.tracked else None
+        """Both events of a tracked call carry the attribution it started with."""
+        self.status: ToolCallStatus | None = None
+        """``None`` while the call is open; its final status once closed."""
+        self.started = False
+        self.pending = False
+        """Whether ``settle_call`` must run before the tool does."""
+        self.metadata: dict[str, JsonValue] | None = None
+        """Hook metadata (a dict once the call has hooks)."""
         self.action = HookAction.CONTINUE
         self.reason: str | None = None
         self.refusal: BaseException | None = None
         """Why the call did not start (raised into a native program)."""
-        self.status: ToolCallStatus | None = None
-        """``None`` while the call is open; its final status once closed."""
-        self.attribution = emitter.pinned_attribution()
-        """Both events of a call carry the attribution it started with (tracked calls)."""
+        self.pre_steps: tuple[Any, ...] = ()
+        self.post_steps: tuple[Any, ...] = ()
+        self.use: Any = None
 
     def close(
         self,
@@ -143,7 +150,7 @@ class CallState:
         )
 
 
-async def open_call(
+def open_call(
     emitter: Emitter,
     run: AbortState,
     runtime: Runtime,
@@ -153,17 +160,16 @@ async def open_call(
     tool_call_id: str,
     mutating: bool,
     check: Check,
-    revalidate: Revalidate,
 ) -> CallState:
-    """Check, govern and start one call; a refused call comes back already closed.
+    """Check one call and, when no pre-hook has to decide it, record its start.
 
-    ``refusal`` then holds the exception a native program gets (``ToolBlockedError``,
-    ``HookAbortError``, ``ToolInputError``, ``UnknownToolError``), ``action`` the
-    verdict (``SKIP`` with no refusal). A cancellation closes the call
-    ``cancelled`` and propagates.
+    A refused call comes back already closed: ``refusal`` holds the exception
+    a native program gets (``HookAbortError`` after an abort,
+    ``ToolInputError``, ``UnknownToolError``). When ``call.pending``, the
+    caller must ``await settle_call(call, ...)`` before the tool runs: the
+    pre-hooks decide it there, or the bus is congested.
     """
     call = CallState(emitter, run, tool, tool_call_id, args, mutating)
-    started = False
     try:
         if run.aborted is not None:  # ABORT ended the whole execution
             raise HookAbortError(
@@ -177,63 +183,90 @@ async def open_call(
         if hooks.matchers:
             attribution = call.attribution or emitter.attribution()
             plan = hooks.plan(tool, attribution.phase)
-        else:
-            plan = NO_HOOKS
-        if plan.pre_steps or plan.post_steps:
-            use = use_context(
-                tool,
-                MappingProxyType(validated),
-                tool_call_id,
-                attribution,
-                emitter.execution_id,
-                mutating,
-            )
-            if plan.pre_steps:
-                use = await run_pre_hooks(plan.pre_steps, use, call.metadata, revalidate)
-                if use.tool_input is not call.input:
-                    call.input = dict(use.tool_input)
+            if plan.pre_steps or plan.post_steps:
+                call.metadata = {}
+                call.use = use_context(
+                    tool,
+                    MappingProxyType(validated),
+                    tool_call_id,
+                    attribution,
+                    emitter.execution_id,
+                    mutating,
+                )
+                call.post_steps = plan.post_steps
+                if plan.pre_steps:
+                    call.pre_steps = plan.pre_steps
+                    call.pending = True
+                    return call  # started once the pre-hooks allow it
+    except Exception as exc:
+        _refuse(call, exc)
+        return call
+    try:
+        _start(call)
+    except BaseException as exc:  # an observer's KeyboardInterrupt: still close the pair
+        call.close("cancelled", None, error_info(exc))
+        raise
+    call.pending = runtime.bus.congested
+    return call
+
+
+async def settle_call(call: CallState, runtime: Runtime, revalidate: Revalidate) -> None:
+    """Run a pending call's pre-hooks (then record its start) and wait for a congested bus.
+
+    Fail-closed: a refusal (``SKIP``, ``BLOCK``, ``ABORT``, a broken hook, a
+    rewritten input that does not validate) closes the call, with
+    ``action``, ``reason`` and ``refusal`` saying why. A cancellation closes
+    it ``cancelled`` and propagates.
+    """
+    call.pending = False
+    try:
+        if call.pre_steps:
+            metadata = call.metadata
+            assert metadata is not None
+            use = await run_pre_hooks(call.pre_steps, call.use, metadata, revalidate)
+            if use.tool_input is not call.input:
+                call.input = dict(use.tool_input)
             call.use = use
-            call.post_steps = plan.post_steps
-        started = True
-        emitter.tool_call_started(
-            tool_call_id=tool_call_id,
-            tool=tool,
-            args=snapshot_object(call.input),
-            attribution=call.attribution,
-        )
+            call.pre_steps = ()
+            _start(call)
         if runtime.bus.congested:
             await runtime.bus.wait_for_space()
     except SkipCall as skip:
         call.action = HookAction.SKIP
         call.reason = skip.reason
-        _start_refused(call)
+        _start(call)
         call.close("skipped", None, None)
     except BaseException as exc:
-        if not started:
-            _start_refused(call)
         if not isinstance(exc, Exception):
+            if not call.started:
+                _start(call)
             call.close("cancelled", None, error_info(exc))
             raise
-        call.refusal = exc
-        if started:  # only waiting for the bus can fail after the start: a cancellation
-            call.close("failed", None, error_info(exc))
-        elif isinstance(exc, HookAbortError):
-            call.action = HookAction.ABORT
-            call.reason = exc.reason
-            run.aborted = exc
-            call.close("blocked", None, error_info(exc))
-        elif isinstance(exc, ToolBlockedError):
-            call.action = HookAction.BLOCK
-            call.reason = exc.reason or str(exc)
-            call.close("blocked", None, error_info(exc))
-        else:  # unknown tool, invalid arguments: a failure, refused as a block would be
-            call.action = HookAction.BLOCK
-            call.reason = str(exc)
-            call.close("failed", None, error_info(exc))
-    return call
+        _refuse(call, exc)
 
 
-def _start_refused(call: CallState) -> None:
+def _refuse(call: CallState, exc: Exception) -> None:
+    """Close a call that may not run, recording why (its start first, if still unrecorded)."""
+    if not call.started:
+        _start(call)
+    call.refusal = exc
+    if isinstance(exc, HookAbortError):
+        call.action = HookAction.ABORT
+        call.reason = exc.reason
+        call.run.aborted = exc
+        call.close("blocked", None, error_info(exc))
+    elif isinstance(exc, ToolBlockedError):
+        call.action = HookAction.BLOCK
+        call.reason = exc.reason or str(exc)
+        call.close("blocked", None, error_info(exc))
+    else:  # unknown tool, invalid arguments: a failure, refused as a block would be
+        call.action = HookAction.BLOCK
+        call.reason = str(exc)
+        call.close("failed", None, error_info(exc))
+
+
+def _start(call: CallState) -> None:
+    call.started = True
     call.emitter.tool_call_started(
         tool_call_id=call.tool_call_id,
         tool=call.tool,
@@ -242,25 +275,22 @@ def _start_refused(call: CallState) -> None:
     )
 
 
-def complete_call(call: CallState, output: Any, *, duration_ms: float | None = None) -> Any:
-    """Close a call that has no post-hooks ``completed`` (the hot path of ``finish_call``)."""
-    call.close("completed", snapshot(output), None, duration_ms)
-    return output
-
-
 async def finish_call(call: CallState, output: Any, *, duration_ms: float | None = None) -> Any:
     """Run the post-hooks and close the call ``completed``; the output they leave.
 
     A post-hook ``ABORT`` closes it ``blocked``, aborts the run and raises
     ``HookAbortError``; a cancellation during the post-hooks closes it
-    ``cancelled`` and propagates. Without post-hooks it is :func:`complete_call`.
+    ``cancelled`` and propagates. Without post-hooks it only closes the call
+    (``ctx.call`` does that itself, on its hot path).
     """
     if call.post_steps:
         # The clock stops when the tool returned, not after the post-hooks.
         if duration_ms is None:
             duration_ms = (perf_counter() - call.began) * 1000.0
+        metadata = call.metadata
+        assert metadata is not None
         try:
-            output = await run_post_hooks(call.post_steps, call.use, output, call.metadata)
+            output = await run_post_hooks(call.post_steps, call.use, output, metadata)
         except HookAbortError as abort:
             call.run.aborted = abort
             call.close("blocked", None, error_info(abort), duration_ms)

@@ -28,7 +28,15 @@ from ._events import (
     snapshot_object,
 )
 from ._hooks import HookAction
-from ._lifecycle import CANCELLED, CallState, Runtime, fail_call, finish_call, open_call
+from ._lifecycle import (
+    CANCELLED,
+    CallState,
+    Runtime,
+    fail_call,
+    finish_call,
+    open_call,
+    settle_call,
+)
 from ._results import error_info
 from ._scope import _Scoped
 
@@ -392,7 +400,7 @@ class TrackedExecution:
             mutating = self._runtime.tools.is_mutating(tool)
         self._opening.add(tool_call_id)  # reserves the id while the pre-hooks run
         try:
-            state = await open_call(
+            state = open_call(
                 self._emitter,
                 self._tree,
                 self._runtime,
@@ -401,8 +409,11 @@ class TrackedExecution:
                 tool_call_id=tool_call_id,
                 mutating=bool(mutating),
                 check=_same,
-                revalidate=lambda changed, hook: _arguments(tool, changed, hook),
             )
+            if state.pending:
+                await settle_call(
+                    state, self._runtime, lambda changed, hook: _arguments(tool, changed, hook)
+                )
         finally:
             self._opening.discard(tool_call_id)
         call = TrackedToolCall(self, state)
