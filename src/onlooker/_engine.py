@@ -214,7 +214,7 @@ class ExecutionEngine:
 
     def _finish_tracked(self) -> None:
         for run in list(self._tracked.values()):
-            run._finish("cancelled", error=ENGINE_CLOSED)
+            run.finish_nowait("cancelled", error=ENGINE_CLOSED)
 
     async def _cancel_detached(self) -> None:
         for run in list(self._runs.values()):
@@ -408,7 +408,7 @@ class ExecutionEngine:
 
     def _tracked_started(self, run: TrackedExecution) -> None:
         if self._state != "running":
-            run._finish("cancelled", error=ENGINE_CLOSED)
+            run.finish_nowait("cancelled", error=ENGINE_CLOSED)
             return
         self._tracked[run.execution_id] = run
 

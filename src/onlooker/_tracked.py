@@ -301,15 +301,16 @@ class TrackedExecution:
         first. After a hook's ``ABORT`` a ``completed`` run finishes
         ``failed`` with the abort as its error, as a native one does.
         """
-        self._finish(status, result=result, error=error)
+        self.finish_nowait(status, result=result, error=error)
 
-    def _finish(
+    def finish_nowait(
         self,
-        status: ExecutionStatus,
+        status: ExecutionStatus = "completed",
         *,
         result: object = None,
         error: BaseException | str | ErrorInfo | None = None,
     ) -> None:
+        """:meth:`finish` for synchronous callbacks (it never waits for anything)."""
         if status not in _EXECUTION_STATUSES:
             raise ValueError(
                 f"status must be one of {', '.join(sorted(_EXECUTION_STATUSES))}, not {status!r}"
@@ -320,7 +321,7 @@ class TrackedExecution:
             self._start()
         for child in self._children:
             if child._state == "running":  # a child never started was never open
-                child._finish("cancelled", error=CANCELLED)
+                child.finish_nowait("cancelled", error=CANCELLED)
         for call in self._calls.values():
             call._cancel()
         for interaction_id, still_open in self._interactions.items():
@@ -358,11 +359,11 @@ class TrackedExecution:
         tb: TracebackType | None,
     ) -> None:
         if exc is None:
-            self._finish("completed")
+            self.finish_nowait("completed")
         elif isinstance(exc, Exception):
-            self._finish("failed", error=exc)
+            self.finish_nowait("failed", error=exc)
         else:
-            self._finish("cancelled", error=exc)
+            self.finish_nowait("cancelled", error=exc)
 
     # -- tool calls -------------------------------------------------------------------
 
