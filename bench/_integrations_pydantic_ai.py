@@ -77,9 +77,11 @@ async def measure(calls: int) -> tuple[float, float]:
         await _per_call(tracked, PER_RUN)
         without: list[float] = []
         with_adapter: list[float] = []
-        for _ in range(REPEATS):  # alternate, so drift hits both alike
-            without.append(await _per_call(plain, calls))
+        for _ in range(REPEATS):  # A B B A: drift within a repeat hits both alike
+            first = await _per_call(plain, calls)
             with_adapter.append(await _per_call(tracked, calls))
+            with_adapter.append(await _per_call(tracked, calls))
+            without.extend((first, await _per_call(plain, calls)))
     return statistics.median(without), statistics.median(with_adapter)
 
 

@@ -452,3 +452,16 @@ class TestUnserializableValues:
         assert isinstance(final, str) and "not JSON-serializable list" in final
         for event in recorder.events:
             assert parse_event(event.model_dump_json()) == event
+
+
+def test_the_emitters_typed_fields_are_the_models_own() -> None:
+    """Events are built without validation: each kind's TypedDict must match its model."""
+    from typing import get_type_hints
+
+    from onlooker._emitter import FIELDS_BY_KIND
+    from onlooker._events import _Envelope
+
+    envelope = set(_Envelope.model_fields)
+    assert set(FIELDS_BY_KIND) == set(onlooker.ExecutionEvent.__args__[0].__args__)  # type: ignore[attr-defined]  # the union behind the Annotated alias
+    for event_class, fields in FIELDS_BY_KIND.items():
+        assert set(get_type_hints(fields)) == set(event_class.model_fields) - envelope

@@ -196,11 +196,10 @@ class TestApi:
                     engine.track("other", execution_id="exec-42")  # in use
                 with pytest.raises(TypeError):
                     engine.track("bot", execution_id="")
-            again = engine.track("bot", execution_id="exec-42")  # free again once finished
-            async with again:
-                pass
+            with records_nothing(recorder), pytest.raises(TrackingError, match="finished"):
+                engine.track("bot", execution_id="exec-42")  # one id, one execution
         assert {e.execution_id for e in recorder.events} == {"exec-42"}
-        assert len(recorder.of(ExecutionStarted)) == 2
+        assert len(recorder.of(ExecutionStarted)) == 1
 
     async def test_track_needs_a_running_engine(self) -> None:
         engine = ExecutionEngine()
@@ -1501,3 +1500,115 @@ class TestDeclarations:
         (end,) = recorder.of(ToolCallFinished)
         assert end.status == "failed"
         assert end.error is not None and end.error.type == "UnknownToolError"
+
+
+# -- 6. what a stranger's review broke -----------------------------------------------------------
+
+
+class TestIdsAndLateUse:
+    async def test_an_execution_id_is_used_by_one_open_run_at_a_time(self) -> None:
+        async with ExecutionEngine() as engine:
+            recorder = record(engine)
+            first = engine.track("a", execution_id="X")
+            second = engine.track("b", execution_id="X")  # both made before either started
+            async with first:
+                with records_nothing(recorder), pytest.raises(TrackingError, match="'X'"):
+                    await second.start()
+                child = first.child("c", execution_id="X")
+                with records_nothing(recorder), pytest.raises(TrackingError, match="already used"):
+                    await child.start()
+            with pytest.raises(TrackingError, match="finished"):
+                await second.start()
+        well_formed(recorder.events)
+        assert [e.kind for e in recorder.events].count("ExecutionStarted") == 1
+
+    async def test_a_cancelled_tool_started_keeps_its_id_taken(self) -> None:
+        async def slow(use: ToolUseContext) -> None:
+            await anyio.sleep(10)
+
+        async with ExecutionEngine(hooks=[HookMatcher(pattern="slow", pre=[slow])]) as engine:
+            recorder = record(engine)
+            async with engine.track("bot") as run:
+                with anyio.move_on_after(0.05):
+                    await run.tool_started("slow", {}, tool_call_id="k")
+                assert run.call("k").status == "cancelled"
+                with records_nothing(recorder), pytest.raises(TrackingError, match="'k'"):
+                    await run.tool_started("fast", {}, tool_call_id="k")
+        well_formed(recorder.events)
+
+    async def test_a_run_cannot_start_on_a_closed_engine(self) -> None:
+        engine = ExecutionEngine()
+        async with engine:
+            recorder = record(engine)
+            never_started = engine.track("late")
+            too_late = engine.track("late too")
+        with pytest.raises(TrackingError, match="closed"):
+            await too_late.start()
+        await never_started.finish()  # nothing to record it in, and no error
+        assert never_started.finished and never_started.status == "completed"
+        assert recorder.events == []
+
+    async def test_the_first_abort_is_the_one_reported(self) -> None:
+        abort = verdict(HookAction.ABORT, reason="stop everything")
+        async with ExecutionEngine(hooks=[HookMatcher(pattern="x", pre=[abort])]) as engine:
+            recorder = record(engine)
+            async with engine.track("bot") as run:
+                for tool in ("x", "y", "z"):
+                    call = await run.tool_started(tool, {})
+                    assert not call.allowed
+        finish = recorder.of(ExecutionFinished)[0]
+        assert finish.status == "failed" and finish.error is not None
+        assert finish.error.message.count("refused") == 0
+        assert "stop everything" in finish.error.message
+
+    async def test_a_native_context_cannot_call_after_its_execution(self) -> None:
+        kept: list[ExecutionContext] = []
+
+        @onlooker.tool
+        def one() -> int:
+            return 1
+
+        async def program(ctx: ExecutionContext) -> None:
+            kept.append(ctx)
+
+        async with ExecutionEngine(tools=[one]) as engine:
+            recorder = record(engine)
+            await engine.execute(program)
+            with (
+                records_nothing(recorder),
+                pytest.raises(onlooker.ExecutionError, match="finished"),
+            ):
+                await kept[0].call(one)
+
+
+class TestErrorsOfRunsAndCalls:
+    async def test_failed_takes_an_error_info(self) -> None:
+        async with ExecutionEngine() as engine:
+            recorder = record(engine)
+            async with engine.track("bot") as run:
+                interrupted = await run.tool_started("t", {})
+                await interrupted.failed(
+                    onlooker.ErrorInfo(type="Interrupted", message="user", cause="interrupt")
+                )
+                broken = await run.tool_started("t", {})
+                await broken.failed(onlooker.ErrorInfo(type="E", message="m", cause="defect"))
+        statuses = [e.status for e in recorder.of(ToolCallFinished)]
+        assert statuses == ["cancelled", "failed"]
+
+    async def test_a_failed_run_without_an_error_still_says_so(self) -> None:
+        async with ExecutionEngine() as engine:
+            recorder = record(engine)
+            run = engine.track("bot")
+            await run.start()
+            with pytest.raises(ValueError, match="completed"), records_nothing(recorder):
+                await run.finish("completed", error="boom")
+            await run.finish("failed")
+        error = recorder.of(ExecutionFinished)[0].error
+        assert error is not None and error.cause == "failure"
+
+    async def test_mutating_must_be_a_bool(self) -> None:
+        async with ExecutionEngine() as engine:
+            recorder = record(engine)
+            async with engine.track("bot") as run:
+                with records_nothing(recorder), pytest.raises(TypeError, match="mutating"):
+                    await run.tool_started("t", {}, mutating="false")  # type: ignore[arg-type]  # the point

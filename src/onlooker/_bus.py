@@ -165,6 +165,7 @@ class _AsyncQueue:
                 self.bus._dropped_event(self.name)
                 return
             self.bus._full.add(self)
+            self.bus.congested = True
         queue.append(event)
         wakeup = self._wakeup
         if wakeup is not None:
@@ -187,6 +188,7 @@ class _AsyncQueue:
             self.busy = False
             self.close()
             self.bus._full.discard(self)
+            self.bus.congested = bool(self.bus._full)
             self.bus._maybe_drained()
             raise
 
@@ -209,6 +211,7 @@ class _AsyncQueue:
                 self._space.set()
                 self._space = None
                 self.bus._full.discard(self)
+                self.bus.congested = bool(self.bus._full)
             try:
                 await self.handle(event)
             except Exception as exc:
@@ -238,6 +241,8 @@ class EventBus:
         self._queues: list[_AsyncQueue] = []
         self._active: tuple[_AsyncQueue, ...] = ()  # subscribed async queues, fed by emit()
         self._full: set[_AsyncQueue] = set()
+        self.congested = False
+        """True while some ``block`` observer's queue is full (emitters then wait)."""
         self._task_group: TaskGroup | None = None
         self._drained: anyio.Event | None = None
         self._emitted = 0
@@ -334,11 +339,6 @@ class EventBus:
         if self._full:
             await self.wait_for_space()
 
-    @property
-    def congested(self) -> bool:
-        """True while some ``block`` observer's queue is full."""
-        return bool(self._full)
-
     async def wait_for_space(self) -> None:
         """Wait until no ``block`` observer's queue is full."""
         while self._full:
@@ -346,6 +346,7 @@ class EventBus:
             await queue.wait_for_space()
             if len(queue.queue) < queue.maxsize or queue.closed:
                 self._full.discard(queue)
+                self.congested = bool(self._full)
 
     async def flush(self) -> None:
         """Wait until every async observer has handled every event accepted so far."""

@@ -14,8 +14,17 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from pydantic import JsonValue
 
 from ._emitter import Emitter
-from ._errors import ExecutionExpiredError, UnknownToolError
-from ._events import Attribution, InteractionStatus, Trigger, new_id, snapshot, snapshot_object
+from ._errors import ExecutionError, ExecutionExpiredError, UnknownToolError
+from ._events import (
+    Attribution,
+    InteractionStatus,
+    Trigger,
+    child_attribution,
+    new_id,
+    snapshot,
+    snapshot_object,
+    spawn_trigger,
+)
 from ._lifecycle import Runtime, fail_call, finish_call, open_call, settle_call
 from ._results import (
     Elicitation,
@@ -119,33 +128,28 @@ class ExecutionContext:
         own exception reaches the caller unchanged.
         """
         name = tool if isinstance(tool, str) else tool.name
-        tools = self._runtime.tools
-        spec = tools.runnable(name)
+        emitter = self._emitter
+        if emitter.finished:
+            raise ExecutionError(
+                f"execution {self.execution_id!r} has finished: its context cannot call "
+                f"tool {name!r} any more",
+                execution_id=self.execution_id,
+            )
         runtime = self._runtime
-        if spec is None:
-            call = open_call(
-                self._emitter,
-                self._run,
-                runtime,
-                name,
-                args,
-                tool_call_id=new_id(),
-                mutating=tools.is_mutating(name),
-                check=_unknown_tool(name, tools.names()),
-            )
-        else:
-            call = open_call(
-                self._emitter,
-                self._run,
-                runtime,
-                name,
-                args,
-                tool_call_id=new_id(),
-                mutating=spec.mutating,
-                check=spec.validate_args,
-            )
-            if call.pending:
-                await settle_call(call, runtime, spec.validate_modified)
+        spec = runtime.tools.runnable(name)
+        call = open_call(
+            emitter,
+            self._run,
+            runtime,
+            name,
+            args,
+            tool_call_id=new_id(),
+            mutating=runtime.tools.is_mutating(name) if spec is None else spec.mutating,
+            check=_unknown_tool(name, list(runtime.tools)) if spec is None else spec.validate_args,
+        )
+        if call.pending:  # pre-hooks to run (an unknown tool never gets this far)
+            assert spec is not None
+            await settle_call(call, runtime, spec.validate_modified)
         if call.status is not None:  # refused: closed already
             if call.refusal is not None:
                 raise call.refusal
@@ -242,16 +246,15 @@ class ExecutionContext:
         in progress, when spawned from inside a tool) at ``depth + 1``.
         A failing child is a result, not an exception; cancellation passes.
         """
-        current = _attribution.get()
-        attribution = Attribution(
-            task_id=task_id if task_id is not None else current.task_id,
-            phase=phase if phase is not None else current.phase,
+        attribution = child_attribution(
+            _attribution.get(),
             parent_execution_id=self.execution_id,
             parent_tool_call_id=_tool_call.get(),
             depth=self.attribution.depth + 1,
-            intent_id=current.intent_id,
+            task_id=task_id,
+            phase=phase,
         )
-        trigger = Trigger(kind="spawn", metadata={"parent_execution_id": self.execution_id})
+        trigger = spawn_trigger(self.execution_id)
         return await self._spawn(program, self._run, attribution, trigger, input)
 
     def extension(self, plugin: Plugin[Ext]) -> Ext:

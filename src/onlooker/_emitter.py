@@ -109,7 +109,7 @@ FIELDS_BY_KIND: Final[dict[type[ExecutionEvent], type[Any]]] = {
     InteractionResolved: _InteractionResolvedFields,
     ExecutionFinished: _ExecutionFinishedFields,
 }
-"""Each event class's own fields (the tests check them against the models)."""
+"""Each event class's own fields (``tests/test_events.py`` checks them against the models)."""
 
 
 @final
@@ -124,7 +124,7 @@ class Emitter:
     ``onlooker.attribution(...)`` around a call still counts.
     """
 
-    __slots__ = ("_base", "_bus", "_closed", "_scope", "_seq", "execution_id", "tracked")
+    __slots__ = ("_base", "_bus", "_scope", "_seq", "execution_id", "finished", "tracked")
 
     def __init__(
         self,
@@ -139,7 +139,8 @@ class Emitter:
         self._seq = 0
         self._base = base_attribution
         self._scope = scope
-        self._closed = False
+        self.finished = False
+        """Whether ``ExecutionFinished`` was emitted (nothing is emitted after it)."""
         self.tracked = base_attribution is not None
         """A tracked execution's emitter (driven from any context), not a native one's."""
 
@@ -147,11 +148,6 @@ class Emitter:
     def scope(self) -> _Scoped:
         """The ``observing()`` observers this emitter delivers to (fixed, or the context's)."""
         return _observers.get() if self._scope is None else self._scope
-
-    @property
-    def emitted(self) -> int:
-        """How many events this execution has emitted (the next ``seq``)."""
-        return self._seq
 
     def attribution(self) -> Attribution:
         """The attribution an event emitted now carries."""
@@ -177,10 +173,12 @@ class Emitter:
         fields: _Fields,
         attribution: Attribution | None = None,
     ) -> None:
-        if self._closed:  # nothing follows ExecutionFinished (a straggler's events are dropped)
+        if self.finished:  # nothing follows ExecutionFinished (a straggler's events are dropped)
             return
         seq = self._seq
         self._seq = seq + 1
+        if attribution is None:
+            attribution = _attribution.get() if self._base is None else self.attribution()
         # Envelope first, in the models' field order: pydantic serializes ``__dict__``
         # in its order, and an event must dump to the same JSON as its parsed copy.
         values: dict[str, Any] = {
@@ -188,14 +186,10 @@ class Emitter:
             "execution_id": self.execution_id,
             "seq": seq,
             "at": _now(),
-            "attribution": attribution
-            if attribution is not None
-            else _attribution.get()
-            if self._base is None
-            else self.attribution(),
+            "attribution": attribution,
             "schema_version": SCHEMA_VERSION,
+            **fields,
         }
-        values.update(fields)
         event = _build(cls, values)
         self._bus.emit(event)
         scoped = _observers.get() if self._scope is None else self._scope
@@ -317,4 +311,4 @@ class Emitter:
                 "duration_ms": duration_ms,
             },
         )
-        self._closed = True
+        self.finished = True

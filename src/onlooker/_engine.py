@@ -26,7 +26,7 @@ from ._errors import (
     TrackingError,
     UnknownExecutionError,
 )
-from ._events import Attribution, ErrorInfo, Trigger, new_id, snapshot
+from ._events import Attribution, ErrorInfo, Trigger, as_trigger, new_id, snapshot
 from ._hooks import HookMatcher, HookPlans
 from ._lifecycle import Runtime
 from ._plugin import Plugin, PluginContext
@@ -40,7 +40,7 @@ from ._results import (
 from ._run import RunState
 from ._scope import _attribution, _observers
 from ._tools import Tool, ToolDeclaration, ToolRegistry
-from ._tracked import TrackedExecution, as_trigger, track
+from ._tracked import TrackedExecution, track
 
 __all__ = ["ExecutionEngine"]
 
@@ -92,7 +92,9 @@ class ExecutionEngine:
         self._keep_results = keep_results
         self._extensions: dict[str, Any] = {}
         self._runs: dict[str, RunState] = {}
-        self._tracked: dict[str, TrackedExecution] = {}  # open tracked roots
+        self._tracked: dict[str, TrackedExecution] = {}  # open tracked roots (closed with us)
+        self._open_ids: set[str] = set()  # every open tracked execution, children too
+        self._closed_ids: OrderedDict[str, None] = OrderedDict()  # recent ones, not to reuse
         self._finished: OrderedDict[str, ExecutionResult[Any]] = OrderedDict()
         self._task_group: TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
@@ -387,12 +389,8 @@ class ExecutionEngine:
         and records it. Its events reach the observers in scope here.
         """
         self._require_running()
-        if execution_id is not None and (
-            execution_id in self._tracked or execution_id in self._runs
-        ):
-            raise TrackingError(
-                f"execution {execution_id!r} is already running", execution_id=execution_id
-            )
+        if execution_id is not None:
+            self._check_free(execution_id)
         return track(
             self._runtime,
             program,
@@ -407,13 +405,34 @@ class ExecutionEngine:
         )
 
     def _tracked_started(self, run: TrackedExecution) -> None:
+        """Before a tracked run (root or child) emits its start: its id must be free."""
+        execution_id = run.execution_id
         if self._state != "running":
-            run.finish_nowait("cancelled", error=ENGINE_CLOSED)
-            return
-        self._tracked[run.execution_id] = run
+            raise TrackingError(
+                f"cannot start tracked execution {execution_id!r}: the engine is {self._state}",
+                execution_id=execution_id,
+            )
+        self._check_free(execution_id)
+        self._open_ids.add(execution_id)
+        if run.parent is None:
+            self._tracked[execution_id] = run
 
     def _tracked_closed(self, run: TrackedExecution) -> None:
+        self._open_ids.discard(run.execution_id)
         self._tracked.pop(run.execution_id, None)
+        self._closed_ids[run.execution_id] = None
+        while len(self._closed_ids) > self._keep_results:
+            self._closed_ids.popitem(last=False)
+
+    def _check_free(self, execution_id: str) -> None:
+        """An execution id names one execution: not one running, nor one recently finished."""
+        if execution_id in self._open_ids or execution_id in self._runs:
+            problem = "is already used by a running execution"
+        elif execution_id in self._closed_ids or execution_id in self._finished:
+            problem = "was used by an execution that has finished"
+        else:
+            return
+        raise TrackingError(f"execution id {execution_id!r} {problem}", execution_id=execution_id)
 
     def declare_tool(self, declaration: ToolDeclaration) -> None:
         """Tell onlooker what a tool it does not run does (``mutating``, file arguments).

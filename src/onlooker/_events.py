@@ -110,6 +110,41 @@ class Attribution(BaseModel):
     intent_id: str | None = None
 
 
+def as_trigger(trigger: Trigger | str) -> Trigger:
+    """A ``Trigger`` from a ``Trigger`` or its kind as a plain string."""
+    if isinstance(trigger, Trigger):
+        return trigger
+    if isinstance(trigger, str) and trigger:
+        return Trigger(kind=trigger)
+    raise TypeError(f"trigger must be a Trigger or a non-empty string, not {trigger!r}")
+
+
+def spawn_trigger(parent_execution_id: str) -> Trigger:
+    """The trigger of a child execution (``ctx.spawn``, ``run.child``)."""
+    return Trigger(kind="spawn", metadata={"parent_execution_id": parent_execution_id})
+
+
+def child_attribution(
+    current: Attribution,
+    *,
+    parent_execution_id: str,
+    parent_tool_call_id: str | None,
+    depth: int,
+    task_id: str | None,
+    phase: str | None,
+) -> Attribution:
+    """A child execution's attribution: its parents, ``depth``, and the task, phase and
+    intent in scope (``task_id`` / ``phase`` when given override the current ones)."""
+    return Attribution(
+        task_id=task_id if task_id is not None else current.task_id,
+        phase=phase if phase is not None else current.phase,
+        parent_execution_id=parent_execution_id,
+        parent_tool_call_id=parent_tool_call_id,
+        depth=depth,
+        intent_id=current.intent_id,
+    )
+
+
 @final
 class ErrorInfo(BaseModel):
     """An error as data: its type name, message, and cause.

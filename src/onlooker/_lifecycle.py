@@ -71,27 +71,36 @@ Check = Callable[[Mapping[str, Any]], dict[str, Any]]
 
 @final
 class CallState:
-    """One tool call from its start to its single close."""
+    """One tool call from its start to its single close.
+
+    What every call sets lives in slots; what only governed or refused calls
+    set (hook state, verdicts) falls back to class defaults and goes to an
+    instance ``__dict__`` made on first use, so the hot path never builds one.
+    """
 
     __slots__ = (
-        "action",
+        "__dict__",
         "attribution",
         "began",
         "emitter",
         "input",
-        "metadata",
         "pending",
-        "post_steps",
-        "pre_steps",
-        "reason",
-        "refusal",
         "run",
         "started",
         "status",
         "tool",
         "tool_call_id",
-        "use",
     )
+
+    action: HookAction = HookAction.CONTINUE
+    reason: str | None = None
+    refusal: BaseException | None = None
+    """Why the call did not start (raised into a native program)."""
+    metadata: dict[str, JsonValue] | None = None
+    """Hook metadata (a dict once the call has hooks)."""
+    pre_steps: tuple[Any, ...] = ()
+    post_steps: tuple[Any, ...] = ()
+    use: Any = None
 
     def __init__(
         self,
@@ -100,7 +109,6 @@ class CallState:
         tool: str,
         tool_call_id: str,
         args: Mapping[str, Any],
-        mutating: bool,
     ) -> None:
         self.emitter = emitter
         self.run = run
@@ -115,15 +123,6 @@ class CallState:
         self.started = False
         self.pending = False
         """Whether ``settle_call`` must run before the tool does."""
-        self.metadata: dict[str, JsonValue] | None = None
-        """Hook metadata (a dict once the call has hooks)."""
-        self.action = HookAction.CONTINUE
-        self.reason: str | None = None
-        self.refusal: BaseException | None = None
-        """Why the call did not start (raised into a native program)."""
-        self.pre_steps: tuple[Any, ...] = ()
-        self.post_steps: tuple[Any, ...] = ()
-        self.use: Any = None
 
     def close(
         self,
@@ -169,7 +168,7 @@ def open_call(
     caller must ``await settle_call(call, ...)`` before the tool runs: the
     pre-hooks decide it there, or the bus is congested.
     """
-    call = CallState(emitter, run, tool, tool_call_id, args, mutating)
+    call = CallState(emitter, run, tool, tool_call_id, args)
     try:
         if run.aborted is not None:  # ABORT ended the whole execution
             raise HookAbortError(
@@ -201,8 +200,14 @@ def open_call(
     except Exception as exc:
         _refuse(call, exc)
         return call
+    call.started = True  # _start(call), inlined: this is every call's path
     try:
-        _start(call)
+        emitter.tool_call_started(
+            tool_call_id=tool_call_id,
+            tool=tool,
+            args=snapshot_object(call.input),
+            attribution=call.attribution,
+        )
     except BaseException as exc:  # an observer's KeyboardInterrupt: still close the pair
         call.close("cancelled", None, error_info(exc))
         raise
@@ -253,7 +258,8 @@ def _refuse(call: CallState, exc: Exception) -> None:
     if isinstance(exc, HookAbortError):
         call.action = HookAction.ABORT
         call.reason = exc.reason
-        call.run.aborted = exc
+        if call.run.aborted is None:  # the first abort decides; later refusals only repeat it
+            call.run.aborted = exc
         call.close("blocked", None, error_info(exc))
     elif isinstance(exc, ToolBlockedError):
         call.action = HookAction.BLOCK
@@ -292,7 +298,8 @@ async def finish_call(call: CallState, output: Any, *, duration_ms: float | None
         try:
             output = await run_post_hooks(call.post_steps, call.use, output, metadata)
         except HookAbortError as abort:
-            call.run.aborted = abort
+            if call.run.aborted is None:
+                call.run.aborted = abort
             call.close("blocked", None, error_info(abort), duration_ms)
             raise
         except BaseException as exc:

@@ -138,7 +138,11 @@ class Tool(Generic[P, R_co]):
         return validated.__dict__  # type: ignore[no-any-return]
 
     def validate_modified(self, args: Mapping[str, object], hook: str) -> dict[str, Any]:
-        """Validate the input a pre-hook rewrote (``ToolInputError`` names the hook)."""
+        """Validate the input a pre-hook rewrote (``ToolInputError`` names the hook).
+
+        ``validate_args(args, hook=hook)`` with the positional shape the hook
+        runner calls, so the hot path hands over a bound method, not a closure.
+        """
         return self.validate_args(args, hook=hook)
 
     async def invoke(self, args: dict[str, Any]) -> Any:
@@ -234,7 +238,7 @@ class ToolRegistry(Mapping[str, Tool[..., Any]]):
     knows the foreign tools declared with ``engine.declare_tool``.
     """
 
-    __slots__ = ("_declared", "_tools")
+    __slots__ = ("_declared", "_tools", "runnable")
 
     def __init__(
         self,
@@ -250,6 +254,8 @@ class ToolRegistry(Mapping[str, Tool[..., Any]]):
                 raise ValueError(f"two tools are named {item.name!r}")
             self._tools[item.name] = item
             self._declared[item.name] = item.declaration
+        self.runnable: Callable[[str], Tool[..., Any] | None] = self._tools.get
+        """The tool onlooker runs under a name, or ``None`` (a C call: every ``ctx.call`` asks)."""
 
     def __getitem__(self, name: str) -> Tool[..., Any]:
         return self._tools[name]
@@ -262,14 +268,6 @@ class ToolRegistry(Mapping[str, Tool[..., Any]]):
 
     def __repr__(self) -> str:
         return f"ToolRegistry({sorted(self._tools)})"
-
-    def runnable(self, name: str) -> Tool[..., Any] | None:
-        """The tool onlooker runs under ``name``, or ``None``."""
-        return self._tools.get(name)
-
-    def names(self) -> list[str]:
-        """The names of the tools onlooker runs."""
-        return list(self._tools)
 
     def declaration(self, name: str) -> ToolDeclaration | None:
         """What the tool ``name`` does (a runnable or a declared foreign tool), or ``None``."""

@@ -19,13 +19,18 @@ from ._emitter import Emitter
 from ._errors import HookAbortError, ToolInputError, TrackingError
 from ._events import (
     Attribution,
+    ErrorCause,
     ErrorInfo,
     ExecutionStatus,
     InteractionStatus,
+    ToolCallStatus,
     Trigger,
+    as_trigger,
+    child_attribution,
     new_id,
     snapshot,
     snapshot_object,
+    spawn_trigger,
 )
 from ._hooks import HookAction
 from ._lifecycle import (
@@ -43,6 +48,11 @@ from ._scope import _Scoped
 __all__ = ["TrackedExecution", "TrackedToolCall"]
 
 _EXECUTION_STATUSES: Final = frozenset(get_args(ExecutionStatus))
+_CAUSES: Final[dict[str, ErrorCause]] = {
+    "failed": "failure",
+    "cancelled": "interrupt",
+    "expired": "interrupt",
+}
 _INTERACTION_STATUSES: Final = frozenset(get_args(InteractionStatus))
 
 _State = Literal["new", "running", "finished"]
@@ -116,7 +126,7 @@ class TrackedToolCall:
         return self._state.reason
 
     @property
-    def status(self) -> str | None:
+    def status(self) -> ToolCallStatus | None:
         """The recorded final status, or ``None`` while the call is open."""
         return self._state.status
 
@@ -136,12 +146,17 @@ class TrackedToolCall:
         self._claim(duration_ms)
         return await finish_call(self._state, output, duration_ms=duration_ms)
 
-    async def failed(self, error: BaseException | str, *, duration_ms: float | None = None) -> None:
-        """Record the call ``failed`` (``cancelled`` for a cancellation exception)."""
-        if not isinstance(error, BaseException | str):
-            raise TypeError(f"error must be an exception or a message, not {error!r}")
+    async def failed(
+        self, error: BaseException | str | ErrorInfo, *, duration_ms: float | None = None
+    ) -> None:
+        """Record the call ``failed``: an exception, a message, or an ``ErrorInfo``.
+
+        A cancellation (a ``BaseException`` that is not an ``Exception``, or an
+        ``ErrorInfo`` with ``cause="interrupt"``) records it ``cancelled``.
+        """
+        info = _as_error_info(error, "ToolError")
         self._claim(duration_ms)
-        fail_call(self._state, _error_of(error, "ToolError"), duration_ms=duration_ms)
+        fail_call(self._state, info, duration_ms=duration_ms)
 
     def _claim(self, duration_ms: float | None) -> None:
         if self._closing or self._state.status is not None:
@@ -242,6 +257,11 @@ class TrackedExecution:
         return self._emitter.execution_id
 
     @property
+    def parent(self) -> TrackedExecution | None:
+        """The execution this one is a child of (``None`` for a root)."""
+        return self._parent
+
+    @property
     def attribution(self) -> Attribution:
         """The attribution its events carry now (parents, depth, task, phase, intent)."""
         return self._emitter.attribution()
@@ -280,13 +300,15 @@ class TrackedExecution:
                 f"{parent.execution_id!r} is {parent._state}",
                 execution_id=self.execution_id,
             )
+        if self._on_start is not None:
+            self._on_start(
+                self
+            )  # the engine refuses a taken id or a closed engine: nothing emitted
         self._state = "running"
         self._began = perf_counter()
         self._emitter.execution_started(
             program=self.program, trigger=self._trigger, owner=self._owner, input=self._input
         )
-        if self._on_start is not None:
-            self._on_start(self)
 
     async def finish(
         self,
@@ -315,10 +337,16 @@ class TrackedExecution:
             raise ValueError(
                 f"status must be one of {', '.join(sorted(_EXECUTION_STATUSES))}, not {status!r}"
             )
+        if status == "completed" and error is not None:
+            raise ValueError("a completed execution has no error: finish it 'failed' instead")
         if self._state == "finished":
             return
         if self._state == "new":  # a run that ends before it began is still one whole record
-            self._start()
+            try:
+                self._start()
+            except TrackingError:  # the engine has closed: there is nothing to record it in
+                self._state, self._status = "finished", status
+                return
         for child in self._children:
             if child._state == "running":  # a child never started was never open
                 child.finish_nowait("cancelled", error=CANCELLED)
@@ -333,7 +361,9 @@ class TrackedExecution:
                     response=None,
                     error=CANCELLED,
                 )
-        info = None if error is None or status == "completed" else _error_of(error, "Error")
+        info = None if error is None else _as_error_info(error, "Error")
+        if info is None and status != "completed":
+            info = ErrorInfo(type="Error", message=f"the execution {status}", cause=_CAUSES[status])
         aborted = self._tree.aborted
         if aborted is not None and status == "completed":
             status, info = "failed", error_info(aborted)
@@ -399,7 +429,10 @@ class TrackedExecution:
             )
         if mutating is None:
             mutating = self._runtime.tools.is_mutating(tool)
+        elif not isinstance(mutating, bool):
+            raise TypeError(f"mutating must be True, False or None, not {mutating!r}")
         self._opening.add(tool_call_id)  # reserves the id while the pre-hooks run
+        state: CallState | None = None
         try:
             state = open_call(
                 self._emitter,
@@ -408,16 +441,20 @@ class TrackedExecution:
                 tool,
                 arguments,
                 tool_call_id=tool_call_id,
-                mutating=bool(mutating),
+                mutating=mutating,
                 check=_same,
             )
+            call = TrackedToolCall(self, state)
             if state.pending:
                 await settle_call(
                     state, self._runtime, lambda changed, hook: _arguments(tool, changed, hook)
                 )
+        except BaseException:
+            if state is not None and state.started:  # recorded (and closed): its id stays taken
+                self._calls[tool_call_id] = TrackedToolCall(self, state)
+            raise
         finally:
             self._opening.discard(tool_call_id)
-        call = TrackedToolCall(self, state)
         self._calls[tool_call_id] = call
         if self._state == "finished" and state.status is None:
             # The run ended while the pre-hooks ran: nothing more is recorded for it.
@@ -537,20 +574,18 @@ class TrackedExecution:
                 f"parent_tool_call_id must be a non-empty string, not {parent_tool_call_id!r}"
             )
         current = self._emitter.attribution()
-        attribution = Attribution(
-            task_id=task_id if task_id is not None else current.task_id,
-            phase=phase if phase is not None else current.phase,
+        attribution = child_attribution(
+            current,
             parent_execution_id=self.execution_id,
             parent_tool_call_id=parent_tool_call_id,
             depth=current.depth + 1,
-            intent_id=current.intent_id,
+            task_id=task_id,
+            phase=phase,
         )
         child = TrackedExecution(
             self._runtime,
             _program_name(program),
-            trigger=as_trigger(trigger)
-            if trigger is not None
-            else Trigger(kind="spawn", metadata={"parent_execution_id": self.execution_id}),
+            trigger=spawn_trigger(self.execution_id) if trigger is None else as_trigger(trigger),
             input=snapshot(input),
             owner=owner,
             execution_id=_execution_id(execution_id),
@@ -558,6 +593,8 @@ class TrackedExecution:
             scope=self._emitter.scope,
             tree=self._tree,
             parent=self,
+            on_start=self._on_start,
+            on_close=self._on_close,
         )
         self._children.append(child)
         return child
@@ -600,7 +637,7 @@ def _arguments(tool: str, args: object, hook: str | None = None) -> dict[str, An
     return dict(args)
 
 
-def _error_of(error: BaseException | str | ErrorInfo, type_name: str) -> ErrorInfo:
+def _as_error_info(error: BaseException | str | ErrorInfo, type_name: str) -> ErrorInfo:
     if isinstance(error, ErrorInfo):
         return error
     if isinstance(error, BaseException):
@@ -622,15 +659,6 @@ def _execution_id(execution_id: str | None) -> str:
     if not isinstance(execution_id, str) or not execution_id:
         raise TypeError(f"execution_id must be a non-empty string, not {execution_id!r}")
     return execution_id
-
-
-def as_trigger(trigger: Trigger | str) -> Trigger:
-    """A ``Trigger`` from a ``Trigger`` or its kind as a plain string."""
-    if isinstance(trigger, Trigger):
-        return trigger
-    if isinstance(trigger, str) and trigger:
-        return Trigger(kind=trigger)
-    raise TypeError(f"trigger must be a Trigger or a non-empty string, not {trigger!r}")
 
 
 def track(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__: list[str] = []
+__all__ = ["require"]
 
 
 def require(module: str, *, extra: str, framework: str) -> ModuleType:
