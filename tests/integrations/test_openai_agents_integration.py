@@ -435,7 +435,7 @@ class TestGovernanceLimits:
         ]
         assert isinstance(output, str) and output.startswith("Tool call refused by onlooker")
 
-    async def test_when_onlooker_cannot_record_it_refuses_and_the_agent_goes_on(
+    async def test_when_onlooker_cannot_record_it_the_call_runs_and_the_agent_goes_on(
         self, caplog: pytest.LogCaptureFixture
     ) -> None:
         engine = onlooker.ExecutionEngine()
@@ -452,9 +452,9 @@ class TestGovernanceLimits:
         result = await Runner.run(agent, "go", hooks=hooks)  # the engine is closed
 
         assert result.final_output == "went on"
-        assert tools.ran == []  # governance fails closed
+        assert tools.ran == ["lookup:Rome"]  # an adapter failure never breaks the agent
         logged = [r.getMessage() for r in caplog.records if r.name == LOGGER]
-        assert any("refusing it" in message for message in logged)
+        assert any("runs unrecorded" in message for message in logged)
         caplog.clear()  # those errors were the point
 
 

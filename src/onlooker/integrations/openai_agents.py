@@ -486,8 +486,9 @@ def tool_guardrail(engine: ExecutionEngine) -> ToolInputGuardrail[Any]:
     verdict refuses the call with ``reject_content`` (the model reads the
     reason, the tool never runs), an ``ABORT`` halts the run
     (``raise_exception``). A ``modified_input`` cannot reach the tool, so such
-    a call is refused too. If onlooker cannot record the call, it refuses it
-    (governance fails closed) and logs why.
+    a call is refused too. If onlooker cannot record the call (an adapter
+    error, a closed engine), the call runs unrecorded and the error is logged,
+    as in every other adapter: an adapter's failure never breaks the agent.
     """
     return ToolInputGuardrail(guardrail_function=_Guardrail(engine), name="onlooker")
 
@@ -513,12 +514,11 @@ class _Guardrail:
             call, entry = await state.open_call(
                 run, context, context.tool_name, args, context.tool_call_id
             )
-        except Exception as exc:
-            logger.exception("could not record tool call %r; refusing it", context.tool_call_id)
-            return ToolGuardrailFunctionOutput.reject_content(
-                f"Tool call refused: onlooker could not record it ({type(exc).__name__}).",
-                output_info={"onlooker": "error"},
+        except Exception:
+            logger.exception(
+                "could not record tool call %r; it runs unrecorded", context.tool_call_id
             )
+            return ToolGuardrailFunctionOutput.allow(output_info={"onlooker": "error"})
         info = {"onlooker": call.action.value, "tool_call_id": call.tool_call_id}
         if call.action is HookAction.ABORT:
             # The SDK raises and the run stops: finish it now, as a native execution would.
