@@ -159,7 +159,9 @@ class TestOrderAndInput:
 
         async def second(use: ToolUseContext) -> PreHookResult:
             log.append(f"second saw {use.tool_input['text']}")
-            return PreHookResult(modified_input={**use.tool_input, "text": use.tool_input["text"] + "-2"})
+            return PreHookResult(
+                modified_input={**use.tool_input, "text": use.tool_input["text"] + "-2"}
+            )
 
         def third(use: ToolUseContext) -> None:
             log.append(f"third saw {use.tool_input['text']}")
