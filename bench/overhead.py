@@ -3,7 +3,9 @@
 (a) awaiting the tool function directly; (b) the same tool through
 ``ctx.call`` with no plugins; (c) with three sync recording plugins; (d) one
 OpenTelemetry SDK span (SimpleSpanProcessor + InMemorySpanExporter) around the
-direct call; (e) the floor: building two events and two ``Subject.on_next``.
+direct call; (e) the floor: building two events and two ``Subject.on_next``; (f) the
+direct call reported as a tracked call (``run.tool_started`` +
+``call.finished``), as an adapter does for a tool another framework runs.
 Also: events/s built and emitted to three sync observers, and the memory of
 10,000 paused executions.
 
@@ -78,6 +80,17 @@ async def through_engine(calls: int, plugins: list[onlooker.Plugin[Any]]) -> flo
     for plugin in plugins:  # keep memory flat between repeats
         del plugin
     return timing[0]
+
+
+async def tracked(calls: int) -> float:
+    """(f): what an adapter pays per call of a tool onlooker does not run."""
+    async with onlooker.ExecutionEngine() as engine, engine.track("bench") as run:
+        began = time.perf_counter()
+        for i in range(calls):
+            call = await run.tool_started("add", {"a": i, "b": 1})
+            await call.finished(await add.fn(a=i, b=1))
+        elapsed = time.perf_counter() - began
+    return elapsed / calls * 1e6
 
 
 def otel_tracer() -> Any:
@@ -221,6 +234,7 @@ async def main(calls: int, paused: int) -> None:
     c = await best_of(lambda: through_engine(calls, [recording_plugin(i) for i in range(3)]))
     d = await best_of(lambda: with_otel_span(calls))
     e = statistics.median(event_floor(calls) for _ in range(REPEATS))
+    f = await best_of(lambda: tracked(calls))
     rate = statistics.median([await events_per_second(calls) for _ in range(REPEATS)])
     call_rate = statistics.median([await calls_per_second(calls) for _ in range(REPEATS)])
     span = d - a
@@ -230,6 +244,7 @@ async def main(calls: int, paused: int) -> None:
     print(f"(c) ctx.call, 3 sync plugins        {c:8.2f} µs/call   overhead {c - a:6.2f} µs")
     print(f"(d) direct + one OpenTelemetry span {d:8.2f} µs/call   overhead {span:6.2f} µs")
     print(f"(e) floor: 2 events + 2 on_next     {e:8.2f} µs/call")
+    print(f"(f) tracked call, no plugins        {f:8.2f} µs/call   overhead {f - a:6.2f} µs")
     print(f"ratio (b-a)/(d-a) = {(b - a) / span:5.2f}   target <= 0.5")
     print(f"ratio (c-a)/(d-a) = {(c - a) / span:5.2f}   target <= 1.0")
     print(f"events/s built and emitted to three sync observers: {rate:,.0f}   target >= 300,000")
