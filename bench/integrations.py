@@ -3,9 +3,12 @@
 For PydanticAI (``bench/_integrations_pydantic_ai.py``) and LangGraph
 (``bench/_integrations_langgraph.py``): a scripted agent on the framework's
 own test model makes tool calls without and with the onlooker adapter
-(an engine with no plugins), alternately, in one process. Printed: µs per
-tool call without and with, the added µs, and the added share of the
-framework's own per-call cost (goal: ≤ 10 %).
+(an engine with no plugins), in A B B A order, in one process. Times are
+the process's CPU time (``time.process_time``): both frameworks run
+everything on the event loop's thread, and CPU time does not count what
+other processes on a shared machine take. Printed: µs per tool call
+without and with, the added µs, and the added share of the framework's
+own per-call cost (goal: ≤ 10 %).
 
 Run: ``.venv/bin/python bench/integrations.py [--calls N]``.
 """
