@@ -17,7 +17,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections import OrderedDict
 from datetime import UTC, datetime
-from typing import Final, Literal
+from typing import Final, Literal, assert_never
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
@@ -27,6 +27,8 @@ from onlooker import (
     ExecutionEvent,
     ExecutionFinished,
     ExecutionStarted,
+    InteractionResolved,
+    InteractionStarted,
     PluginContext,
     ToolCallFinished,
     ToolCallStarted,
@@ -212,34 +214,46 @@ class SummaryStore:
 
     def handle(self, event: ExecutionEvent) -> None:
         """Fold one event into its execution's record (the plugin's sync observer)."""
-        if isinstance(event, ToolCallFinished):
-            self._finished_call(event)
-        elif isinstance(event, ToolCallStarted):
-            roles = self._file_roles(event.tool)
-            if roles:
-                record = self._records.get(event.execution_id)
-                if record is not None:
-                    record.in_flight[event.tool_call_id] = [
-                        (role, path) for role, arg in roles for path in _paths(event.args.get(arg))
-                    ]
-        elif isinstance(event, ExecutionStarted):
-            record = _Record(event)
-            self._records[event.execution_id] = record
-            parent = self._records.get(record.parent) if record.parent else None
-            if parent is not None:
-                parent.children.append(event.execution_id)
-        elif isinstance(event, ExecutionFinished):
+        match event:
+            case ToolCallFinished():
+                self._finished_call(event)
+            case ToolCallStarted():
+                self._started_call(event)
+            case ExecutionStarted():
+                record = _Record(event)
+                self._records[event.execution_id] = record
+                parent = self._records.get(record.parent) if record.parent else None
+                if parent is not None:
+                    parent.children.append(event.execution_id)
+            case ExecutionFinished():
+                self._finished_execution(event)
+            case InteractionStarted() | InteractionResolved():
+                pass  # a summary counts what was done, not what was asked
+            case _:
+                assert_never(event)
+
+    def _started_call(self, event: ToolCallStarted) -> None:
+        roles = self._file_roles(event.tool)
+        if roles:
             record = self._records.get(event.execution_id)
             if record is not None:
-                record.status = event.status
-                record.duration_ms = event.duration_ms
-                record.error = event.error
-                record.in_flight.clear()
-                if record.parent is None or record.parent not in self._records:
-                    self._finished_roots[record.execution_id] = None
-                    while len(self._finished_roots) > self._keep:
-                        oldest, _ = self._finished_roots.popitem(last=False)
-                        self._forget(oldest)
+                record.in_flight[event.tool_call_id] = [
+                    (role, path) for role, arg in roles for path in _paths(event.args.get(arg))
+                ]
+
+    def _finished_execution(self, event: ExecutionFinished) -> None:
+        record = self._records.get(event.execution_id)
+        if record is None:
+            return
+        record.status = event.status
+        record.duration_ms = event.duration_ms
+        record.error = event.error
+        record.in_flight.clear()
+        if record.parent is None or record.parent not in self._records:
+            self._finished_roots[record.execution_id] = None
+            while len(self._finished_roots) > self._keep:
+                oldest, _ = self._finished_roots.popitem(last=False)
+                self._forget(oldest)
 
     def _file_roles(self, tool: str) -> tuple[tuple[str, str], ...]:
         """(role, argument) pairs of a tool's file arguments; foreign tools may be declared late."""

@@ -1,0 +1,93 @@
+"""Serving a registry: text exposition and an HTTP endpoint (both metric sources)."""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+from typing import Self, final
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest, start_http_server
+
+
+@final
+class MetricsServer:
+    """An HTTP endpoint serving ``/metrics``; close it with :meth:`close` or ``with``."""
+
+    def __init__(self, server: WSGIServer, thread: threading.Thread, host: str) -> None:
+        self._server = server
+        self._thread = thread
+        self.host = host
+        """The interface it listens on."""
+        self.port: int = server.server_port
+        """The TCP port (the real one when ``serve(0)`` picked a free port)."""
+        self._closed = False
+
+    @property
+    def url(self) -> str:
+        """``http://host:port/metrics``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        """Stop serving and release the port (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Exposed:
+    """A registry with text exposition and HTTP serving; servers close with it."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self.registry: CollectorRegistry = (
+            registry if registry is not None else CollectorRegistry(auto_describe=True)
+        )
+        """The plugin's own registry (never prometheus-client's global one)."""
+        self._servers: list[MetricsServer] = []
+
+    def exposition(self) -> str:
+        """The metrics in the Prometheus text format."""
+        return generate_latest(self.registry).decode("utf-8")
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> MetricsServer:
+        """Serve the metrics over HTTP on ``host:port`` (``port=0``: a free port), in a thread.
+
+        Loopback by default; pass ``host="0.0.0.0"`` to listen on every
+        interface. The server is closed when the engine (or this object) is.
+        """
+        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        endpoint = MetricsServer(server, thread, host)
+        self._servers.append(endpoint)
+        return endpoint
+
+    def close(self) -> None:
+        """Close every server :meth:`serve` started."""
+        while self._servers:
+            self._servers.pop().close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
