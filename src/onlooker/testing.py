@@ -83,7 +83,9 @@ class RecordingObserver:
 
 
 def check_invariants(events: list[ExecutionEvent]) -> None:
-    """Assert onlooker's stream invariants; raises ``AssertionError`` naming the broken one.
+    """Check onlooker's stream invariants; raises ``AssertionError`` naming the broken one.
+
+    It raises explicitly (not with ``assert``), so it checks under ``python -O`` too.
 
     Per execution: ``seq`` is 0, 1, 2 ... with no gaps; it opens with
     ``ExecutionStarted`` and closes with exactly one ``ExecutionFinished``;
@@ -94,11 +96,11 @@ def check_invariants(events: list[ExecutionEvent]) -> None:
         by_execution.setdefault(event.execution_id, []).append(event)
     for execution_id, stream in by_execution.items():
         seqs = [e.seq for e in stream]
-        assert seqs == list(range(len(stream))), f"execution {execution_id}: seq {seqs} has gaps"
-        assert isinstance(stream[0], ExecutionStarted), f"execution {execution_id} does not open"
+        _check(seqs == list(range(len(stream))), f"execution {execution_id}: seq {seqs} has gaps")
+        _check(isinstance(stream[0], ExecutionStarted), f"execution {execution_id} does not open")
         finished = [e for e in stream if isinstance(e, ExecutionFinished)]
-        assert len(finished) == 1, f"execution {execution_id} closed {len(finished)} times"
-        assert stream[-1] is finished[0], f"execution {execution_id}: events after its end"
+        _check(len(finished) == 1, f"execution {execution_id} closed {len(finished)} times")
+        _check(stream[-1] is finished[0], f"execution {execution_id}: events after its end")
         _pairs(execution_id, stream, ToolCallStarted, ToolCallFinished, "tool_call_id")
         _pairs(execution_id, stream, InteractionStarted, InteractionResolved, "interaction_id")
 
@@ -112,6 +114,12 @@ def _pairs(
 ) -> None:
     opened = [getattr(e, key) for e in stream if isinstance(e, opening)]
     closed = [getattr(e, key) for e in stream if isinstance(e, closing)]
-    assert sorted(opened) == sorted(closed) and len(set(opened)) == len(opened), (
-        f"execution {execution_id}: {opening.__name__} {opened} vs {closing.__name__} {closed}"
+    _check(
+        sorted(opened) == sorted(closed) and len(set(opened)) == len(opened),
+        f"execution {execution_id}: {opening.__name__} {opened} vs {closing.__name__} {closed}",
     )
+
+
+def _check(holds: bool, message: str) -> None:
+    if not holds:
+        raise AssertionError(message)
