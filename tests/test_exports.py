@@ -160,3 +160,23 @@ def test_import_is_lazy() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "", f"`import onlooker` imported {out.stdout.strip()}"
+
+
+def test_the_three_views_of_the_public_api_agree() -> None:
+    """The TYPE_CHECKING imports (mypy's view), the lazy table (runtime) and __all__ list
+    the same names from the same modules: a name added to one and not the others fails here."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(onlooker.__file__).read_text())
+    static: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for statement in node.body:
+                if isinstance(statement, ast.ImportFrom) and statement.level == 1:
+                    for alias in statement.names:
+                        if statement.module and statement.module.startswith("_"):
+                            static[alias.asname or alias.name] = statement.module
+    lazy = dict(onlooker._LAZY)  # type: ignore[attr-defined]  # the runtime table, hidden from mypy
+    assert static == lazy
+    assert set(onlooker.__all__) == set(lazy)
