@@ -17,6 +17,7 @@ from reactivex import operators as ops
 import onlooker
 from onlooker import (
     Attribution,
+    BusStatistics,
     EventBus,
     ExecutionContext,
     ExecutionEngine,
@@ -443,3 +444,312 @@ class TestBusBeforeTheEngine:
             bus.emit(event(1))
             await bus.flush()
             assert seen == [0, 1]
+
+
+def records_naming(caplog: pytest.LogCaptureFixture, *words: str) -> list[logging.LogRecord]:
+    """The ``onlooker`` log records whose message holds every one of ``words``."""
+    return [
+        r
+        for r in caplog.records
+        if r.name == "onlooker" and all(w in r.getMessage() for w in words)
+    ]
+
+
+class TestDeadAsyncObserver:
+    """Issue 12, item 1: an async observer that dies of a BaseException."""
+
+    async def test_its_worker_takes_no_more_events(self, caplog: pytest.LogCaptureFixture) -> None:
+        after_death: list[BusStatistics] = []
+        healthy = RecordingObserver()
+
+        async def dies(e: ExecutionEvent) -> None:
+            raise Stop
+
+        with anyio.fail_after(10), pytest.raises(Stop):
+            async with ExecutionEngine() as engine:
+                engine.bus.subscribe(dies, name="dies")
+                engine.bus.subscribe(healthy)
+                engine.bus.emit(event(0))  # the one it dies on
+                engine.bus.emit(event(1))  # queued behind it
+                try:
+                    await anyio.sleep_forever()  # the crashed worker cancels this
+                finally:  # as an execution's closing events, emitted after the death
+                    for seq in range(2, 5):
+                        engine.bus.emit(event(seq))
+                    after_death.append(engine.bus.statistics())
+        (stats,) = after_death
+        assert stats.queued == 0, "no event is queued for a dead worker"
+        assert stats.subscribers == 1, "only the healthy observer is left"
+        # the event in its hands and the one queued behind, then the three emitted later:
+        # none of them is delivered, every one of them is counted
+        assert stats.dropped_by_observer == {"dies": 5}
+        assert stats.dropped_by_reason == {"died": 5}
+        assert [e.seq for e in healthy] == [0, 1, 2, 3, 4]
+        (record,) = records_naming(caplog, "dies", "Stop")
+        assert record.levelno == logging.ERROR
+
+    async def test_the_engine_closes_while_executions_go_on(self, check_stream: Check) -> None:
+        """The issue's case: executions still emit (their closing events) after the death."""
+
+        @onlooker.tool
+        async def pause(n: int) -> int:
+            await anyio.sleep(0.001)
+            return n
+
+        async def many_calls(ctx: ExecutionContext) -> None:
+            for n in range(50):
+                await ctx.call(pause, n=n)
+
+        async def stop_on_a_call(e: ExecutionEvent) -> None:
+            if e.kind == "ToolCallStarted":
+                raise Stop
+
+        plugin = onlooker.define_plugin(id="stopper", observer=lambda _: stop_on_a_call)
+        healthy = RecordingObserver()
+        with anyio.fail_after(10), pytest.raises(Stop):
+            async with ExecutionEngine(tools=[pause], plugins=[plugin]) as engine:
+                engine.bus.subscribe(healthy)
+                async with anyio.create_task_group() as tg:
+                    for _ in range(3):
+                        tg.start_soon(engine.execute, many_calls)
+        stats = engine.bus.statistics()
+        assert stats.queued == 0
+        assert stats.dropped_by_reason.keys() == {"died"}
+        stopper_delivered = stats.delivered - len(healthy)
+        assert stopper_delivered + stats.dropped_by_observer["stopper"] == stats.emitted, (
+            "every event is delivered to the dead observer or counted as dropped"
+        )
+        assert len(healthy.of(onlooker.ExecutionFinished)) == 3
+        assert {e.status for e in healthy.of(onlooker.ExecutionFinished)} == {"cancelled"}
+        check_stream(healthy.events)
+
+    async def test_an_emitter_waiting_on_its_full_queue_is_released(self) -> None:
+        entered = anyio.Event()
+
+        async def dies_later(e: ExecutionEvent) -> None:
+            entered.set()
+            await anyio.sleep(0.01)
+            raise Stop
+
+        with anyio.fail_after(10), pytest.raises(Stop):
+            async with ExecutionEngine() as engine:
+                engine.bus.subscribe(dies_later, name="dies", queue_size=1)
+                engine.bus.emit(event(0))
+                await entered.wait()
+                engine.bus.emit(event(1))  # fills the queue
+                # full: waits until the worker dies (its stall timeout is 30 s)
+                await engine.bus.send(event(2))
+                await anyio.sleep_forever()
+        assert engine.bus.statistics().dropped_by_reason == {"died": 3}
+
+
+class TestStalledAsyncObserver:
+    """Issue 12, item 2: a hung async observer stalls the emitter for at most its stall timeout."""
+
+    async def test_a_hung_observer_holds_no_execution(
+        self, caplog: pytest.LogCaptureFixture, check_stream: Check
+    ) -> None:
+        async def hung(e: ExecutionEvent) -> None:
+            await anyio.sleep_forever()
+
+        plugin = onlooker.define_plugin(
+            id="hung", observer=lambda _: hung, queue_size=2, stall_timeout=0.05
+        )
+        healthy = RecordingObserver()
+        with anyio.fail_after(10):
+            async with ExecutionEngine(
+                tools=[step], plugins=[plugin], shutdown_timeout=0.05
+            ) as engine:
+                engine.bus.subscribe(healthy)
+                results = []
+                for _ in range(5):
+                    results.append(await engine.execute(calls))
+                during = engine.bus.statistics()
+        assert [r.status for r in results] == ["completed"] * 5
+        assert len(healthy) == 50
+        check_stream(healthy.events)
+        assert during.dropped_by_reason["stalled"] > 0
+        stats = engine.bus.statistics()
+        assert stats.dropped_by_observer == {"hung": stats.emitted}, "every event is accounted for"
+        assert stats.dropped_by_reason.keys() == {"stalled", "shutdown"}
+        assert stats.queued == 0
+        (stalled,) = records_naming(caplog, "hung", "stalled", "stall_timeout")
+        assert stalled.levelno == logging.ERROR
+        assert len(records_naming(caplog, "hung", "shutdown timeout")) == 1
+
+    async def test_a_slow_observer_catches_up_and_waits_again(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        gate = anyio.Event()
+        seen: list[int] = []
+
+        async def gated(e: ExecutionEvent) -> None:
+            await gate.wait()
+            seen.append(e.seq)
+
+        with anyio.fail_after(10):
+            async with ExecutionEngine() as engine:
+                engine.bus.subscribe(gated, name="gated", queue_size=2, stall_timeout=0.05)
+                await wait_all_tasks_blocked()
+                for seq in range(6):
+                    await engine.bus.send(event(seq))
+                stalled = engine.bus.statistics()
+                assert not engine.bus.congested, "a stalled queue holds nobody"
+                gate.set()
+                await engine.bus.flush()
+                for seq in range(6, 9):  # caught up: accepted again, none dropped
+                    await engine.bus.send(event(seq))
+                await engine.bus.flush()
+        # 0 in the observer's hands, 1 and 2 queued (2 past the full mark, while its
+        # emitter waited), then 3, 4, 5 dropped without waiting
+        assert stalled.dropped_by_reason == {"stalled": 3}
+        assert seen == [0, 1, 2, 6, 7, 8]
+        stats = engine.bus.statistics()
+        assert stats.delivered + stats.dropped == stats.emitted == 9
+        assert len(records_naming(caplog, "gated", "caught up")) == 1
+
+    async def test_a_drop_observer_logs_once_per_episode(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        gate = anyio.Event()
+
+        async def gated(e: ExecutionEvent) -> None:
+            await gate.wait()
+
+        async with ExecutionEngine() as engine:
+            engine.bus.subscribe(gated, name="dropper", overflow="drop", queue_size=2)
+            await wait_all_tasks_blocked()
+            for seq in range(10):
+                engine.bus.emit(event(seq))
+            gate.set()
+            await engine.bus.flush()
+        assert engine.bus.statistics().dropped_by_reason == {"overflow": 8}
+        assert len(records_naming(caplog, "dropper", "dropping events")) == 1
+        assert len(records_naming(caplog, "dropper", "caught up", "8")) == 1
+
+    @pytest.mark.parametrize("value", [0, -1.0, float("inf"), float("nan")])
+    def test_bad_stall_timeout(self, value: float) -> None:
+        with pytest.raises(ValueError, match="stall_timeout"):
+            EventBus().subscribe(lambda e: None, stall_timeout=value)
+        with pytest.raises(ValueError, match="stall_timeout"):
+            onlooker.define_plugin(id="p", stall_timeout=value)
+
+    def test_stall_timeout_is_a_number(self) -> None:
+        with pytest.raises(TypeError, match="stall_timeout"):
+            EventBus().subscribe(lambda e: None, stall_timeout="5")  # type: ignore[arg-type]
+
+
+class TestSyncObserverBaseException:
+    """Issue 12, item 8: a BaseException propagates only after every observer has the event."""
+
+    def test_every_other_observer_gets_the_event_first(self) -> None:
+        bus = EventBus()
+        before: list[int] = []
+        after: list[int] = []
+        rx_seen: list[int] = []
+
+        def stop(e: ExecutionEvent) -> None:
+            raise Stop
+
+        bus.subscribe(lambda e: before.append(e.seq))
+        bus.subscribe(stop, name="stopper")
+        bus.subscribe(lambda e: after.append(e.seq))
+        bus.events.subscribe(lambda e: rx_seen.append(e.seq))
+        with pytest.raises(Stop):
+            bus.emit(event(0))
+        assert before == after == rx_seen == [0]
+        stats = bus.statistics()
+        assert stats.observer_errors == 0
+        assert stats.delivered == 3
+
+    def test_the_first_of_two_is_raised(self) -> None:
+        bus = EventBus()
+
+        def stop(e: ExecutionEvent) -> None:
+            raise Stop
+
+        def interrupt(e: ExecutionEvent) -> None:
+            raise KeyboardInterrupt
+
+        bus.events.subscribe(interrupt)
+        bus.subscribe(stop)
+        with pytest.raises(Stop):  # sync observers come before bus.events subscribers
+            bus.emit(event(0))
+
+    def test_an_rx_subscriber_costs_the_later_ones_nothing(self) -> None:
+        bus = EventBus()
+        later: list[int] = []
+
+        def stop(e: ExecutionEvent) -> None:
+            raise Stop
+
+        bus.events.subscribe(stop)
+        bus.events.subscribe(lambda e: later.append(e.seq))
+        with pytest.raises(Stop):
+            bus.emit(event(0))
+        assert later == [0]
+
+    async def test_pairs_stay_whole_for_the_other_observers(self, check_stream: Check) -> None:
+        ran: list[int] = []
+
+        @onlooker.tool
+        def record(n: int) -> int:
+            ran.append(n)
+            return n
+
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.call(record, n=1)
+
+        def stop_on_call(e: ExecutionEvent) -> None:
+            if e.kind == "ToolCallStarted":
+                raise Stop
+
+        before, after, rx_seen, scoped = (RecordingObserver() for _ in range(4))
+        async_seen: list[ExecutionEvent] = []
+
+        async def async_observer(e: ExecutionEvent) -> None:
+            async_seen.append(e)
+
+        async with ExecutionEngine(tools=[record]) as engine:
+            engine.bus.subscribe(before)
+            engine.bus.subscribe(stop_on_call, name="stopper")
+            engine.bus.subscribe(after)
+            engine.bus.subscribe(async_observer)
+            engine.bus.events.subscribe(rx_seen.handle)
+            with onlooker.observing(scoped), pytest.raises(Stop):
+                await engine.execute(program)
+        assert ran == [], "the tool never ran"
+        for seen in (before.events, after.events, rx_seen.events, scoped.events, async_seen):
+            assert [e.kind for e in seen] == [
+                "ExecutionStarted",
+                "ToolCallStarted",
+                "ToolCallFinished",
+                "ExecutionFinished",
+            ]
+            check_stream(seen)
+
+
+class TestOneGuard:
+    """Issue 14, item 2: every path is isolated and counted the same way."""
+
+    async def test_rx_on_completed_failure_is_counted(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        def explode() -> None:
+            raise Boom("on_completed")
+
+        async with ExecutionEngine() as engine:
+            engine.bus.events.subscribe(on_completed=explode)
+        assert engine.bus.statistics().errors_by_observer == {"bus.events#1": 1}
+        assert len(records_naming(caplog, "bus.events#1", "on_completed")) == 1
+
+    async def test_scoped_observers_are_counted_by_name(self) -> None:
+        def bad(e: ExecutionEvent) -> None:
+            raise Boom("scoped")
+
+        async with ExecutionEngine(tools=[step]) as engine:
+            with onlooker.observing(bad, name="bad-scope") as scope:
+                await engine.execute(calls)
+        stats = engine.bus.statistics()
+        assert stats.errors_by_observer == {"bad-scope": 10}
+        assert scope.errors == 10

@@ -779,3 +779,89 @@ class TestProgramOwnScopes:
         assert result.value == "parent goes on"
         assert [e.status for e in recorder.of(ExecutionFinished)] == ["cancelled", "completed"]
         check_stream(recorder.events)
+
+
+class TestShutdownTimeout:
+    """Issue 12, item 2: a hung async observer cannot hold the engine's close."""
+
+    async def test_close_ends_after_the_shutdown_timeout(
+        self, caplog: pytest.LogCaptureFixture, check_stream: Check
+    ) -> None:
+        async def hung(event: ExecutionEvent) -> None:
+            await anyio.sleep_forever()
+
+        async def asks(ctx: ExecutionContext) -> None:
+            await ctx.call(add, a=1)
+            await ctx.elicit("go?")
+
+        healthy = RecordingObserver()
+        plugin = onlooker.define_plugin(id="hung", observer=lambda _: hung, overflow="drop")
+        with anyio.fail_after(10):
+            async with ExecutionEngine(
+                tools=TOOLS, plugins=[plugin], shutdown_timeout=0.05
+            ) as engine:
+                engine.bus.subscribe(healthy)
+                paused = await engine.execute_with_pause(asks)
+                assert isinstance(paused, onlooker.PausedExecution)
+        stats = engine.bus.statistics()
+        # every event of the paused execution, its closing ones (emitted on close) too
+        assert len(healthy) == 6
+        check_stream(healthy.events)
+        assert stats.dropped_by_observer == {"hung": 6}
+        assert stats.dropped_by_reason == {"shutdown": 6}
+        assert stats.queued == 0
+        (record,) = [r for r in caplog.records if "shutdown timeout" in r.getMessage()]
+        assert "hung" in record.getMessage() and "6" in record.getMessage()
+
+    async def test_aclose_takes_its_own_timeout(self) -> None:
+        async def hung(event: ExecutionEvent) -> None:
+            await anyio.sleep_forever()
+
+        engine = ExecutionEngine(tools=TOOLS)  # its own shutdown timeout would wait 30 s
+        with anyio.fail_after(10):
+            await engine.__aenter__()
+            engine.bus.subscribe(hung, name="hung", overflow="drop")
+            await engine.execute(fetch_page_program)
+            await engine.aclose(shutdown_timeout=0.05)
+        assert engine.bus.statistics().dropped_by_reason == {"shutdown": 4}
+
+    async def test_a_clean_close_loses_nothing(self) -> None:
+        seen: list[int] = []
+
+        async def slow(event: ExecutionEvent) -> None:
+            await anyio.lowlevel.checkpoint()
+            seen.append(event.seq)
+
+        async with ExecutionEngine(tools=TOOLS, shutdown_timeout=5) as engine:
+            engine.bus.subscribe(slow)
+            for _ in range(20):
+                await engine.execute(fetch_page_program)
+        assert len(seen) == 80
+        assert engine.bus.statistics().dropped == 0
+
+    async def test_a_cancelled_caller_cuts_a_hung_observer_and_counts_it(self) -> None:
+        async def hung(event: ExecutionEvent) -> None:
+            await anyio.sleep_forever()
+
+        with anyio.fail_after(10):
+            with anyio.move_on_after(0.05):
+                async with ExecutionEngine(tools=TOOLS, shutdown_timeout=0.05) as engine:
+                    engine.bus.subscribe(hung, name="hung", overflow="drop")
+                    await engine.execute(fetch_page_program)
+                    await anyio.sleep_forever()
+        assert engine.bus.statistics().dropped_by_observer == {"hung": 4}
+
+    @pytest.mark.parametrize("value", [0, -5, float("inf")])
+    def test_bad_shutdown_timeout(self, value: float) -> None:
+        with pytest.raises(ValueError, match="shutdown_timeout"):
+            ExecutionEngine(shutdown_timeout=value)
+
+    async def test_bad_aclose_timeout(self) -> None:
+        async with ExecutionEngine() as engine:
+            with pytest.raises(ValueError, match="shutdown_timeout"):
+                await engine.aclose(shutdown_timeout=-1)
+
+
+async def fetch_page_program(ctx: ExecutionContext) -> str:
+    """One call of an async tool: four events."""
+    return await ctx.call(fetch_page, url="a")

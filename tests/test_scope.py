@@ -41,6 +41,10 @@ async def nothing(ctx: ExecutionContext) -> None:
     return None
 
 
+class Stop(BaseException):
+    """A BaseException that is not cancellation."""
+
+
 class TestObserving:
     def test_emit_event_without_scope_is_a_no_op(self) -> None:
         emit_event(event())  # nothing in scope: nothing happens, nothing raises
@@ -140,6 +144,29 @@ class TestObserving:
         with observing(interrupt), pytest.raises(KeyboardInterrupt):
             emit_event(event())
 
+    def test_base_exception_after_every_scoped_observer(self) -> None:
+        """Issue 12, item 8, for scopes: the later observers get the event before it propagates."""
+        after = RecordingObserver()
+
+        def stop(e: ExecutionEvent) -> None:
+            raise Stop
+
+        with observing(stop), observing(after), pytest.raises(Stop):
+            emit_event(event(0))
+        assert [e.seq for e in after] == [0]
+
+    def test_emit_event_counts_failures(self, caplog: pytest.LogCaptureFixture) -> None:
+        """Issue 14, item 2: a failure is counted whichever path delivered the event."""
+
+        def bad(e: ExecutionEvent) -> None:
+            raise ValueError("scoped failure")
+
+        with caplog.at_level(logging.ERROR, logger="onlooker"), observing(bad) as scope:
+            emit_event(event(0))
+            emit_event(event(1))
+        assert scope.errors == 2
+        assert len(caplog.records) == 2
+
     async def test_scope_does_not_leak_into_sibling_tasks(self) -> None:
         recorder = RecordingObserver()
 
@@ -176,10 +203,18 @@ class TestObserving:
             raise ValueError("scoped")
 
         async with ExecutionEngine() as engine:
-            with observing(bad):
+            with observing(bad, name="bad-scope") as scope:
                 result = await engine.execute(nothing)
         assert result.status == "completed"
-        assert engine.bus.statistics().observer_errors == 2
+        stats = engine.bus.statistics()
+        assert stats.errors_by_observer == {"bad-scope": 2}
+        assert scope.errors == 2
+
+    async def test_scoped_deliveries_are_counted_by_the_bus(self) -> None:
+        async with ExecutionEngine() as engine:
+            with observing(RecordingObserver()), observing(RecordingObserver()):
+                await engine.execute(nothing)
+        assert engine.bus.statistics().delivered == 2 * 2
 
 
 class TestAttribution:

@@ -3,25 +3,31 @@
 Delivery model:
 
 * synchronous observers run inline in the emitter's task, in subscription
-  order, each behind its own guard; the bus calls them directly, before the
-  Subject (a Subject subscription per observer would cost ~0.3 µs per event
-  each, the largest part of an observed event's price);
-* ``bus.events`` subscribers (Rx pipelines) are subscribed to the Subject;
+  order, through :func:`~onlooker._observer.deliver`; the bus calls them
+  directly, before the Subject (a Subject subscription per observer would
+  cost ~0.3 µs per event each, the largest part of an observed event's price);
+* ``bus.events`` subscribers (Rx pipelines) are subscribed to the Subject,
+  each behind the same guard;
 * asynchronous observers get a bounded ordered queue (a deque) and a worker
   task in the engine's task group; the bus appends to the queue directly, and
-  a full ``block`` queue holds the emitter until it has drained to half;
-* a guard swallows and logs any ``Exception`` (a bare Subject would let one
-  observer's exception stop delivery to the next) and lets everything else —
-  cancellation, ``KeyboardInterrupt`` — propagate to the emitter.
+  a full ``block`` queue holds the emitter until it has drained to half — for
+  at most the subscription's stall timeout, after which that queue drops
+  (counted, logged) until it has caught up;
+* the guard swallows, logs and counts any ``Exception`` (a bare Subject would
+  let one observer's exception stop delivery to the next) and raises
+  everything else — cancellation, ``KeyboardInterrupt`` — to the emitter
+  once every observer has the event.
+
+Every event an async observer does not get is counted in ``dropped`` and
+logged with the observer's name and the reason (:data:`DropReason`).
 """
 
 from __future__ import annotations
 
-import logging
-from collections import deque
-from collections.abc import Awaitable, Callable
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Final
 
 import anyio
 import reactivex
@@ -30,19 +36,31 @@ from reactivex.disposable import Disposable
 from reactivex.subject import Subject
 
 from ._events import ExecutionEvent
-from ._observer import ObserverLike, log_observer_failure, observer_name, resolve_handler
+from ._observer import ObserverLike, Subscriber, Tally, deliver, observer_name, resolve_handler
+from ._queue import AsyncQueue, DropReason, Overflow
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
 __all__ = ["BusStatistics", "EventBus", "Overflow"]
 
-logger: Final = logging.getLogger("onlooker")
-
-Overflow: TypeAlias = Literal["block", "drop"]
-"""What happens when an async observer's queue is full: the emitter waits, or the event is dropped."""
-
 DEFAULT_QUEUE_SIZE: Final = 1024
+DEFAULT_STALL_TIMEOUT: Final = 30.0
+"""Seconds an emitter waits for a full ``block`` queue (OpenTelemetry's export timeout)."""
+DEFAULT_SHUTDOWN_TIMEOUT: Final = 30.0
+"""Seconds closing the engine waits for the observers (OpenTelemetry's shutdown timeout)."""
+
+
+def check_timeout(name: str, value: float) -> float:
+    """``value`` as a float if it is a positive, finite number of seconds.
+
+    Anything else is a ``TypeError`` (not a number) or ``ValueError`` naming ``name``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a positive, finite number of seconds, not {value}")
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +70,10 @@ class BusStatistics:
     emitted: int
     """Events accepted by the bus."""
     delivered: int
-    """Successful deliveries (one event to one observer)."""
+    """Successful deliveries (one event to one observer, ``observing()`` scopes included)."""
     dropped: int
-    """Events dropped because an ``overflow="drop"`` observer's queue was full."""
+    """Events an async observer did not get: a full ``overflow="drop"`` queue, a stalled
+    or dead observer, or what was left when the shutdown timeout ran out."""
     observer_errors: int
     """Exceptions raised by observers, logged and swallowed."""
     queued: int
@@ -65,166 +84,39 @@ class BusStatistics:
     """``observer_errors`` by observer (plugin id or given name)."""
     dropped_by_observer: dict[str, int] = field(default_factory=dict)
     """``dropped`` by observer."""
-
-
-class _SyncFanOut:
-    """Every synchronous observer, called by the bus in subscription order, each isolated."""
-
-    __slots__ = ("bus", "observers")
-
-    def __init__(self, bus: EventBus) -> None:
-        self.bus = bus
-        self.observers: tuple[tuple[str, Callable[[ExecutionEvent], object]], ...] = ()
-
-    def on_next(self, event: ExecutionEvent) -> None:
-        observers = self.observers
-        failures = 0
-        for name, handle in observers:
-            try:
-                handle(event)
-            except Exception as exc:
-                failures += 1
-                self.bus._observer_failed(name, event, exc)
-        self.bus._delivered += len(observers) - failures
+    dropped_by_reason: dict[str, int] = field(default_factory=dict)
+    """``dropped`` by reason: ``overflow``, ``stalled``, ``died``, ``shutdown``."""
 
 
 class _RxGuard:
     """Isolates a subscriber that came through ``bus.events``."""
 
-    __slots__ = ("bus", "name", "observer")
+    __slots__ = ("bus", "observer", "subscribers")
 
     def __init__(
         self, bus: EventBus, name: str, observer: rx_abc.ObserverBase[ExecutionEvent]
     ) -> None:
         self.bus = bus
-        self.name = name
         self.observer = observer
+        self.subscribers = (Subscriber(name, observer.on_next),)
 
     def on_next(self, event: ExecutionEvent) -> None:
-        try:
-            self.observer.on_next(event)
-        except Exception as exc:
-            self.bus._observer_failed(self.name, event, exc)
-        else:
-            self.bus._delivered += 1
+        failure = deliver(self.subscribers, event, self.bus._tally)
+        if failure is not None and self.bus._rx_failure is None:
+            # The Subject would stop at a raise: the bus raises it after the last subscriber.
+            self.bus._rx_failure = failure
 
     def on_error(self, error: Exception) -> None:
-        try:
-            self.observer.on_error(error)
-        except Exception as exc:
-            logger.error("observer %r failed in on_error", self.name, exc_info=exc)
+        self._signal("on_error", lambda: self.observer.on_error(error))
 
     def on_completed(self) -> None:
+        self._signal("on_completed", self.observer.on_completed)
+
+    def _signal(self, what: str, call: Callable[[], object]) -> None:
         try:
-            self.observer.on_completed()
+            call()
         except Exception as exc:
-            logger.error("observer %r failed in on_completed", self.name, exc_info=exc)
-
-
-class _AsyncQueue:
-    """One async observer's bounded queue and its worker."""
-
-    __slots__ = (
-        "_space",
-        "_wakeup",
-        "bus",
-        "busy",
-        "closed",
-        "handle",
-        "maxsize",
-        "name",
-        "overflow",
-        "queue",
-        "started",
-    )
-
-    def __init__(
-        self,
-        bus: EventBus,
-        name: str,
-        handle: Callable[[ExecutionEvent], Awaitable[object]],
-        maxsize: int,
-        overflow: Overflow,
-    ) -> None:
-        self.bus = bus
-        self.name = name
-        self.handle = handle
-        self.maxsize = maxsize
-        self.overflow = overflow
-        self.queue: deque[ExecutionEvent] = deque()
-        self.busy = False
-        self.closed = False
-        self.started = False
-        self._wakeup: anyio.Event | None = None
-        self._space: anyio.Event | None = None
-
-    def on_next(self, event: ExecutionEvent) -> None:
-        queue = self.queue
-        if len(queue) >= self.maxsize:
-            if self.overflow == "drop":
-                self.bus._dropped_event(self.name)
-                return
-            self.bus._full.add(self)
-            self.bus.congested = True
-        queue.append(event)
-        wakeup = self._wakeup
-        if wakeup is not None:
-            self._wakeup = None
-            wakeup.set()
-
-    async def wait_for_space(self) -> None:
-        while len(self.queue) >= self.maxsize and not self.closed:
-            if self._space is None:
-                self._space = anyio.Event()
-            await self._space.wait()
-
-    async def run(self) -> None:
-        try:
-            await self._work()
-        except BaseException:
-            # The worker dies (the engine's task group sees why): release flush()
-            # and any emitter waiting for space, or closing the engine would hang.
-            self.queue.clear()
-            self.busy = False
-            self.close()
-            self.bus._full.discard(self)
-            self.bus.congested = bool(self.bus._full)
-            self.bus._maybe_drained()
-            raise
-
-    async def _work(self) -> None:
-        queue = self.queue
-        while True:
-            if not queue:
-                self.busy = False
-                self.bus._maybe_drained()
-                if self.closed:
-                    return
-                self._wakeup = anyio.Event()
-                await self._wakeup.wait()
-                continue
-            self.busy = True
-            event = queue.popleft()
-            # Wake a waiting emitter only at the low-water mark: waking it at
-            # every free slot would switch tasks once per event.
-            if self._space is not None and len(queue) <= self.maxsize // 2:
-                self._space.set()
-                self._space = None
-                self.bus._full.discard(self)
-                self.bus.congested = bool(self.bus._full)
-            try:
-                await self.handle(event)
-            except Exception as exc:
-                self.bus._observer_failed(self.name, event, exc)
-            else:
-                self.bus._delivered += 1
-
-    def close(self) -> None:
-        self.closed = True
-        for waiter in (self._wakeup, self._space):
-            if waiter is not None:
-                waiter.set()
-        self._wakeup = self._space = None
+            self.bus._tally.failed(self.subscribers[0], None, exc, what)
 
 
 class EventBus:
@@ -237,18 +129,19 @@ class EventBus:
 
     def __init__(self) -> None:
         self._subject: Subject[ExecutionEvent] = Subject()
-        self._sync = _SyncFanOut(self)
-        self._queues: list[_AsyncQueue] = []
-        self._active: tuple[_AsyncQueue, ...] = ()  # subscribed async queues, fed by emit()
-        self._full: set[_AsyncQueue] = set()
+        self._sync: tuple[Subscriber, ...] = ()
+        self._queues: list[AsyncQueue] = []
+        self._active: tuple[AsyncQueue, ...] = ()  # subscribed async queues, fed by emit()
+        self._full: set[AsyncQueue] = set()
         self.congested = False
         """True while some ``block`` observer's queue is full (emitters then wait)."""
         self._task_group: TaskGroup | None = None
         self._drained: anyio.Event | None = None
         self._emitted = 0
-        self._delivered = 0
+        self._tally = Tally()
         self._dropped: dict[str, int] = {}
-        self._errors: dict[str, int] = {}
+        self._dropped_by_reason: dict[str, int] = {}
+        self._rx_failure: BaseException | None = None
         self._rx_count = 0
         self._closed = False
         self.events: reactivex.Observable[ExecutionEvent] = reactivex.create(self._subscribe_rx)
@@ -263,24 +156,29 @@ class EventBus:
         name: str | None = None,
         overflow: Overflow = "block",
         queue_size: int = DEFAULT_QUEUE_SIZE,
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT,
     ) -> rx_abc.DisposableBase:
         """Subscribe an observer; returns a disposable that unsubscribes it.
 
         A synchronous observer runs inline in the emitter's task. An
         asynchronous one gets a queue of ``queue_size`` events and a worker
-        task; ``overflow`` says what happens when that queue is full.
+        task; ``overflow`` says what happens when that queue is full: the
+        emitter waits (``"block"``) — for at most ``stall_timeout`` seconds,
+        after which the queue drops events until the observer has caught up —
+        or the event is dropped (``"drop"``). Drops are counted and logged.
         """
         if overflow not in ("block", "drop"):
             raise ValueError(f"overflow must be 'block' or 'drop', not {overflow!r}")
         if queue_size < 1:
             raise ValueError(f"queue_size must be at least 1, not {queue_size}")
+        stall_timeout = check_timeout("stall_timeout", stall_timeout)
         if self._closed:
             raise RuntimeError("this bus is closed")
         handle, is_async = resolve_handler(observer)
         label = name or observer_name(observer)
         if not is_async:
-            return self._subscribe_sync(label, handle)
-        queue = _AsyncQueue(self, label, handle, queue_size, overflow)  # type: ignore[arg-type]
+            return self._subscribe_sync(Subscriber(label, handle))
+        queue = AsyncQueue(self, label, handle, queue_size, overflow, stall_timeout)  # type: ignore[arg-type]  # resolve_handler said it is async
         self._queues.append(queue)
         if self._task_group is not None:
             self._start_worker(queue)
@@ -294,15 +192,11 @@ class EventBus:
 
         return Disposable(dispose)
 
-    def _subscribe_sync(
-        self, name: str, handle: Callable[[ExecutionEvent], object]
-    ) -> rx_abc.DisposableBase:
-        fan_out = self._sync
-        entry = (name, handle)
-        fan_out.observers = (*fan_out.observers, entry)
+    def _subscribe_sync(self, subscriber: Subscriber) -> rx_abc.DisposableBase:
+        self._sync = (*self._sync, subscriber)
 
         def dispose() -> None:
-            fan_out.observers = tuple(o for o in fan_out.observers if o is not entry)
+            self._sync = tuple(s for s in self._sync if s is not subscriber)
 
         return Disposable(dispose)
 
@@ -322,16 +216,21 @@ class EventBus:
 
         Never blocks: a full ``block`` queue takes the event anyway and the
         emitter is expected to ``await bus.wait_for_space()`` (the engine
-        does). An observer's ``Exception`` is logged; anything else propagates.
+        does). An observer's ``Exception`` is logged; anything else
+        propagates, once every observer has the event.
         """
         self._emitted += 1
         sync = self._sync
-        if sync.observers:
-            sync.on_next(event)
+        failure = deliver(sync, event, self._tally) if sync else None
         for queue in self._active:
             queue.on_next(event)
         if self._subject.observers:
             self._subject.on_next(event)
+            if self._rx_failure is not None:
+                failure = failure or self._rx_failure
+                self._rx_failure = None
+        if failure is not None:
+            raise failure
 
     async def send(self, event: ExecutionEvent) -> None:
         """Emit ``event``, then wait while a ``block`` observer's queue is full (backpressure)."""
@@ -340,16 +239,20 @@ class EventBus:
             await self.wait_for_space()
 
     async def wait_for_space(self) -> None:
-        """Wait until no ``block`` observer's queue is full."""
+        """Wait until no ``block`` observer's queue is full (each for at most its stall timeout)."""
         while self._full:
             queue = next(iter(self._full))
             await queue.wait_for_space()
-            if len(queue.queue) < queue.maxsize or queue.closed:
+            if len(queue.queue) < queue.maxsize or queue.closed or queue.stalled:
                 self._full.discard(queue)
                 self.congested = bool(self._full)
 
     async def flush(self) -> None:
-        """Wait until every async observer has handled every event accepted so far."""
+        """Wait until every async observer has handled every event accepted so far.
+
+        A hung observer makes this wait too: bound it with ``anyio.move_on_after``
+        (closing the engine bounds it with its shutdown timeout).
+        """
         while not self._is_drained():
             if self._task_group is None:
                 raise RuntimeError(
@@ -361,17 +264,19 @@ class EventBus:
 
     def statistics(self) -> BusStatistics:
         """The bus's counters, as a frozen snapshot."""
+        tally = self._tally
         return BusStatistics(
             emitted=self._emitted,
-            delivered=self._delivered,
+            delivered=tally.delivered,
             dropped=sum(self._dropped.values()),
-            observer_errors=sum(self._errors.values()),
+            observer_errors=sum(tally.errors.values()),
             queued=sum(len(q.queue) for q in self._queues),
             subscribers=len(self._subject.observers)
-            + len(self._sync.observers)
-            + len(self._active),
-            errors_by_observer=dict(self._errors),
+            + len(self._sync)
+            + sum(not q.retired for q in self._active),
+            errors_by_observer=dict(tally.errors),
             dropped_by_observer=dict(self._dropped),
+            dropped_by_reason=dict(self._dropped_by_reason),
         )
 
     # -- lifecycle (driven by the engine) ------------------------------------------
@@ -382,20 +287,29 @@ class EventBus:
             if not queue.started:
                 self._start_worker(queue)
 
-    def _start_worker(self, queue: _AsyncQueue) -> None:
+    def _start_worker(self, queue: AsyncQueue) -> None:
         assert self._task_group is not None
         queue.started = True
         self._task_group.start_soon(queue.run, name=f"onlooker observer {queue.name}")
 
-    async def _aclose(self) -> None:
-        """Flush, stop the workers and complete the Rx stream."""
+    async def _aclose(self, grace: float) -> None:
+        """Flush for at most ``grace`` seconds, then retire every worker.
+
+        Events still queued (or in a hung observer's hands) when the time is
+        up are counted as dropped and logged per observer, as is any event
+        emitted afterwards; then the Rx stream completes.
+        """
         if self._closed:
             return
         if self._task_group is not None:
-            await self.flush()
+            with anyio.move_on_after(grace):
+                await self.flush()
         self._closed = True
         for queue in self._queues:
-            queue.close()
+            if not queue.retired:
+                queue.retire()
+            if queue.worker is not None:
+                queue.worker.cancel()  # a hung handler: the task group could not end otherwise
         self._subject.on_completed()
         self._task_group = None
 
@@ -409,17 +323,6 @@ class EventBus:
             self._drained.set()
             self._drained = None
 
-    def _dropped_event(self, name: str) -> None:
-        self._dropped[name] = self._dropped.get(name, 0) + 1
-
-    def record_observer_errors(self, name: str, count: int) -> None:
-        """Count ``count`` failures of observers outside the bus (``observing()`` scopes).
-
-        They are already logged by whoever called them; this puts them in
-        :meth:`statistics`, beside the bus's own observers.
-        """
-        self._errors[name] = self._errors.get(name, 0) + count
-
-    def _observer_failed(self, name: str, event: ExecutionEvent, exc: Exception) -> None:
-        self._errors[name] = self._errors.get(name, 0) + 1
-        log_observer_failure(name, event, exc)
+    def _count_dropped(self, name: str, reason: DropReason, count: int = 1) -> None:
+        self._dropped[name] = self._dropped.get(name, 0) + count
+        self._dropped_by_reason[reason] = self._dropped_by_reason.get(reason, 0) + count

@@ -34,12 +34,10 @@ from ._events import (
     _now,
     new_id,
 )
-from ._scope import _attribution, _deliver, _observers, _Scoped
+from ._observer import deliver
+from ._scope import _attribution, _observers, _Scoped
 
 __all__ = ["Emitter"]
-
-SCOPE_OBSERVERS: Final = "observing()"
-"""The name under which failures of ``observing()`` observers are counted."""
 
 
 class _ExecutionStartedFields(TypedDict):
@@ -191,12 +189,23 @@ class Emitter:
             **fields,
         }
         event = _build(cls, values)
-        self._bus.emit(event)
+        try:
+            self._bus.emit(event)
+        except BaseException:
+            # An observer's cancellation or KeyboardInterrupt: raised only once the scope
+            # has the event too, so the pair its caller then closes stays whole for it.
+            self._to_scope(event)
+            raise
         scoped = _observers.get() if self._scope is None else self._scope
         if scoped:
-            failures = _deliver(scoped, event)
-            if failures:
-                self._bus.record_observer_errors(SCOPE_OBSERVERS, failures)
+            failure = deliver(scoped, event, self._bus._tally)
+            if failure is not None:
+                raise failure
+
+    def _to_scope(self, event: ExecutionEvent) -> None:
+        """Deliver to the scope while another observer's exception is on its way out."""
+        scoped = _observers.get() if self._scope is None else self._scope
+        deliver(scoped, event, self._bus._tally)  # that exception wins over a second one
 
     # -- one typed method per kind ---------------------------------------------------
 

@@ -14,7 +14,7 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import JsonValue
 
-from ._bus import EventBus
+from ._bus import DEFAULT_SHUTDOWN_TIMEOUT, EventBus, check_timeout
 from ._context import ExecutionContext, Program, _current, _tool_call
 from ._emitter import Emitter
 from ._errors import (
@@ -37,7 +37,7 @@ from ._results import (
     PausedExecution,
     error_info,
 )
-from ._run import RunState
+from ._run import DetachedRun, RunPhase, RunState
 from ._scope import _attribution, _observers
 from ._tools import Tool, ToolDeclaration, ToolRegistry
 from ._tracked import TrackedExecution, track
@@ -63,6 +63,11 @@ class ExecutionEngine:
     async observers' workers; leaving cancels detached executions (with their
     closing events), flushes every observer, and closes the plugins in
     reverse order. An engine runs once.
+
+    ``shutdown_timeout`` (seconds) bounds the cancelling and the flushing on
+    close, as OpenTelemetry's ``shutdown(timeout)`` does: what an async
+    observer has not handled by then is dropped, counted
+    (``bus.statistics().dropped_by_reason["shutdown"]``) and logged.
     """
 
     def __init__(
@@ -74,9 +79,12 @@ class ExecutionEngine:
         pause_timeout: float | None = DEFAULT_PAUSE_TIMEOUT,
         keep_results: int = DEFAULT_KEEP_RESULTS,
         bus: EventBus | None = None,
+        shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
     ) -> None:
         if pause_timeout is not None and pause_timeout <= 0:
             raise ValueError(f"pause_timeout must be positive or None, not {pause_timeout}")
+        self.shutdown_timeout = check_timeout("shutdown_timeout", shutdown_timeout)
+        """Seconds closing the engine waits for detached executions and observers."""
         for matcher in hooks:
             if not isinstance(matcher, HookMatcher):
                 raise TypeError(
@@ -91,7 +99,7 @@ class ExecutionEngine:
         self._runtime = Runtime(self.bus, self._tools, HookPlans(self._own_hooks), self.extension)
         self._keep_results = keep_results
         self._extensions: dict[str, Any] = {}
-        self._runs: dict[str, RunState] = {}
+        self._runs: dict[str, DetachedRun] = {}
         self._tracked: dict[str, TrackedExecution] = {}  # open tracked roots (closed with us)
         self._open_ids: set[str] = set()  # every open tracked execution, children too
         self._closed_ids: OrderedDict[str, None] = OrderedDict()  # recent ones, not to reuse
@@ -154,6 +162,7 @@ class ExecutionEngine:
                         name=plugin.id,
                         overflow=plugin.overflow,
                         queue_size=plugin.queue_size,
+                        stall_timeout=plugin.stall_timeout,
                     )
                 if plugin.hooks is not None:
                     extra_hooks.extend(plugin.hooks(ext))
@@ -171,6 +180,15 @@ class ExecutionEngine:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        return await self._exit(exc_type, exc, tb, self.shutdown_timeout)
+
+    async def _exit(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        grace: float,
+    ) -> bool:
         task_group = self._task_group
         assert task_group is not None, "__aexit__ without __aenter__"
         if self._state == "closed":  # aclose() inside the block closed it already
@@ -178,12 +196,7 @@ class ExecutionEngine:
         self._state = "closing"
         close_error: BaseException | None = None
         try:
-            with anyio.CancelScope(shield=True):
-                self._finish_tracked()
-                await self._cancel_detached()
-                await self.bus._aclose()
-                if self._stack is not None:
-                    await self._stack.aclose()
+            await self._shut_down(grace)
         except BaseException as error:
             close_error = error
         self._state = "closed"
@@ -208,11 +221,40 @@ class ExecutionEngine:
             raise close_error
         return False
 
-    async def aclose(self) -> None:
-        """Close the engine (as leaving ``async with`` does); closing twice is harmless."""
+    async def aclose(self, *, shutdown_timeout: float | None = None) -> None:
+        """Close the engine (as leaving ``async with`` does); closing twice is harmless.
+
+        ``shutdown_timeout`` replaces the engine's own for this close.
+        """
         if self._state in ("new", "closing", "closed"):
             return
-        await self.__aexit__(None, None, None)
+        grace = (
+            self.shutdown_timeout
+            if shutdown_timeout is None
+            else check_timeout("shutdown_timeout", shutdown_timeout)
+        )
+        await self._exit(None, None, None, grace)
+
+    async def _shut_down(self, grace: float) -> None:
+        """Cancel detached executions and flush the observers within ``grace`` seconds; close plugins.
+
+        Shielded, so that a cancelled caller still gets the closing events
+        out; bounded, so that a hung observer or program cannot hold it.
+        """
+        with anyio.CancelScope(shield=True):
+            deadline = anyio.current_time() + grace
+            with anyio.move_on_after(grace) as waited:
+                self._finish_tracked()
+                await self._cancel_detached()
+            if waited.cancelled_caught:
+                logger.error(
+                    "closing the engine: detached executions still running after %g s "
+                    "(shutdown_timeout); they are cancelled, observers may miss their end",
+                    grace,
+                )
+            await self.bus._aclose(max(0.0, deadline - anyio.current_time()))
+            if self._stack is not None:
+                await self._stack.aclose()
 
     def _finish_tracked(self) -> None:
         for run in list(self._tracked.values()):
@@ -220,11 +262,9 @@ class ExecutionEngine:
 
     async def _cancel_detached(self) -> None:
         for run in list(self._runs.values()):
-            if run.scope is not None:
-                run.scope.cancel()
+            run.scope.cancel()
         for run in list(self._runs.values()):
-            if run.done is not None:
-                await run.done.wait()
+            await run.done.wait()
 
     def _require_running(self) -> TaskGroup:
         if self._state != "running" or self._task_group is None:
@@ -298,10 +338,7 @@ class ExecutionEngine:
         The detached task keeps the observers in scope here, whoever resumes it.
         """
         task_group = self._require_running()
-        run = RunState(new_id(), mode="paused", pause_timeout=self.pause_timeout)
-        run.outcome_ready = anyio.Event()
-        run.done = anyio.Event()
-        run.scope = anyio.CancelScope()
+        run = DetachedRun(new_id(), pause_timeout=self.pause_timeout)
         self._runs[run.root_id] = run
         scoped = _observers.get()
         attribution = self._root_attribution()
@@ -334,17 +371,12 @@ class ExecutionEngine:
         run = self._runs.get(execution_id)
         if run is None:
             return self._finished_result(execution_id)
-        pending = run.pending
-        if run.state != "paused" or pending is None:
+        if run.phase is not RunPhase.PAUSED or run.pending is None:
             raise ExecutionNotPausedError(
-                f"execution {execution_id!r} is not paused (it is {run.state})",
+                f"execution {execution_id!r} is not paused (it is {run.phase.value})",
                 execution_id=execution_id,
             )
-        run.state = "answering"
-        run.outcome = None
-        run.outcome_ready = anyio.Event()
-        pending.response = response
-        pending.answered.set()
+        run.answering(response)
         return await run.next_outcome()
 
     async def cancel(self, execution_id: str) -> ExecutionResult[Any]:
@@ -352,10 +384,9 @@ class ExecutionEngine:
         run = self._runs.get(execution_id)
         if run is None:
             return self._finished_result(execution_id)
-        assert run.scope is not None and run.done is not None
         run.scope.cancel()
         await run.done.wait()
-        assert run.result is not None
+        assert run.result is not None  # _run_detached sets it before done
         return run.result
 
     async def _spawn(
@@ -466,7 +497,7 @@ class ExecutionEngine:
     async def _run_detached(
         self,
         program: Program[Any],
-        run: RunState,
+        run: DetachedRun,
         scoped: Any,
         attribution: Attribution,
         trigger: Trigger,
@@ -475,16 +506,16 @@ class ExecutionEngine:
     ) -> None:
         # The scope captured at execute_with_pause, whichever task resumes us.
         _observers.set(scoped)
-        assert run.scope is not None and run.done is not None
         try:
             with run.scope:
                 await self._run_execution(
                     program, run, run.root_id, attribution, trigger, owner=owner, input=input
                 )
         finally:
-            run.state = "finished"
+            run.phase = RunPhase.FINISHED
             self._runs.pop(run.root_id, None)
             result = run.result or ExecutionResult(run.root_id, "cancelled")
+            run.result = result
             self._finished[run.root_id] = result
             while len(self._finished) > self._keep_results:
                 self._finished.popitem(last=False)

@@ -1,11 +1,17 @@
-"""What an observer is, and how to tell a synchronous one from an asynchronous one."""
+"""What an observer is, how to tell a synchronous one from an asynchronous one, and the guard.
+
+:func:`deliver` is the one guarded call: every synchronous delivery (the
+bus's observers, ``bus.events`` subscribers, ``observing()`` scopes, with or
+without an engine) goes through it, and every failure — the async workers'
+too — is logged and counted by :meth:`Tally.failed`.
+"""
 
 from __future__ import annotations
 
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import Protocol, TypeAlias, final, runtime_checkable
 
 from ._events import ExecutionEvent
 
@@ -15,7 +21,10 @@ __all__ = [
     "AsyncHandler",
     "Observer",
     "ObserverLike",
+    "Subscriber",
     "SyncHandler",
+    "Tally",
+    "deliver",
     "log_observer_failure",
     "observer_name",
     "resolve_handler",
@@ -60,6 +69,83 @@ def _is_async(fn: object) -> bool:
         and not inspect.ismethod(fn)
         and inspect.iscoroutinefunction(call)
     )
+
+
+class _Counted(Protocol):
+    """Anything that is delivered to under a name and counts its own failures."""
+
+    name: str
+    errors: int
+
+
+@final
+class Subscriber:
+    """One synchronous observer as the bus or an ``observing()`` scope calls it."""
+
+    __slots__ = ("errors", "handle", "name")
+
+    def __init__(self, name: str, handle: SyncHandler) -> None:
+        self.name = name
+        self.handle = handle
+        self.errors = 0
+        """Exceptions this observer raised (logged and swallowed), whoever emitted."""
+
+
+@final
+class Tally:
+    """Where deliveries and observer failures are counted: a bus's counters.
+
+    ``errors`` is by observer name. ``emit_event`` outside an engine counts
+    on a tally of its own (and on each scope's :attr:`Subscriber.errors`).
+    """
+
+    __slots__ = ("delivered", "errors")
+
+    def __init__(self) -> None:
+        self.delivered = 0
+        self.errors: dict[str, int] = {}
+
+    def failed(
+        self, observer: _Counted, event: ExecutionEvent | None, exc: Exception, during: str = ""
+    ) -> None:
+        """Count and log an observer's swallowed ``Exception``: the one place that does.
+
+        ``event`` is the event it failed on; ``None`` for an Rx subscriber's
+        ``on_completed`` / ``on_error`` (``during`` names which).
+        """
+        observer.errors += 1
+        self.errors[observer.name] = self.errors.get(observer.name, 0) + 1
+        if event is not None:
+            log_observer_failure(observer.name, event, exc)
+        else:
+            logger.error("observer %r failed in %s", observer.name, during, exc_info=exc)
+
+
+def deliver(
+    subscribers: tuple[Subscriber, ...], event: ExecutionEvent, tally: Tally
+) -> BaseException | None:
+    """Call every subscriber with ``event``, each isolated; return the first ``BaseException``.
+
+    An ``Exception`` is logged, counted and swallowed. Anything else
+    (cancellation, ``KeyboardInterrupt``) is not swallowed but returned, for
+    the caller to raise once *every* observer has the event: raising at once
+    would leave the later ones without a ``ToolCallStarted`` whose
+    ``ToolCallFinished`` (closed as ``cancelled``) they then receive.
+    """
+    failure: BaseException | None = None
+    failed = 0
+    for subscriber in subscribers:
+        try:
+            subscriber.handle(event)
+        except Exception as exc:
+            failed += 1
+            tally.failed(subscriber, event, exc)
+        except BaseException as exc:
+            failed += 1
+            if failure is None:
+                failure = exc
+    tally.delivered += len(subscribers) - failed
+    return failure
 
 
 def log_observer_failure(name: str, event: ExecutionEvent, exc: Exception) -> None:

@@ -8,7 +8,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, final, overload
 
-from ._bus import DEFAULT_QUEUE_SIZE, EventBus, Overflow
+from ._bus import DEFAULT_QUEUE_SIZE, DEFAULT_STALL_TIMEOUT, EventBus, Overflow, check_timeout
 from ._hooks import HookMatcher
 from ._observer import ObserverLike
 from ._tools import ToolRegistry
@@ -42,6 +42,7 @@ class Plugin(Generic[Ext]):
     hooks: Callable[[Ext], Sequence[HookMatcher]] | None = None
     overflow: Overflow = "block"
     queue_size: int = DEFAULT_QUEUE_SIZE
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT
 
 
 @overload
@@ -53,6 +54,7 @@ def define_plugin(
     hooks: Callable[[Ext], Sequence[HookMatcher]] | None = None,
     overflow: Overflow = "block",
     queue_size: int = DEFAULT_QUEUE_SIZE,
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT,
 ) -> Plugin[Ext]: ...
 
 
@@ -65,6 +67,7 @@ def define_plugin(
     hooks: Callable[[Ext], Sequence[HookMatcher]] | None = None,
     overflow: Overflow = "block",
     queue_size: int = DEFAULT_QUEUE_SIZE,
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT,
 ) -> Plugin[Ext]: ...
 
 
@@ -77,6 +80,7 @@ def define_plugin(
     hooks: Callable[[None], Sequence[HookMatcher]] | None = None,
     overflow: Overflow = "block",
     queue_size: int = DEFAULT_QUEUE_SIZE,
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT,
 ) -> Plugin[None]: ...
 
 
@@ -88,6 +92,7 @@ def define_plugin(
     hooks: Callable[[Any], Sequence[HookMatcher]] | None = None,
     overflow: Overflow = "block",
     queue_size: int = DEFAULT_QUEUE_SIZE,
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT,
 ) -> Plugin[Any]:
     """Define a plugin.
 
@@ -95,7 +100,8 @@ def define_plugin(
     context manager, the engine enters it on start and exits it (in reverse
     plugin order) on close, and the extension is what ``__aenter__`` returned.
     ``observer(ext)`` is subscribed to the bus, isolated and logged under
-    ``id``; ``overflow`` and ``queue_size`` apply when it is asynchronous.
+    ``id``; ``overflow``, ``queue_size`` and ``stall_timeout`` apply when it
+    is asynchronous (see ``EventBus.subscribe``).
     ``hooks(ext)`` adds tool hooks after the engine's own.
     """
     if not isinstance(id, str) or not id:
@@ -109,4 +115,5 @@ def define_plugin(
         hooks=hooks,
         overflow=overflow,
         queue_size=queue_size,
+        stall_timeout=check_timeout("stall_timeout", stall_timeout),
     )

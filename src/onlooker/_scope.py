@@ -12,12 +12,13 @@ from types import TracebackType
 from typing import Final
 
 from ._events import Attribution, ExecutionEvent
-from ._observer import ObserverLike, log_observer_failure, observer_name, resolve_handler
+from ._observer import ObserverLike, Subscriber, Tally, deliver, observer_name, resolve_handler
 
 __all__ = ["attribution", "current_attribution", "emit_event", "observing"]
 
 
-_Scoped = tuple[tuple[str, object], ...]
+_Scoped = tuple[Subscriber, ...]
+_UNBOUND: Final = Tally()  # emit_event's counters: no engine, no bus to count on
 _observers: ContextVar[_Scoped] = ContextVar("onlooker_observers", default=())
 _ROOT_ATTRIBUTION: Final = Attribution()
 _attribution: ContextVar[Attribution] = ContextVar(
@@ -42,13 +43,22 @@ class observing:  # used like a function: `with onlooker.observing(obs):`
                 "observing() takes a synchronous observer; subscribe asynchronous ones "
                 "through a plugin or engine.bus.subscribe(), which own their worker tasks"
             )
-        self._entry = (name or observer_name(observer), handle)
+        self._entry = Subscriber(name or observer_name(observer), handle)
         self._token: Token[_Scoped] | None = None
 
-    def __enter__(self) -> None:
+    @property
+    def errors(self) -> int:
+        """Exceptions the observer raised in this scope (logged and swallowed), whoever emitted.
+
+        Failures on an engine's events are also in ``engine.bus.statistics()``.
+        """
+        return self._entry.errors
+
+    def __enter__(self) -> observing:
         if self._token is not None:
             raise RuntimeError("this observing() scope is already entered")
         self._token = _observers.set((*_observers.get(), self._entry))
+        return self
 
     def __exit__(
         self,
@@ -60,8 +70,8 @@ class observing:  # used like a function: `with onlooker.observing(obs):`
         _observers.reset(self._token)
         self._token = None
 
-    async def __aenter__(self) -> None:
-        self.__enter__()
+    async def __aenter__(self) -> observing:
+        return self.__enter__()
 
     async def __aexit__(
         self,
@@ -75,24 +85,15 @@ class observing:  # used like a function: `with onlooker.observing(obs):`
 def emit_event(event: ExecutionEvent) -> None:
     """Send ``event`` to the observers in scope; a cheap no-op when there are none.
 
-    An observer's ``Exception`` is logged and swallowed; anything else
-    (cancellation, ``KeyboardInterrupt``) propagates.
+    An observer's ``Exception`` is logged, counted (:attr:`observing.errors`)
+    and swallowed; anything else (cancellation, ``KeyboardInterrupt``)
+    propagates once every observer in scope has the event.
     """
     scoped = _observers.get()
     if scoped:
-        _deliver(scoped, event)
-
-
-def _deliver(scoped: _Scoped, event: ExecutionEvent) -> int:
-    """Deliver to scoped observers; returns how many raised."""
-    failures = 0
-    for name, handle in scoped:
-        try:
-            handle(event)  # type: ignore[operator]
-        except Exception as exc:
-            failures += 1
-            log_observer_failure(name, event, exc)
-    return failures
+        failure = deliver(scoped, event, _UNBOUND)
+        if failure is not None:
+            raise failure
 
 
 class attribution:  # used like a function: `with onlooker.attribution(...)`

@@ -59,6 +59,6 @@ OBSERVER_ERRORS: Final = MetricSpec(
 )
 EVENTS_DROPPED: Final = MetricSpec(
     "onlooker_events_dropped",
-    "Events dropped by full overflow='drop' observer queues, by plugin.",
+    "Events an async observer did not get (full drop queue, stall, dead observer, shutdown), by plugin.",
     ("plugin",),
 )
