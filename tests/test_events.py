@@ -465,3 +465,15 @@ def test_the_emitters_typed_fields_are_the_models_own() -> None:
     assert set(FIELDS_BY_KIND) == set(onlooker.ExecutionEvent.__args__[0].__args__)  # type: ignore[attr-defined]  # the union behind the Annotated alias
     for event_class, fields in FIELDS_BY_KIND.items():
         assert set(get_type_hints(fields)) == set(event_class.model_fields) - envelope
+
+
+def test_a_value_that_cannot_be_copied_is_marked_alone() -> None:
+    class Unprintable:
+        def __repr__(self) -> str:
+            raise ValueError("no repr")
+
+    copied = onlooker._events.snapshot({"nested": {"bad": Unprintable(), "ok": 1}, "n": [2]})
+    assert copied == {
+        "nested": {"bad": "<not JSON-serializable Unprintable: no repr>", "ok": 1},
+        "n": [2],
+    }

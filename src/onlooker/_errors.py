@@ -170,7 +170,18 @@ class TrackingError(ExecutionError, ValueError):
 
 
 class HistoryError(OnlookerError):
-    """The history store failed: an unreachable database, a bad query."""
+    """The history store failed: an unreachable database, a bad query, a corrupt row.
+
+    ``execution_id`` and ``event_id`` name the execution and event a corrupt
+    row belongs to, when the error is about one.
+    """
+
+    def __init__(
+        self, message: str, *, execution_id: str | None = None, event_id: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.execution_id = execution_id
+        self.event_id = event_id
 
 
 class SchemaVersionError(HistoryError):

@@ -352,8 +352,12 @@ def snapshot(value: object) -> JsonValue:
         return value  # immutable scalars are their own snapshot
     try:
         return _copy(value)
-    except Exception as exc:
-        return f"<not JSON-serializable {type(value).__name__}: {exc}>"
+    except Exception as exc:  # a cycle: the whole value is marked
+        return _unserializable(value, exc)
+
+
+def _unserializable(value: object, exc: Exception) -> str:
+    return f"<not JSON-serializable {type(value).__name__}: {exc}>"
 
 
 def snapshot_object(value: Mapping[Any, object]) -> dict[str, JsonValue]:
@@ -378,4 +382,7 @@ def _copy(value: object) -> JsonValue:
         }
     if type(value) is list or type(value) is tuple:
         return [v if isinstance(v, _SCALARS) else _copy(v) for v in value]
-    return to_jsonable_python(value, fallback=repr)  # type: ignore[no-any-return]
+    try:
+        return to_jsonable_python(value, fallback=repr)  # type: ignore[no-any-return]
+    except Exception as exc:  # only this value is marked; its neighbours keep their shape
+        return _unserializable(value, exc)
