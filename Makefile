@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Every optional extra the tests use; constraints.txt pins the versions CI tested.
-EXTRAS := dev,postgres,claude-agent-sdk,pydantic-ai,langchain,openai-agents,mcp,opentelemetry
+EXTRAS := dev,postgres,claude-agent-sdk,pydantic-ai,langchain,openai-agents,mcp,opentelemetry,ui
 
 .PHONY: run test lint typecheck pytest bench clean
 

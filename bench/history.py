@@ -5,7 +5,10 @@ batches of 500 events (the plugin's default batch), on SQLite and on
 PostgreSQL; (2) the same end to end through the plugin: run N calls, close
 the engine (everything written), calls per second; (3) per-call µs of
 ``ctx.call``: direct await, no plugins, history plugin on SQLite — the
-program's own loop ("hot") and including the final drain ("total").
+program's own loop ("hot") and including the final drain ("total"); (4) the
+writer's redaction (the audit trail's policy, run on every event before it
+is stored): µs per event, next to serializing the event, measured in one
+run, with no secret in the events (the common case) and with one in each.
 
 PostgreSQL: ``--pg-url postgresql+psycopg://...`` or, without it, a
 throwaway cluster from ``tests/postgres.py`` when PostgreSQL is installed.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shutil
 import statistics
 import sys
 import tempfile
@@ -28,7 +32,7 @@ from typing import Any
 import anyio
 
 import onlooker
-from onlooker import ExecutionContext, ExecutionEvent
+from onlooker import ExecutionContext, ExecutionEvent, ToolCallStarted
 from onlooker.plugins import history
 from onlooker.testing import RecordingObserver
 
@@ -119,12 +123,49 @@ def postgres_urls(given: str | None) -> Callable[[int], str] | None:
     return lambda _: str(cluster.create_database())
 
 
+def per_event(fn: Callable[[ExecutionEvent], object], events: list[ExecutionEvent]) -> float:
+    """µs per event of ``fn`` over ``events`` (median of the repeats)."""
+    runs = []
+    for _ in range(REPEATS):
+        began = time.perf_counter()
+        for event in events:
+            fn(event)
+        runs.append((time.perf_counter() - began) / len(events) * 1e6)
+    return statistics.median(runs)
+
+
+def redaction_cost(events: list[ExecutionEvent]) -> None:
+    from onlooker.plugins.history._redaction import DEFAULT_MAX_VALUE_CHARS, Scrubber
+
+    scrub = Scrubber(None, DEFAULT_MAX_VALUE_CHARS).scrub
+    serialize = per_event(lambda event: event.model_dump_json(), events)
+    clean = per_event(scrub, events)
+    secret = [
+        e.model_copy(update={"args": {"a": 1, "token": "ghp_" + "x1" * 20}})
+        if isinstance(e, ToolCallStarted)
+        else e
+        for e in events
+    ]
+    dirty = per_event(scrub, secret)
+    print(
+        f"(4) redaction per event: {clean:.2f} µs with no secret ({clean / serialize:.2f}x "
+        f"serializing it, {serialize:.2f} µs); {dirty:.2f} µs with a secret in every tool call"
+    )
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
 async def main(calls: int, pg_url: str | None) -> None:
     work = Path(tempfile.mkdtemp(prefix="onlooker-bench-"))
+    try:
+        await measure(work, calls, pg_url)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+async def measure(work: Path, calls: int, pg_url: str | None) -> None:
     events = await recorded_events(calls)
     print(f"tool calls per measurement: {calls} ({len(events)} events), median of {REPEATS}")
     targets = {"sqlite": 20_000, "postgresql": 10_000}
@@ -168,6 +209,7 @@ async def main(calls: int, pg_url: str | None) -> None:
         f"history adds {cpu_added:.0%} there (the rest of the wall figure is the writer "
         "thread holding the GIL)"
     )
+    redaction_cost(events)
 
 
 if __name__ == "__main__":

@@ -304,6 +304,63 @@ class TestTornTail:
         assert report.ok and report.records == 10
 
 
+class TestHeadTruncation:
+    """Issue 12, item 7: lines deleted from the head of a trail are found."""
+
+    @pytest.mark.parametrize("deleted", [1, 5])
+    def test_a_trail_that_never_rotated_must_start_at_seq_0(
+        self, tmp_path: Path, deleted: int
+    ) -> None:
+        session = write_trail(tmp_path, tool_events(5))
+        live = session / "events.jsonl"
+        live.write_bytes(b"".join(lines_of(live)[deleted:]))
+        for target in (session, live):  # the directory, or the only file given alone
+            report = audit.verify(target)
+            assert not report.ok and report.tampered
+            assert report.reason == "head_truncated"
+            assert report.first_bad == audit.BadLine(live, 1)
+            assert report.first_seq == deleted
+            assert f"starts at seq {deleted}" in report.detail
+
+    def test_deleting_the_oldest_retained_segment_is_found(self, tmp_path: Path) -> None:
+        session = write_trail(tmp_path, tool_events(30), max_bytes=2000, keep=3)
+        assert audit.verify(session).ok
+        (session / "events.3.jsonl").unlink()
+        report = audit.verify(session)
+        assert not report.ok and report.reason == "head_truncated"
+        assert report.first_bad == audit.BadLine(session / "events.2.jsonl", 1)
+
+    def test_a_rotated_segment_verified_alone_is_not_held_to_seq_0(self, tmp_path: Path) -> None:
+        session = write_trail(tmp_path, tool_events(30), max_bytes=2000, keep=100)
+        report = audit.verify(session / "events.2.jsonl")
+        assert report.ok and report.first_seq is not None and report.first_seq > 0
+
+    def test_notes_are_chained_but_not_events(self, tmp_path: Path) -> None:
+        session = write_trail(tmp_path, tool_events(30), max_bytes=2000, keep=1)
+        report = audit.verify(session)
+        assert report.ok and report.notes
+        events = list(audit.tail(session))
+        assert len(events) + len(report.notes) == report.records
+        notes = [
+            record
+            for file in report.files
+            for record in map(json.loads, lines_of(file))
+            if "note" in record
+        ]
+        assert [record["note"] for record in notes] == list(report.notes)
+        assert all("event" not in record for record in notes)
+
+    @pytest.mark.parametrize("max_bytes", [300, 450, 600])
+    def test_statistics_count_events_not_notes(self, tmp_path: Path, max_bytes: int) -> None:
+        with TrailWriter(tmp_path, "s1", max_bytes=max_bytes, keep=1) as writer:
+            writer.write(tool_events(20))  # a rotation (and a note) every record or two
+            assert writer.statistics().written == 42
+        report = audit.verify(tmp_path / "s1")
+        assert report.ok and len(list(audit.tail(tmp_path / "s1"))) + len(report.notes) == (
+            report.records
+        )
+
+
 class TestRotation:
     def test_segments_keep_the_chain_and_the_size_cap(self, tmp_path: Path) -> None:
         session = write_trail(tmp_path, tool_events(30), max_bytes=2000, keep=100)
@@ -325,7 +382,9 @@ class TestRotation:
         assert names == ["events.1.jsonl", "events.2.jsonl", "events.jsonl"]
         report = audit.verify(session)
         assert report.ok and report.first_seq is not None and report.first_seq > 0
-        assert report.last_seq == 61
+        # each deletion is proven by a retirement record, chained like the events
+        assert report.notes[-1] == {"kind": "retired", "through_seq": report.first_seq - 1}
+        assert list(audit.tail(session))[-1].event_id == "exec-1-f"
         seqs = [e["seq"] for e in map(json.loads, lines_of(session / "events.2.jsonl"))]
         assert seqs[0] == report.first_seq
 
@@ -333,7 +392,8 @@ class TestRotation:
         session = write_trail(tmp_path, tool_events(10), max_bytes=1000, keep=0)
         assert [p.name for p in session.glob("events*.jsonl")] == ["events.jsonl"]
         report = audit.verify(session)
-        assert report.ok and report.last_seq == 21
+        assert report.ok and report.first_seq == report.notes[-1]["through_seq"] + 1
+        assert list(audit.tail(session))[-1].event_id == "exec-1-f"
 
     def test_a_record_larger_than_the_cap_gets_a_segment_of_its_own(self, tmp_path: Path) -> None:
         events = tool_events(2)
@@ -434,6 +494,31 @@ class TestWriterErrors:
         write_trail(tmp_path, tool_events(1, "exec-3"))
         report = audit.verify(session)
         assert report.ok and report.records == 8
+
+    def test_a_refused_report_is_written_late_with_a_gap_record(self, tmp_path: Path) -> None:
+        writer = TrailWriter(tmp_path, "s1")
+        writer.write(tool_events(1))
+        session = tmp_path / "s1"
+        (session / "events.jsonl").rename(session / "saved.jsonl")
+        (session / "events.jsonl").mkdir()  # the trail refuses...
+        (session / "audit.err").mkdir()  # ...and so do both sidecars
+        (tmp_path / "audit.err").mkdir()
+        with pytest.raises(audit.AuditWriteError):
+            writer.write(tool_events(1, "exec-2"))
+        assert writer.failing
+        for path in (session / "events.jsonl", session / "audit.err", tmp_path / "audit.err"):
+            path.rmdir()
+        (session / "saved.jsonl").rename(session / "events.jsonl")
+        writer.write(tool_events(1, "exec-2"))
+        writer.close()
+        assert [writer.failing] == [False]  # (a list: mypy keeps the narrowing above)
+        report = audit.verify(session)
+        assert report.ok and report.records == 8 + 1
+        (gap,) = report.notes
+        assert gap["kind"] == "gap" and gap["attempts"] == 1
+        assert "IsADirectoryError" in gap["error"] and gap["since"] <= gap["until"]
+        (late,) = map(json.loads, (session / "audit.err").read_text().splitlines())
+        assert late["delayed"] is True and late["records"] == 4
 
     def test_writing_after_close_is_an_error(self, tmp_path: Path) -> None:
         writer = TrailWriter(tmp_path, "s1")

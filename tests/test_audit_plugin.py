@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -124,6 +126,30 @@ class TestRecording:
         ]
         assert started[0].args == {"text": "y" * 100 + "…[truncated 50 chars]"}
 
+    async def test_a_record_of_many_small_values_is_capped(self, tmp_path: Path) -> None:
+        from onlooker.plugins.audit._plugin import MAX_RECORD_CHARS
+
+        @onlooker.tool
+        def count(items: list[int]) -> int:
+            return len(items)
+
+        async def program(ctx: onlooker.ExecutionContext) -> None:
+            await ctx.call("count", items=list(range(400_000)))
+
+        plugin = audit.plugin(directory=tmp_path, session_id="s1")
+        async with onlooker.ExecutionEngine(tools=[count], plugins=[plugin]) as engine:
+            await engine.execute(program)
+        lines = (tmp_path / "s1" / "events.jsonl").read_bytes().splitlines()
+        longest = max(map(len, lines))
+        assert longest < MAX_RECORD_CHARS + 1000  # the event, plus the record's envelope
+        (started,) = [
+            e for e in audit.tail(tmp_path / "s1") if isinstance(e, onlooker.ToolCallStarted)
+        ]
+        items = started.args["items"]
+        assert isinstance(items, list) and isinstance(items[-1], str)
+        assert items[-1].startswith("…[truncated ")
+        assert audit.verify(tmp_path / "s1").ok
+
 
 class TestSettings:
     @pytest.mark.parametrize("session_id", ["..", "a/b", "/abs", ".hidden", "", "x" * 129])
@@ -168,6 +194,10 @@ class TestSettings:
         assert "is 42" not in text and "is [REDACTED:number]" in text
 
 
+def chattr(flag: str, paths: list[str]) -> None:
+    subprocess.run(["chattr", flag, *paths], check=True)
+
+
 class TestFailures:
     async def test_a_full_disk_loses_the_execution_nothing(self, tmp_path: Path) -> None:
         if not HAS_DEV_FULL:
@@ -192,7 +222,9 @@ class TestFailures:
             assert second.status == "completed"
             assert trail.statistics().written == 36 and trail.statistics().pending == 0
         report = audit.verify(session)
-        assert report.ok and report.records == 36
+        assert report.ok and report.records == 36 + 1  # and the gap record
+        (gap,) = report.notes
+        assert gap["kind"] == "gap" and "No space left" in gap["error"] and gap["dropped"] == 0
         assert next(audit.tail(session)).execution_id == result.execution_id
 
     async def test_an_unwritable_directory_loses_the_execution_nothing(
@@ -217,6 +249,43 @@ class TestFailures:
             await trail.flush()
             assert trail.statistics().written == 36
         assert audit.verify(tmp_path / "s1").ok
+
+    async def test_a_read_only_directory_is_logged_then_reported_with_a_gap_record(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        if os.geteuid() != 0:
+            pytest.skip("needs root for chattr +i (CI runs as root)")
+        plugin = audit.plugin(directory=tmp_path / "audit", session_id="s1")
+        async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:
+            trail = engine.extension(plugin)
+            await engine.execute(program)
+            await trail.flush()
+            session = trail.session_dir
+            # even root cannot write there: the trail, its lock and both sidecar places
+            frozen = [str(p) for p in (tmp_path / "audit", session, trail.path, session / ".lock")]
+            chattr("+i", frozen)
+            try:
+                with caplog.at_level(logging.ERROR, logger="onlooker"):
+                    result = await engine.execute(program)
+                    await trail.flush()
+                assert result.status == "completed"
+                stats = trail.statistics()
+                assert (stats.written, stats.pending, stats.dropped) == (18, 18, 0)
+                (logged,) = [r for r in caplog.records if "cannot write the trail" in r.message]
+                assert logged.name == "onlooker.plugins.audit" and "[Errno 1]" in logged.message
+                assert not trail.error_path.exists()  # refused too: held until it can be written
+            finally:
+                chattr("-i", frozen)
+            await engine.execute(program)
+            await trail.flush()
+            assert trail.statistics().written == 54 and trail.statistics().pending == 0
+        report = audit.verify(session)
+        assert report.ok and report.records == 54 + 1
+        (gap,) = report.notes
+        assert gap["kind"] == "gap" and "Operation not permitted" in gap["error"]
+        problems = [json.loads(line) for line in trail.error_path.read_text().splitlines()]
+        assert problems and all(problem["delayed"] for problem in problems)
+        assert "Operation not permitted" in problems[0]["message"]
 
     async def test_records_still_refused_at_close_are_counted_as_dropped(
         self, tmp_path: Path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 import onlooker
 from onlooker.plugins import audit
 from onlooker.plugins.audit import Redactor, Rule
+from onlooker.plugins.audit._redact import cap_record
 
 pytestmark = pytest.mark.anyio
 
@@ -48,12 +50,20 @@ SHAPES: list[tuple[str, str, str]] = [
     ("env", "ran STRIPE_KEY=rk_9z8y7x6w in the shell", "rk_9z8y7x6w"),
     ("secret_flag", "mysql --password=hunter3pw -u root", "hunter3pw"),
     ("secret_flag", "tool --api-key k3y_v4lu3_xyz run", "k3y_v4lu3_xyz"),
+    ("google_api_key", "GET /geo?key=AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY", "9tSrke72PouQMnMX"),
+    ("jwt", "cookie eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dozjgNryP4J3jVmN", "dozjgNryP4J3jVmN"),
+    ("jwt", "eyJhbGciOiJub25lIn0.eyJhZG1pbiI6dHJ1ZX0.", "eyJhZG1pbiI6dHJ1ZX0"),
+    ("npm_token", "//registry.npmjs.org/:_authToken=npm_aB3dE6gH9jK2mN5pQ8sT1vW4", "aB3dE6gH9jK2"),
+    ("secret_assignment", 'def f():\n    password = "Tr0ub4dor&3"\n', "Tr0ub4dor&3"),
+    ("secret_assignment", "db:\n  password: correct-horse-battery\n", "correct-horse-battery"),
+    ("secret_assignment", '{"user": "a", "api_token": "tok-json-12345"}', "tok-json-12345"),
+    ("secret_assignment", "client_secret := 'go-secret-value'", "go-secret-value"),
 ]
 
 
 @pytest.fixture
 def redactor() -> Redactor:
-    return Redactor(cwd=CWD, home=HOME)
+    return Redactor(cwd=CWD, home=HOME, environ={})
 
 
 class TestShapes:
@@ -76,10 +86,25 @@ class TestShapes:
             "max_tokens",
             "scikit-learn sk-short",
             "x = 1 and a==b",
+            "password = get_password()",
+            "password: str",
+            "self.password = args.password",
+            "max_tokens: 100",
+            "token_count = 5",
+            'if password == "":',
+            "secret_key: ${SECRET_KEY}",
+            "cat /etc/shadow && rm -rf /var/lib/postgresql",
+            "eyJhbGciOiJIUzI1NiJ9 is a header alone",
         ],
     )
     def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:
         assert redactor.redact_text(text) is text
+
+    def test_a_long_lived_redactor_finds_the_same(self, redactor: Redactor) -> None:
+        for number in range(300):  # past the point where short texts use one compiled search
+            assert redactor.redact_text(f"plain text {number}") == f"plain text {number}"
+        assert redactor.redact_text("AKIAIOSFODNN7EXAMPLE") == "[REDACTED:aws_access_key]"
+        assert redactor.redact_text("BEARER abc.def.123") == "BEARER [REDACTED:bearer]"
 
     def test_the_prefix_of_a_bearer_header_is_kept(self, redactor: Redactor) -> None:
         assert redactor.redact_text("Bearer abc.def.123") == "Bearer [REDACTED:bearer]"
@@ -142,6 +167,20 @@ class TestKeys:
 
 class TestPaths:
     @pytest.mark.parametrize(
+        "text",
+        [
+            "rm -rf /var/lib/postgresql",
+            "sudo chmod 777 /etc/sudoers",
+            "cat /etc/shadow",
+            "glob:rm -rf /*",
+            "/home/alice/.ssh/id_rsa",
+            "npm config set //registry.example/:_authToken",
+        ],
+    )
+    def test_paths_and_commands_are_kept_as_given_by_default(self, text: str) -> None:
+        assert Redactor(cwd=CWD, home=HOME, environ={}).redact_text(text) == text
+
+    @pytest.mark.parametrize(
         ("text", "expected"),
         [
             ("/etc/passwd", "passwd"),
@@ -157,19 +196,51 @@ class TestPaths:
             ("~/already/short", "~/already/short"),
         ],
     )
-    def test_paths_outside_the_working_directory_are_shortened(
-        self, redactor: Redactor, text: str, expected: str
-    ) -> None:
-        assert redactor.redact_text(text) == expected
-
-    def test_paths_can_be_kept(self) -> None:
-        keep = Redactor(shorten_paths=False, cwd=CWD, home=HOME)
-        assert keep.redact_text("/etc/passwd") == "/etc/passwd"
+    def test_shortening_paths_is_an_opt_in(self, text: str, expected: str) -> None:
+        shorten = Redactor(shorten_paths=True, cwd=CWD, home=HOME, environ={})
+        assert shorten.redact_text(text) == expected
 
     def test_the_defaults_are_the_process_directories(self) -> None:
         plain = Redactor()
+        assert plain.shorten_paths is False
         assert plain.cwd == os.getcwd()
         assert plain.home == os.path.expanduser("~")
+
+
+class TestEnvironment:
+    def test_values_of_secret_named_variables_are_scrubbed_bare(self) -> None:
+        environ = {
+            "GITHUB_TOKEN": "plain-looking-value-1",
+            "STRIPE_KEY": "rk9z8y7x6w5v",
+            "DB_PASSWORD": "hunter2hunter2",
+            "HOME": "/home/alice",
+            "PATH": "/usr/bin:/bin",
+            "TOKENIZERS_PARALLELISM": "false-but-long",
+            "GOOGLE_APPLICATION_CREDENTIALS": "/home/alice/creds.json",
+            "SHORT_SECRET": "abc",
+            "MONKEY": "banana-12345",
+        }
+        redactor = Redactor(environ=environ)
+        text = (
+            "got plain-looking-value-1 and rk9z8y7x6w5v and hunter2hunter2 from "
+            "/home/alice/creds.json with false-but-long abc banana-12345"
+        )
+        assert redactor.redact_text(text) == (
+            "got [REDACTED:environment] and [REDACTED:environment] and [REDACTED:environment] "
+            "from /home/alice/creds.json with false-but-long abc banana-12345"
+        )
+
+    def test_many_values_are_found_as_fast_as_few(self) -> None:
+        environ = {f"SERVICE_{i}_TOKEN": f"value-number-{i:04d}" for i in range(40)}
+        redactor = Redactor(environ=environ)
+        assert redactor.redact({"a": "x value-number-0039 y"}) == {
+            "a": "x [REDACTED:environment] y"
+        }
+        assert redactor.redact_text("nothing here") == "nothing here"
+
+    def test_the_process_environment_by_default(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("ACME_API_KEY", "acme-key-0123456789")
+        assert "acme-key" not in Redactor().redact_text("key acme-key-0123456789")
 
 
 class TestTruncation:
@@ -186,6 +257,46 @@ class TestTruncation:
 
     def test_a_string_exactly_at_the_limit_is_kept(self, redactor: Redactor) -> None:
         assert redactor.redact("c" * 2000, max_chars=2000) == "c" * 2000
+
+    def test_a_huge_string_is_cut_before_it_is_scanned(self, redactor: Redactor) -> None:
+        secret = "sk-" + "Z" * 40
+        huge = "y" * 1990 + " " + secret + " " + "=" * 1_000_000
+        out = redactor.redact(huge, max_chars=2000)
+        assert "ZZZZ" not in out
+        whole = huge.replace(secret, "[REDACTED:openai_key]")  # what scanning it all gives
+        assert out == whole[:2000] + f"…[truncated {len(whole) - 2000} chars]"
+
+
+class TestRecordCap:
+    def test_the_largest_values_are_cut_keeping_their_types(self) -> None:
+        event = {
+            "kind": "ToolCallFinished",
+            "event_id": "e1",
+            "execution_id": "x",
+            "seq": 3,
+            "tool_call_id": "c1",
+            "status": "completed",
+            "result": list(range(100_000)),
+            "metadata": {"note": "n" * 50_000, "small": 1},
+            "error": None,
+        }
+        capped = cap_record(event, 20_000)
+        assert len(json.dumps(capped, separators=(",", ":"))) <= 20_000 + 200
+        assert {k: capped[k] for k in ("kind", "event_id", "seq", "tool_call_id", "status")} == {
+            k: event[k] for k in ("kind", "event_id", "seq", "tool_call_id", "status")
+        }
+        assert capped["result"][:3] == [0, 1, 2]
+        assert capped["result"][-1].startswith("…[truncated ") and "items]" in capped["result"][-1]
+        assert capped["metadata"]["small"] == 1
+        assert event["result"] == list(range(100_000))  # never mutated
+        assert cap_record({"kind": "x", "result": "small"}, 1000) == {
+            "kind": "x",
+            "result": "small",
+        }
+
+    def test_a_bad_limit_is_refused(self) -> None:
+        with pytest.raises(ValueError, match="max_chars"):
+            cap_record({}, 0)
 
 
 class TestCustomRules:
@@ -303,7 +414,6 @@ async def test_no_secret_reaches_any_byte_on_disk(tmp_path: Path) -> None:
     for secret in SECRETS:
         assert secret.encode() not in everything, secret
         assert secret.encode("unicode_escape") not in everything, secret
-    assert b"/etc/shadow-backup" not in everything
-    assert b'"private":"shadow-backup"' in everything
+    assert b'"private":"/etc/shadow-backup"' in everything  # paths are evidence: kept
     for rule in {rule for rule, _, _ in SHAPES} | {"secret_field"}:
         assert f"[REDACTED:{rule}]".encode() in everything, rule

@@ -112,6 +112,8 @@ class TestHelpAndUsage:
             ["hook", "claude-code"],
             ["hook", "install"],
             ["hook", "uninstall"],
+            ["hook", "status"],
+            ["ui"],
         ],
     )
     def test_every_command_has_help_with_examples(self, command: list[str]) -> None:
@@ -123,6 +125,21 @@ class TestHelpAndUsage:
     def test_no_command_shows_help(self) -> None:
         result = invoke()
         assert "history" in result.output and "audit" in result.output
+
+    def test_version(self) -> None:
+        result = invoke("--version")
+        assert (result.exit_code, result.output) == (0, f"onlooker {onlooker.__version__}\n")
+
+    @pytest.mark.parametrize(
+        "command",
+        [[], ["run"], ["audit", "tail"], ["audit", "verify"], ["history", "list"], ["hook"],
+         ["hook", "install"], ["hook", "claude-code"]],
+    )  # fmt: skip
+    def test_boolean_options_show_as_flags(self, command: list[str]) -> None:
+        result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "120"})
+        assert result.exit_code == 0
+        assert "<bool>" not in result.output
+        assert "--help" in result.output
 
     @pytest.mark.parametrize(
         "args",
@@ -236,7 +253,7 @@ class TestHistory:
         assert json.loads(rest.stdout.splitlines()[0])["execution_id"] != lines[0]["execution_id"]
 
     def test_list_as_a_table(self, recorded: dict[str, Any]) -> None:
-        result = invoke("history", "list")
+        result = runner.invoke(app, ["history", "list"], env={"COLUMNS": "200"})
         assert result.exit_code == 0
         assert recorded["root"] in result.stdout
         assert "completed" in result.stdout
@@ -408,3 +425,110 @@ class TestEndToEnd:
             timeout=60,
         )
         assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+class TestReadOnlyCommands:
+    @pytest.mark.parametrize(
+        "args",
+        [
+            ["history", "list"],
+            ["history", "stats"],
+            ["history", "show", "some-id"],
+            ["history", "list", "--db", "typo/runs.db"],
+            ["history", "list", "--db", "sqlite:///typo/runs.db"],
+        ],
+    )
+    def test_a_missing_database_is_an_error_and_nothing_is_created(
+        self, workdir: Path, args: list[str]
+    ) -> None:
+        result = invoke(*args)
+        assert result.exit_code == 1, result.output
+        assert "no history database" in result.output
+        assert list(workdir.iterdir()) == []
+
+    def test_metrics_serve_needs_an_existing_database(self, workdir: Path) -> None:
+        result = invoke("metrics", "serve", "--port", "0")
+        assert result.exit_code == 1
+        assert "no history database" in result.output
+        assert list(workdir.iterdir()) == []
+
+
+class TestMachineReadable:
+    def test_run_as_json(self, workdir: Path) -> None:
+        result = invoke(
+            "run", str(EXAMPLE), "--answer", ANSWER, "--quiet", "--json", "--session", "j"
+        )
+        assert result.exit_code == 0, result.output
+        outcome = json.loads(result.stdout)
+        assert outcome["status"] == "completed" and outcome["error"] is None
+        assert outcome["result"] == "report written: 171 characters from 2 sources"
+        assert outcome["summary"]["tool_calls"] == 6
+        assert outcome["audit"].endswith(".onlooker/audit/j")
+
+    def test_verify_and_replay_as_json(self, recorded: dict[str, Any], workdir: Path) -> None:
+        verified = json.loads(invoke("audit", "verify", str(recorded["trail"]), "--json").stdout)
+        assert verified["ok"] is True
+        (session,) = verified["sessions"]
+        assert session["records"] > 0 and session["reason"] is None
+        target = f"sqlite:///{workdir / 'other.db'}"
+        replayed = invoke("audit", "replay", ".onlooker/audit", "--db", target, "--json")
+        assert replayed.exit_code == 0, replayed.output
+        report = json.loads(replayed.stdout)
+        assert report["new_events"] == session["records"]
+        again = json.loads(
+            invoke("audit", "replay", ".onlooker/audit", "--db", target, "--json").stdout
+        )
+        assert again["new_events"] == 0
+
+    def test_verify_as_json_names_the_bad_line(self, recorded: dict[str, Any]) -> None:
+        path = trail_file(recorded["trail"])
+        lines = path.read_text().splitlines(keepends=True)
+        lines[1] = lines[1].replace("read_file", "read_filE")
+        path.write_text("".join(lines))
+        result = invoke("audit", "verify", str(recorded["trail"].parent), "--json")
+        assert result.exit_code == 1
+        report = json.loads(result.stdout)
+        assert report["ok"] is False
+        assert report["sessions"][0]["first_bad"] == f"{path}:2"
+
+
+class TestAuditDirectory:
+    def test_replay_accepts_the_audit_directory(
+        self, recorded: dict[str, Any], workdir: Path
+    ) -> None:
+        second = invoke("run", str(EXAMPLE), "--answer", ANSWER, "--session", "two", "--quiet")
+        assert second.exit_code == 0
+        target = f"sqlite:///{workdir / 'all.db'}"
+        result = invoke("audit", "replay", ".onlooker/audit", "--db", target)
+        assert result.exit_code == 0, result.output
+        assert "from 2 sessions" in result.output
+        listing = invoke("history", "list", "--db", target, "--json")
+        assert len(listing.stdout.splitlines()) == 4
+
+    def test_replay_of_a_directory_without_trails_is_a_usage_error(self, workdir: Path) -> None:
+        (workdir / "empty").mkdir()
+        result = invoke("audit", "replay", "empty", "--db", str(workdir / "x.db"))
+        assert result.exit_code == 2
+        assert not (workdir / "x.db").exists()
+
+
+class TestInteractiveAndLayout:
+    def test_end_of_input_declines_the_question(self, workdir: Path) -> None:
+        result = runner.invoke(
+            app, ["run", str(EXAMPLE), "--interactive", "--no-audit", "--quiet"], input=""
+        )
+        assert result.exit_code == 0, result.output
+        assert "declined" in result.stdout
+        assert "not approved" in result.stdout
+
+    def test_history_list_fits_80_columns(self, recorded: dict[str, Any]) -> None:
+        result = runner.invoke(app, ["history", "list", "--limit", "1"], env={"COLUMNS": "80"})
+        assert result.exit_code == 0
+        lines = result.stdout.splitlines()
+        header = next(line for line in lines if "execution" in line)
+        for column in ("program", "trigger", "status", "started (UTC)", "duration"):
+            assert column in header
+        assert all(len(line) <= 80 for line in lines if not line.startswith("more:"))
+        (more,) = [line for line in lines if line.startswith("more: --cursor ")]
+        token = more.removeprefix("more: --cursor ")
+        assert invoke("history", "list", "--cursor", token, "--json").exit_code == 0

@@ -1,4 +1,4 @@
-"""``onlooker hook install`` / ``uninstall``: idempotent, other hooks kept, a backup first."""
+"""``onlooker hook install`` / ``uninstall`` / ``status``: idempotent, other hooks kept, backups."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from onlooker._cli._app import app
-from onlooker._cli._claude_hook import HOOK_EVENTS
+from onlooker._cli._claude_session import HOOK_EVENTS
+from onlooker._cli._settings import MATCHED_EVENTS
 
 runner = CliRunner()
 
@@ -27,23 +29,17 @@ SETTINGS: dict[str, Any] = {
     "permissions": {"allow": ["Bash(ls)"]},
     "hooks": OTHER_HOOKS,
 }
+COMMAND = "onlooker hook claude-code"
+
+
+def invoke(*args: str) -> Any:
+    return runner.invoke(app, list(args), env={"COLUMNS": "200"})
 
 
 def install(settings: Path, *extra: str) -> str:
-    result = runner.invoke(
-        app,
-        [
-            "hook",
-            "install",
-            "--settings",
-            str(settings),
-            "--command",
-            "onlooker hook claude-code",
-            *extra,
-        ],
-    )
+    result = invoke("hook", "install", "--settings", str(settings), "--command", COMMAND, *extra)
     assert result.exit_code == 0, result.output
-    return result.output
+    return str(result.output)
 
 
 def read(settings: Path) -> dict[str, Any]:
@@ -61,6 +57,15 @@ def ours(data: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A git project as the current directory, with a home of its own."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / ".git").mkdir()
+    return tmp_path
+
+
 class TestInstall:
     def test_adds_every_event_and_keeps_other_settings(self, tmp_path: Path) -> None:
         settings = tmp_path / ".claude" / "settings.json"
@@ -72,19 +77,23 @@ class TestInstall:
         assert data["model"] == "opus"
         assert data["permissions"] == SETTINGS["permissions"]
         assert data["hooks"]["PreToolUse"][0] == OTHER_HOOKS["PreToolUse"][0]
-        assert data["hooks"]["Stop"] == OTHER_HOOKS["Stop"]
-        assert {
-            "matcher": "*",
-            "hooks": [{"type": "command", "command": "onlooker hook claude-code"}],
-        } in data["hooks"]["PostToolUse"]
+        assert data["hooks"]["Stop"][0] == OTHER_HOOKS["Stop"][0]
+        for event in HOOK_EVENTS:
+            entry: dict[str, Any] = {"hooks": [{"type": "command", "command": COMMAND}]}
+            if event in MATCHED_EVENTS:
+                entry = {"matcher": "*", **entry}
+            assert entry in data["hooks"][event], event
 
-    def test_makes_a_backup_before_rewriting(self, tmp_path: Path) -> None:
+    def test_every_change_keeps_a_timestamped_backup(self, tmp_path: Path) -> None:
         settings = tmp_path / "settings.json"
         settings.write_text(json.dumps(SETTINGS))
-        output = install(settings)
-        backup = tmp_path / "settings.json.bak"
-        assert json.loads(backup.read_text()) == SETTINGS
-        assert str(backup) in output
+        first = install(settings)
+        install(settings, "--command", "/opt/onlooker hook claude-code --audit-dir /a")
+        backups = sorted(tmp_path.glob("settings.json.*.bak"))
+        assert len(backups) == 2  # none overwritten
+        assert json.loads(backups[0].read_text()) == SETTINGS
+        assert str(backups[0]) in " ".join(first.split())
+        assert all(b.name.removeprefix("settings.json.")[:8].isdigit() for b in backups)
 
     def test_twice_equals_once(self, tmp_path: Path) -> None:
         settings = tmp_path / "settings.json"
@@ -94,6 +103,7 @@ class TestInstall:
         output = install(settings)
         assert settings.read_text() == once
         assert "nothing changed" in output
+        assert len(list(tmp_path.glob("*.bak"))) == 1
 
     def test_reinstall_with_other_options_replaces_ours(self, tmp_path: Path) -> None:
         settings = tmp_path / "settings.json"
@@ -102,27 +112,25 @@ class TestInstall:
         commands = {command for _, command in ours(read(settings))}
         assert commands == {"/opt/bin/onlooker hook claude-code --audit-dir /var/audit"}
 
-    def test_creates_a_missing_file(self, tmp_path: Path) -> None:
+    def test_creates_a_missing_file_without_a_backup(self, tmp_path: Path) -> None:
         settings = tmp_path / "new" / "settings.json"
         install(settings)
         assert len(ours(read(settings))) == len(HOOK_EVENTS)
-        assert not (tmp_path / "new" / "settings.json.bak").exists()
+        assert not list((tmp_path / "new").glob("*.bak"))
 
     def test_default_command_is_absolute_and_carries_options(self, tmp_path: Path) -> None:
         settings = tmp_path / "settings.json"
-        result = runner.invoke(
-            app,
-            [
-                "hook", "install", "--settings", str(settings),
-                "--audit-dir", str(tmp_path / "audit"), "--deny-commands", str(tmp_path / "deny.txt"),
-            ],
+        rules = tmp_path / "deny.txt"
+        rules.write_text("glob:sudo *\n")
+        result = invoke(
+            "hook", "install", "--settings", str(settings), "--audit-dir", str(tmp_path / "audit"),
+            "--deny-commands", str(rules), "--history",
         )  # fmt: skip
         assert result.exit_code == 0, result.output
-        commands = {command for _, command in ours(read(settings))}
-        assert len(commands) == 1
-        command = commands.pop()
+        (command,) = {command for _, command in ours(read(settings))}
         assert f"--audit-dir {tmp_path / 'audit'}" in command
-        assert f"--deny-commands {tmp_path / 'deny.txt'}" in command
+        assert f"--deny-commands {rules}" in command
+        assert command.endswith(" --history")
         executable = Path(command.split()[0])
         assert executable.is_absolute() and executable.name == "onlooker"
 
@@ -142,10 +150,61 @@ class TestInstall:
     def test_invalid_json_is_an_error_and_left_alone(self, tmp_path: Path) -> None:
         settings = tmp_path / "settings.json"
         settings.write_text("{not json")
-        result = runner.invoke(app, ["hook", "install", "--settings", str(settings)])
+        result = invoke("hook", "install", "--settings", str(settings))
         assert result.exit_code == 1
         assert "not valid JSON" in result.output
         assert settings.read_text() == "{not json"
+
+    def test_local_writes_the_personal_file_and_ignores_onlooker(self, project: Path) -> None:
+        (project / ".gitignore").write_text("node_modules/")
+        result = invoke("hook", "install", "--local", "--command", COMMAND)
+        assert result.exit_code == 0, result.output
+        assert len(ours(read(project / ".claude" / "settings.local.json"))) == len(HOOK_EVENTS)
+        assert not (project / ".claude" / "settings.json").exists()
+        assert (project / ".gitignore").read_text() == "node_modules/\n.onlooker/\n"
+        assert ".gitignore: added .onlooker/" in result.output
+        again = invoke("hook", "install", "--local", "--command", COMMAND)
+        assert "added" not in again.output
+        assert (project / ".gitignore").read_text() == "node_modules/\n.onlooker/\n"
+
+    def test_user_writes_the_home_settings_and_touches_no_gitignore(self, project: Path) -> None:
+        result = invoke("hook", "install", "--user", "--command", COMMAND)
+        assert result.exit_code == 0, result.output
+        assert ours(read(project / "home" / ".claude" / "settings.json"))
+        assert not (project / ".gitignore").exists()
+
+    def test_one_settings_option_at_a_time(self, project: Path) -> None:
+        assert invoke("hook", "install", "--local", "--user").exit_code == 2
+
+    def test_dry_run_prints_the_change_and_writes_nothing(self, project: Path) -> None:
+        settings = project / ".claude" / "settings.json"
+        settings.parent.mkdir()
+        settings.write_text(json.dumps(SETTINGS))
+        result = invoke("hook", "install", "--dry-run", "--command", COMMAND)
+        assert result.exit_code == 0, result.output
+        assert '+        "matcher": "*",' in result.output
+        assert f'+            "command": "{COMMAND}"' in result.output
+        assert ".gitignore: would add .onlooker/" in result.output
+        assert read(settings) == SETTINGS
+        assert not (project / ".gitignore").exists()
+        assert not list(settings.parent.glob("*.bak"))
+
+    def test_json_output(self, project: Path) -> None:
+        result = invoke("hook", "install", "--local", "--command", COMMAND, "--json")
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.output)
+        assert report == {
+            "settings": ".claude/settings.local.json",
+            "changed": True,
+            "dry_run": False,
+            "command": COMMAND,
+            "events": list(HOOK_EVENTS),
+            "backup": None,
+            "gitignore": str(project / ".gitignore"),
+        }
+        failed = invoke("hook", "install", "--local", "--deny-commands", "missing.txt", "--json")
+        assert failed.exit_code == 1
+        assert "missing.txt" in json.loads(failed.output)["error"]
 
 
 class TestUninstall:
@@ -153,7 +212,7 @@ class TestUninstall:
         settings = tmp_path / "settings.json"
         settings.write_text(json.dumps(SETTINGS))
         install(settings)
-        result = runner.invoke(app, ["hook", "uninstall", "--settings", str(settings)])
+        result = invoke("hook", "uninstall", "--settings", str(settings))
         assert result.exit_code == 0, result.output
         assert read(settings) == SETTINGS
 
@@ -161,17 +220,62 @@ class TestUninstall:
         settings = tmp_path / "settings.json"
         settings.write_text(json.dumps({"model": "opus"}))
         install(settings)
-        runner.invoke(app, ["hook", "uninstall", "--settings", str(settings)])
+        invoke("hook", "uninstall", "--settings", str(settings))
         assert read(settings) == {"model": "opus"}
 
     def test_nothing_installed_changes_nothing(self, tmp_path: Path) -> None:
         settings = tmp_path / "settings.json"
         settings.write_text(json.dumps(SETTINGS))
-        result = runner.invoke(app, ["hook", "uninstall", "--settings", str(settings)])
+        result = invoke("hook", "uninstall", "--settings", str(settings))
         assert result.exit_code == 0
         assert "nothing changed" in result.output
-        assert not (tmp_path / "settings.json.bak").exists()
-        missing = runner.invoke(
-            app, ["hook", "uninstall", "--settings", str(tmp_path / "nope.json")]
-        )
+        assert not list(tmp_path.glob("*.bak"))
+        missing = invoke("hook", "uninstall", "--settings", str(tmp_path / "nope.json"))
         assert missing.exit_code == 0
+        assert not (tmp_path / "nope.json").exists()
+
+    def test_local_and_dry_run(self, project: Path) -> None:
+        invoke("hook", "install", "--local", "--command", COMMAND)
+        local = project / ".claude" / "settings.local.json"
+        dry = invoke("hook", "uninstall", "--local", "--dry-run")
+        assert dry.exit_code == 0 and f'-            "command": "{COMMAND}"' in dry.output
+        assert ours(read(local))
+        assert invoke("hook", "uninstall", "--local").exit_code == 0
+        assert read(local) == {}
+
+
+class TestStatus:
+    def test_not_installed_anywhere_exits_1(self, project: Path) -> None:
+        result = invoke("hook", "status")
+        assert result.exit_code == 1
+        assert result.output.count("not installed") == 3
+
+    def test_a_working_installation(self, project: Path) -> None:
+        rules = project / "deny.txt"
+        rules.write_text("@defaults\n")
+        assert invoke("hook", "install", "--local", "--deny-commands", str(rules)).exit_code == 0
+        result = invoke("hook", "status")
+        assert result.exit_code == 0, result.output
+        assert "local" in result.output and "installed, ok" in result.output
+        report = json.loads(invoke("hook", "status", "--json").output)
+        assert report["ok"] is True
+        (local,) = [s for s in report["settings"] if s["installed"]]
+        assert local["scope"] == "local" and local["missing_events"] == []
+
+    def test_problems_are_named(self, project: Path) -> None:
+        rules = project / "deny.txt"
+        rules.write_text("ok\n")
+        invoke("hook", "install", "--local", "--deny-commands", str(rules))
+        rules.unlink()  # the rules went away after installing
+        local = project / ".claude" / "settings.local.json"
+        data = read(local)
+        del data["hooks"]["Notification"]
+        data["hooks"]["Stop"][0]["hooks"][0]["command"] = "/nowhere/onlooker hook claude-code"
+        local.write_text(json.dumps(data))
+        result = invoke("hook", "status", "--json")
+        assert result.exit_code == 1
+        (installed,) = [s for s in json.loads(result.output)["settings"] if s["installed"]]
+        problems = " ".join(installed["problems"])
+        assert "Notification" in problems
+        assert "cannot read the rule file" in problems
+        assert "/nowhere/onlooker" in problems

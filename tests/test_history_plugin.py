@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sqlite3
+import json
 import subprocess
 import sys
 import textwrap
@@ -11,51 +11,22 @@ from pathlib import Path
 
 import anyio
 import pytest
-import sqlalchemy as sa
 
 import onlooker
 import postgres
 from onlooker.plugins import history
-from onlooker.plugins.history import tables
-from test_history_support import add, backend_url, execution_events, one_call
+from test_history_support import (
+    Outage,
+    add,
+    backend_url,
+    count_rows,
+    execution_events,
+    one_call,
+)
 
 pytestmark = pytest.mark.anyio
 
 FAST_RETRIES = (0.01, 0.02)
-
-
-class Outage:
-    """Makes one test database refuse writes, then take them again."""
-
-    def __init__(self, backend: str, url: str) -> None:
-        self.backend = backend
-        self.url = url
-        self._lock: sqlite3.Connection | None = None
-
-    def begin(self) -> None:
-        if self.backend == "sqlite":
-            # another process holding the write lock: "database is locked"
-            self._lock = sqlite3.connect(self.url.split("///", 1)[1].split("?")[0])
-            self._lock.isolation_level = None
-            self._lock.execute("BEGIN EXCLUSIVE")
-            return
-        cluster = postgres.cluster_or_skip()
-        name = self.url.rsplit("/", 1)[1]
-        cluster.sql(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
-        cluster.sql(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
-        )
-
-    def end(self) -> None:
-        if self._lock is not None:
-            self._lock.execute("COMMIT")
-            self._lock.close()
-            self._lock = None
-            return
-        if self.backend == "postgres":
-            name = self.url.rsplit("/", 1)[1]
-            postgres.cluster_or_skip().sql(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -69,17 +40,6 @@ def outage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Outage]:
             yield failure
         finally:
             failure.end()
-
-
-async def count_rows(url: str, spill: Path | None = None) -> tuple[int, int, int]:
-    async with history.open(url, spill_path=spill) as store:
-        counts: list[int] = await store.query(
-            lambda conn: [
-                int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
-                for table in (tables.executions, tables.tool_calls, tables.events)
-            ]
-        )
-    return counts[0], counts[1], counts[2]
 
 
 async def test_failure_mid_run_loses_nothing(outage: Outage, tmp_path: Path) -> None:
@@ -133,7 +93,8 @@ async def test_spill_file_from_an_earlier_run_is_loaded(tmp_path: Path) -> None:
         assert store.spill_path == spill
         assert await store.events("spilled") == events
     assert not spill.exists()
-    assert (tmp_path / "h.db.spill.jsonl.bad").read_text() == "not json\n"
+    (dead,) = map(json.loads, (tmp_path / "h.db.spill.dead.jsonl").read_text().splitlines())
+    assert dead["line"] == "not json" and "not an event" in dead["reason"]
 
 
 WORKER = textwrap.dedent(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import sqlalchemy as sa
 
 import onlooker
 import postgres
@@ -20,10 +23,21 @@ from onlooker import (
     ToolCallStarted,
     Trigger,
 )
+from onlooker.plugins import history
+from onlooker.plugins.history import tables
 
 T0 = datetime(2025, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
-__all__ = ["T0", "add", "backend_url", "execution_events", "fail", "one_call"]
+__all__ = [
+    "T0",
+    "Outage",
+    "add",
+    "backend_url",
+    "count_rows",
+    "execution_events",
+    "fail",
+    "one_call",
+]
 
 
 def backend_url(backend: str, tmp_path: Path) -> Iterator[str]:
@@ -110,3 +124,48 @@ async def one_call(ctx: ExecutionContext) -> int:
     """A program with one tool call."""
     result: int = await ctx.call("add", a=1, b=2)
     return result
+
+
+class Outage:
+    """Makes one test database refuse writes, then take them again."""
+
+    def __init__(self, backend: str, url: str) -> None:
+        self.backend = backend
+        self.url = url
+        self._lock: sqlite3.Connection | None = None
+
+    def begin(self) -> None:
+        if self.backend == "sqlite":
+            # another process holding the write lock: "database is locked"
+            self._lock = sqlite3.connect(self.url.split("///", 1)[1].split("?")[0])
+            self._lock.isolation_level = None
+            self._lock.execute("BEGIN EXCLUSIVE")
+            return
+        cluster = postgres.cluster_or_skip()
+        name = self.url.rsplit("/", 1)[1]
+        cluster.sql(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+        cluster.sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+        )
+
+    def end(self) -> None:
+        if self._lock is not None:
+            self._lock.execute("COMMIT")
+            self._lock.close()
+            self._lock = None
+            return
+        if self.backend == "postgres":
+            name = self.url.rsplit("/", 1)[1]
+            postgres.cluster_or_skip().sql(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+
+
+async def count_rows(url: str, spill: Path | None = None) -> tuple[int, int, int]:
+    async with history.open(url, spill_path=spill) as store:
+        counts: list[int] = await store.query(
+            lambda conn: [
+                int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+                for table in (tables.executions, tables.tool_calls, tables.events)
+            ]
+        )
+    return counts[0], counts[1], counts[2]

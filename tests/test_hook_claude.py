@@ -1,194 +1,457 @@
-"""``onlooker hook claude-code``: Claude Code hook payloads become audit events.
+"""``onlooker hook claude-code``: every Claude Code hook event becomes onlooker events.
 
 Recording is fail-safe (always exit 0, nothing on stdout, problems in
-audit.err); governance is fail-closed (a matching or unreadable deny rule
-denies the call).
+audit.err) and holds as evidence (commands and paths as given). The deny
+rules are tested in test_cli_hook_rules.py, secrets in test_cli_hook_leak.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
+import time
+import typing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import anyio
+import claude_agent_sdk.types as sdk
 import pytest
-from typer.testing import CliRunner
 
 import onlooker
-from onlooker import ExecutionEvent, ToolCallFinished, ToolCallStarted
-from onlooker._cli._app import app
-from onlooker._cli._claude_hook import SCHEMA_VERSION, _Events, session_id_of
-from onlooker.plugins import audit
+from onlooker import (
+    ExecutionEvent,
+    ExecutionFinished,
+    ExecutionStarted,
+    InteractionResolved,
+    InteractionStarted,
+    ToolCallFinished,
+    ToolCallStarted,
+    _events,
+    _shared,
+)
+from onlooker._cli._claude_hook import MAX_RECORD_CHARS
+from onlooker._cli._claude_session import HOOK_EVENTS, Session
+from onlooker._shared import safe_session_id
+from onlooker.plugins import audit, history
+from test_cli_hook_support import (
+    CWD,
+    SESSION,
+    Hook,
+    bash,
+    event,
+    failure,
+    hook_process,
+    post,
+    pre,
+)
 
-runner = CliRunner()
-SESSION = "5c0ffee0-1d2b-4c3a-9e8f-0123456789ab"
-EXECUTABLE = shutil.which("onlooker", path=str(Path(sys.executable).parent))
-
-
-def payload(event: str, **fields: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "hook_event_name": event,
-        "session_id": SESSION,
-        "transcript_path": "/home/dev/.claude/projects/demo/5c0ffee0.jsonl",
-        "cwd": "/home/dev/demo",
-    }
-    return {**base, **fields}
-
-
-def bash(call: str, command: str, event: str = "PreToolUse", **fields: Any) -> dict[str, Any]:
-    return payload(
-        event, tool_name="Bash", tool_input={"command": command}, tool_use_id=call, **fields
-    )
-
-
-SESSION_PAYLOADS = [
-    payload("SessionStart", source="startup"),
-    bash("toolu_1", "ls -la"),
-    bash("toolu_1", "ls -la", "PostToolUse", tool_response={"stdout": "a.txt\n", "stderr": ""}),
-    payload(
-        "PreToolUse",
-        tool_name="Read",
-        tool_input={"file_path": "/home/dev/demo/a.txt"},
-        tool_use_id="toolu_2",
-    ),
-    payload(
-        "PostToolUseFailure",
-        tool_name="Read",
-        tool_input={"file_path": "/home/dev/demo/a.txt"},
-        tool_use_id="toolu_2",
-        error="File does not exist.",
-    ),
-    payload("SessionEnd", reason="prompt_input_exit"),
-]
+Check = Callable[[Sequence[ExecutionEvent]], None]
+BASH = {"command": "ls -la", "description": "run it"}
+EXPLORE = {"subagent_type": "Explore", "description": "look around", "prompt": "find the tests"}
 
 
-def hook(audit_dir: Path, data: dict[str, Any] | str, *extra: str) -> Any:
-    """Run the hook through the typer app (as ``onlooker hook claude-code``)."""
-    raw = data if isinstance(data, str) else json.dumps(data)
-    return runner.invoke(
-        app, ["hook", "claude-code", "--audit-dir", str(audit_dir), *extra], input=raw
-    )
+@pytest.fixture
+def hook(tmp_path: Path) -> Hook:
+    return Hook(tmp_path / "audit")
 
 
-def hook_process(
-    audit_dir: Path, data: dict[str, Any] | str, *extra: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run the hook as Claude Code does: a fresh process, the payload on stdin."""
-    assert EXECUTABLE is not None, "the onlooker console script is not installed in the venv"
-    raw = data if isinstance(data, str) else json.dumps(data)
-    return subprocess.run(
-        [EXECUTABLE, "hook", "claude-code", "--audit-dir", str(audit_dir), *extra],
-        input=raw,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        check=False,
-        timeout=30,
-    )
+def of(
+    events: Sequence[ExecutionEvent], kind: type[Any], execution: str | None = None
+) -> list[Any]:
+    return [e for e in events if isinstance(e, kind) and execution in (None, e.execution_id)]
 
 
-def trail(audit_dir: Path, session: str = SESSION) -> list[ExecutionEvent]:
-    return list(audit.tail(audit_dir / session))
+WHOLE_SESSION = [
+    event("SessionStart", source="startup", model="claude-sonnet-4-5"),
+    event("UserPromptSubmit", prompt="run the tests", prompt_id="prompt-1"),
+    pre("toolu_1", "Bash", BASH),
+    event("PermissionRequest", tool_name="Bash", tool_input=BASH, permission_suggestions=[]),
+    event("Notification", message="Claude needs your permission to use Bash",
+          notification_type="permission_prompt", title="Permission"),
+    post("toolu_1", "Bash", BASH, {"stdout": "a.txt\n", "stderr": ""}, duration_ms=12),
+    pre("toolu_2", "Agent", EXPLORE),
+    event("SubagentStart", agent_id="agent-1", agent_type="Explore"),
+    pre("toolu_3", "Read", {"file_path": "/etc/hosts"}, agent_id="agent-1", agent_type="Explore"),
+    failure("toolu_3", "Read", {"file_path": "/etc/hosts"}, "File does not exist.",
+            agent_id="agent-1", agent_type="Explore", duration_ms=3),
+    event("SubagentStop", agent_id="agent-1", agent_type="Explore", stop_hook_active=False,
+          agent_transcript_path="/home/dev/.claude/agent-1.jsonl", last_assistant_message="none"),
+    post("toolu_2", "Agent", EXPLORE, {"content": "no tests found"}),
+    event("Stop", stop_hook_active=False, last_assistant_message="Done."),
+    event("PreCompact", trigger="manual", custom_instructions="keep the test names"),
+    event("SessionStart", source="compact"),
+    event("SessionEnd", reason="prompt_input_exit"),
+]  # fmt: skip
 
 
-class TestRecording:
-    def test_a_whole_session_is_a_well_formed_verified_execution(
-        self, tmp_path: Path, check_stream: Callable[[Sequence[ExecutionEvent]], None]
+class TestASession:
+    def test_every_hook_event_of_a_session_is_recorded_and_verified(
+        self, hook: Hook, check_stream: Check
     ) -> None:
-        for data in SESSION_PAYLOADS:
-            result = hook(tmp_path, data)
-            assert result.exit_code == 0
-            assert result.stdout == ""
-        events = trail(tmp_path)
-        assert [e.kind for e in events] == [
+        assert {p["hook_event_name"] for p in WHOLE_SESSION} == set(HOOK_EVENTS)
+        assert hook.all(WHOLE_SESSION) == [""] * len(WHOLE_SESSION)
+        events = hook.events()
+        check_stream(events)
+        onlooker.testing.check_invariants(events)
+        report = audit.verify(hook.audit_dir / SESSION)
+        assert report.ok and report.records == len(events)
+        assert hook.errors() == ""
+        turn, agent, compact = (
+            f"{SESSION}.turn-1",
+            f"{SESSION}.agent-agent-1",
+            f"{SESSION}.compact-2",
+        )
+        assert [(e.execution_id, e.program) for e in of(events, ExecutionStarted)] == [
+            (SESSION, "claude-code"),
+            (turn, "prompt"),
+            (agent, "Explore"),
+            (compact, "compact"),
+        ]
+        assert [e.kind for e in events if e.execution_id == turn] == [
             "ExecutionStarted",
             "ToolCallStarted",
+            "InteractionStarted",  # the permission prompt, open until the call runs
+            "InteractionStarted",  # the notification, closed at once
+            "InteractionResolved",
+            "InteractionResolved",
             "ToolCallFinished",
             "ToolCallStarted",
             "ToolCallFinished",
             "ExecutionFinished",
         ]
-        check_stream(events)
-        assert {e.execution_id for e in events} == {SESSION}
-        finished = [e for e in events if isinstance(e, ToolCallFinished)]
-        assert [(f.tool, f.status) for f in finished] == [("Bash", "completed"), ("Read", "failed")]
-        assert finished[0].result == {"stdout": "a.txt\n", "stderr": ""}
-        assert finished[1].error is not None
-        assert finished[1].error.message == "File does not exist."
-        report = audit.verify(tmp_path / SESSION)
-        assert report.ok, report
-        assert report.records == len(events)
-        assert not (tmp_path / "audit.err").exists()
 
-    def test_events_match_the_schema_exactly(self) -> None:
-        state: dict[str, Any] = {"seq": 0, "calls": {}, "started": None}
-        built: list[dict[str, Any]] = []
-        for data in SESSION_PAYLOADS[:-1]:
-            built += _Events(SESSION, state).build(data, None)
-        built += _Events(SESSION, state).build(bash("toolu_9", "rm -rf /"), ("rm", "denied"))
-        built += _Events(SESSION, state).build(SESSION_PAYLOADS[-1], None)
-        assert len(built) == 8
-        for raw in built:
-            event = onlooker.parse_event(raw)
-            assert json.loads(event.model_dump_json()) == json.loads(json.dumps(raw))
+    def test_the_tree_nests_turns_sub_agents_and_their_calls(self, hook: Hook) -> None:
+        hook.all(WHOLE_SESSION)
+        events = hook.events()
+        turn, agent = f"{SESSION}.turn-1", f"{SESSION}.agent-agent-1"
+        started = {e.execution_id: e for e in of(events, ExecutionStarted)}
+        assert started[turn].attribution.parent_execution_id == SESSION
+        assert started[turn].attribution.depth == 1
+        assert started[turn].input == {"prompt": "run the tests"}
+        # the sub-agent is a child of the execution whose Agent call started it
+        assert started[agent].attribution.parent_execution_id == turn
+        assert started[agent].attribution.parent_tool_call_id == "toolu_2"
+        assert started[agent].attribution.depth == 2
+        assert started[agent].trigger.metadata == {"agent_id": "agent-1", "agent_type": "Explore"}
+        (read,) = of(events, ToolCallFinished, agent)
+        assert (read.tool, read.status, read.duration_ms) == ("Read", "failed", 3.0)
+        assert read.error is not None and read.error.message == "File does not exist."
+
+    def test_durations_are_the_payloads_own(self, hook: Hook) -> None:
+        hook(pre("toolu_1", "Bash", BASH))
+        time.sleep(0.05)  # the gap between two hook processes is not the tool's time
+        hook(post("toolu_1", "Bash", BASH, "ok", duration_ms=7))
+        hook(pre("toolu_2", "Bash", BASH))
+        hook(post("toolu_2", "Bash", BASH, "ok"))  # no duration_ms: the gap, then
+        first, second = of(hook.events(), ToolCallFinished)
+        assert first.duration_ms == 7.0
+        assert second.duration_ms >= 0.0 and second.metadata["cwd"] == CWD
+
+    def test_permission_prompts_are_interactions_answered_by_what_follows(
+        self, hook: Hook, check_stream: Check
+    ) -> None:
+        allowed = {"command": "make", "description": "build"}
+        refused = {"command": "rm -rf build", "description": "clean"}
+        hook.all(
+            [
+                event("UserPromptSubmit", prompt="build it"),
+                pre("toolu_1", "Bash", allowed),
+                event("PermissionRequest", tool_name="Bash", tool_input=allowed),
+                post("toolu_1", "Bash", allowed, "built"),
+                pre("toolu_2", "Bash", refused),
+                event("PermissionRequest", tool_name="Bash", tool_input=refused,
+                      permission_suggestions=[{"type": "addRules"}]),
+                event("Stop", stop_hook_active=False),  # no PostToolUse: the person said no
+                event("SessionEnd", reason="other"),
+            ]
+        )  # fmt: skip
+        events = hook.events()
+        check_stream(events)
+        asked = {e.interaction_id: e for e in of(events, InteractionStarted)}
+        answered = {e.interaction_id: e.status for e in of(events, InteractionResolved)}
+        assert answered == {"permission-toolu_1": "accepted", "permission-toolu_2": "declined"}
+        details = asked["permission-toolu_2"].requested_schema
+        assert details is not None and details["x-claude-code"] == {
+            "tool_name": "Bash",
+            "tool_input": refused,
+            "permission_suggestions": [{"type": "addRules"}],
+        }
+        calls = {e.tool_call_id: e.status for e in of(events, ToolCallFinished)}
+        assert calls == {"toolu_1": "completed", "toolu_2": "blocked"}
+
+    def test_notifications_are_closed_interactions(self, hook: Hook) -> None:
+        hook(event("Notification", message="Claude is waiting for your input",
+                   notification_type="idle_prompt"))  # fmt: skip
+        (asked,) = of(hook.events(), InteractionStarted)
+        (told,) = of(hook.events(), InteractionResolved)
+        assert asked.message == "Claude is waiting for your input"
+        assert (told.status, told.response) == ("accepted", {"notification_type": "idle_prompt"})
+
+    def test_a_new_prompt_before_stop_cancels_the_interrupted_turn(
+        self, hook: Hook, check_stream: Check
+    ) -> None:
+        hook.all(
+            [
+                event("UserPromptSubmit", prompt="first"),
+                bash("toolu_1", "sleep 100"),
+                event("UserPromptSubmit", prompt="never mind"),
+                event("Stop", stop_hook_active=False),
+                event("SessionEnd", reason="other"),
+            ]
+        )
+        events = hook.events()
+        check_stream(events)
+        finished = {e.execution_id: e for e in of(events, ExecutionFinished)}
+        assert finished[f"{SESSION}.turn-1"].status == "cancelled"
+        assert finished[f"{SESSION}.turn-2"].status == "completed"
+        (sleep,) = of(events, ToolCallFinished)
+        assert (sleep.tool_call_id, sleep.status) == ("toolu_1", "cancelled")
+
+    def test_a_turn_waits_for_its_background_sub_agents(
+        self, hook: Hook, check_stream: Check
+    ) -> None:
+        hook.all(
+            [
+                event("UserPromptSubmit", prompt="research in the background"),
+                pre("toolu_1", "Task", {**EXPLORE, "run_in_background": True}),
+                post("toolu_1", "Task", EXPLORE, {"agentId": "bg-1", "status": "async_launched"}),
+                event("Stop", stop_hook_active=False, last_assistant_message="started",
+                      background_tasks=[{"id": "bg-1", "type": "subagent", "status": "running",
+                                         "description": "look around"}]),
+                event("SubagentStart", agent_id="bg-1", agent_type="Explore"),
+                pre("toolu_2", "Grep", {"pattern": "def test"}, agent_id="bg-1"),
+                post("toolu_2", "Grep", {"pattern": "def test"}, "3 files", agent_id="bg-1"),
+            ]
+        )  # fmt: skip
+        turn = f"{SESSION}.turn-1"
+        assert not of(hook.events(), ExecutionFinished, turn)  # still waiting
+        hook(event("SubagentStop", agent_id="bg-1", agent_type="Explore", stop_hook_active=False,
+                   agent_transcript_path="/tmp/bg-1.jsonl", last_assistant_message="found 3"))  # fmt: skip
+        hook(event("SessionEnd", reason="other"))
+        events = hook.events()
+        check_stream(events)
+        agent = f"{SESSION}.agent-bg-1"
+        (started,) = of(events, ExecutionStarted, agent)
+        assert started.attribution.parent_execution_id == turn
+        assert started.attribution.parent_tool_call_id == "toolu_1"
+        (done,) = of(events, ExecutionFinished, turn)
+        assert done.status == "completed" and done.result is not None
+        assert done.result["last_assistant_message"] == "started"
+        assert [e.execution_id for e in of(events, ExecutionFinished)] == [agent, turn, SESSION]
+
+    def test_a_compaction_is_a_child_execution_until_the_next_event(self, hook: Hook) -> None:
+        hook.all(
+            [
+                event("PreCompact", trigger="auto", custom_instructions=None),
+                event("SessionStart", source="compact"),
+            ]
+        )
+        compact = f"{SESSION}.compact-1"
+        (started,) = of(hook.events(), ExecutionStarted, compact)
+        assert started.input == {"trigger": "auto"}
+        assert of(hook.events(), ExecutionFinished, compact)[0].status == "completed"
+
+
+class TestResumingAndMidSession:
+    def test_resuming_after_session_end_starts_a_new_linked_execution(
+        self, hook: Hook, check_stream: Check
+    ) -> None:
+        hook.all(
+            [
+                event("SessionStart", source="startup"),
+                event("SessionEnd", reason="prompt_input_exit"),
+                event("SessionStart", source="resume"),
+                bash("toolu_1", "ls"),
+                event("SessionEnd", reason="other"),
+            ]
+        )
+        events = hook.events()
+        check_stream(events)  # one pair per execution id: no duplicate
+        started = of(events, ExecutionStarted)
+        assert [e.execution_id for e in started] == [SESSION, f"{SESSION}.r2"]
+        assert started[1].trigger.metadata["resumes"] == SESSION
+        assert started[1].trigger.metadata["source"] == "resume"
+        assert [e.execution_id for e in of(events, ExecutionFinished)] == [
+            SESSION,
+            f"{SESSION}.r2",
+        ]
+
+    def test_resuming_an_open_session_continues_its_execution(
+        self, hook: Hook, check_stream: Check
+    ) -> None:
+        hook.all(
+            [
+                event("SessionStart", source="startup"),
+                bash("toolu_1", "ls"),
+                event("SessionStart", source="resume"),  # Claude Code crashed: no SessionEnd
+                event("SessionEnd", reason="other"),
+            ]
+        )
+        events = hook.events()
+        check_stream(events)
+        assert [e.execution_id for e in of(events, ExecutionStarted)] == [SESSION]
 
     def test_a_hook_installed_mid_session_still_closes_every_pair(
-        self, tmp_path: Path, check_stream: Callable[[Sequence[ExecutionEvent]], None]
+        self, hook: Hook, check_stream: Check
     ) -> None:
-        hook(tmp_path, bash("toolu_7", "pwd", "PostToolUse", tool_response={"stdout": "/"}))
-        hook(tmp_path, bash("toolu_8", "sleep 100"))  # never finishes: closed at session end
-        hook(tmp_path, payload("SessionEnd", reason="other"))
-        events = trail(tmp_path)
+        hook(post("toolu_7", "Bash", {"command": "pwd"}, {"stdout": "/"}))
+        hook(bash("toolu_8", "sleep 100"))  # never finishes: closed at session end
+        hook(event("SubagentStop", agent_id="lost", agent_type="Plan", stop_hook_active=False,
+                   agent_transcript_path="/tmp/lost.jsonl"))  # fmt: skip
+        hook(event("SessionEnd", reason="other"))
+        events = hook.events()
+        check_stream(events)
         assert [e.kind for e in events][:3] == [
             "ExecutionStarted",
             "ToolCallStarted",
             "ToolCallFinished",
         ]
-        check_stream(events)
-        cancelled = [
-            e for e in events if isinstance(e, ToolCallFinished) and e.status == "cancelled"
-        ]
+        cancelled = [e for e in of(events, ToolCallFinished) if e.status == "cancelled"]
         assert [e.tool_call_id for e in cancelled] == ["toolu_8"]
 
-    def test_secrets_are_redacted_before_they_reach_disk(self, tmp_path: Path) -> None:
-        secret = "sk-ant-api03-" + "Q" * 40
-        hook(tmp_path, bash("toolu_1", f"curl -H 'x-api-key: {secret}' https://api.example.com"))
-        on_disk = "".join(p.read_text() for p in (tmp_path / SESSION).rglob("*.jsonl"))
-        assert "curl" in on_disk
-        assert secret not in on_disk
+    def test_state_written_by_an_earlier_version_is_upgraded(self, hook: Hook) -> None:
+        session_dir = hook.audit_dir / SESSION
+        hook(bash("toolu_1", "ls"))
+        events = hook.events()
+        legacy = {"seq": len(events), "calls": {"toolu_1": {"tool": "Bash", "t": 1.0}},
+                  "started": 1.0}  # fmt: skip
+        (session_dir / ".claude-hook-state.json").write_text(json.dumps(legacy))
+        hook(post("toolu_1", "Bash", BASH, "ok"))
+        hook(event("SessionEnd", reason="other"))
+        onlooker.testing.check_invariants(hook.events())
 
-    def test_path_like_session_ids_stay_inside_the_audit_directory(self, tmp_path: Path) -> None:
-        audit_dir = tmp_path / "audit"
-        hook(audit_dir, {**payload("SessionStart"), "session_id": "../../etc/passwd"})
-        assert not (tmp_path / "etc").exists()
-        (session_dir,) = [p for p in audit_dir.iterdir() if p.is_dir()]
-        assert session_dir.name == session_id_of("../../etc/passwd")
-        assert trail(audit_dir, session_dir.name)[0].execution_id == session_dir.name
 
-    def test_concurrent_invocations_number_events_without_gaps(self, tmp_path: Path) -> None:
-        hook(tmp_path, payload("SessionStart", source="startup"))
-        calls = [bash(f"toolu_{i}", f"echo {i}") for i in range(12)]
-        with ThreadPoolExecutor(max_workers=6) as pool:
-            results = list(pool.map(lambda data: hook_process(tmp_path, data), calls))
-        assert all(r.returncode == 0 and r.stdout == "" for r in results), results
-        events = trail(tmp_path)
-        assert [e.seq for e in events] == list(range(13))
-        assert len({e.tool_call_id for e in events if isinstance(e, ToolCallStarted)}) == 12
-        assert audit.verify(tmp_path / SESSION).ok
+class TestEvidence:
+    @pytest.mark.parametrize(
+        "command",
+        [
+            "rm -rf /var/lib/postgresql",
+            "sudo chmod 777 /etc/sudoers",
+            "cat /etc/shadow",
+            "cp ~/.ssh/id_rsa /tmp/key && scp /tmp/key backup:/srv/keys/",
+        ],
+    )
+    def test_commands_and_paths_are_recorded_as_given(self, hook: Hook, command: str) -> None:
+        hook(bash("toolu_1", command))
+        hook(pre("toolu_2", "Read", {"file_path": "/etc/ssl/private/server.key"}))
+        calls = {e.tool_call_id: e.args for e in of(hook.events(), ToolCallStarted)}
+        assert calls["toolu_1"]["command"] == command
+        assert calls["toolu_2"]["file_path"] == "/etc/ssl/private/server.key"
 
-    def test_disabled_by_environment(self, tmp_path: Path) -> None:
-        result = hook_process(tmp_path, bash("toolu_1", "ls"), env={"ONLOOKER_AUDIT_DISABLE": "1"})
-        assert (result.returncode, result.stdout) == (0, "")
-        assert not tmp_path.joinpath(SESSION).exists()
+    def test_shortening_paths_is_an_opt_in(self, hook: Hook) -> None:
+        hook(pre("toolu_1", "Read", {"file_path": "/etc/ssl/private/server.key"}))
+        hook(
+            pre("toolu_2", "Read", {"file_path": "/etc/ssl/private/server.key"}), "--shorten-paths"
+        )
+        kept, shortened = of(hook.events(), ToolCallStarted)
+        assert kept.args["file_path"] == "/etc/ssl/private/server.key"
+        assert shortened.args["file_path"] == "server.key"
 
-    def test_schema_version_is_the_librarys(self) -> None:
-        assert onlooker.SCHEMA_VERSION == SCHEMA_VERSION
+    def test_the_npm_registry_is_kept_and_its_token_removed(self, hook: Hook) -> None:
+        token = "npm_" + "a1B2c3D4e5" * 4
+        hook(bash("toolu_1", f"npm config set //registry.example/:_authToken {token}"))
+        (started,) = of(hook.events(), ToolCallStarted)
+        command = started.args["command"]
+        assert command.startswith("npm config set //registry.example/:_authToken ")
+        assert token not in command and "[REDACTED:" in command
+
+    def test_a_huge_response_is_capped_with_a_marker(self, hook: Hook) -> None:
+        hook(bash("toolu_1", "seq 400000"))
+        hook(post("toolu_1", "Bash", BASH, list(range(400_000))))
+        live = hook.audit_dir / SESSION / "events.jsonl"
+        lines = live.read_text().splitlines()
+        assert max(len(line) for line in lines) < MAX_RECORD_CHARS + 1024
+        (finished,) = of(hook.events(), ToolCallFinished)
+        assert isinstance(finished.result, list)
+        assert finished.result[:3] == [0, 1, 2]
+        assert str(finished.result[-1]).startswith("…[truncated ")
+        assert audit.verify(hook.audit_dir / SESSION).ok
+
+
+class TestSchema:
+    def test_events_match_the_models_exactly(self) -> None:
+        state: dict[str, Any] | None = None
+        built: list[dict[str, Any]] = []
+        for number, payload in enumerate([*WHOLE_SESSION[:-1], bash("toolu_9", "rm -rf /")]):
+            verdict = ("deny", "rm", "denied") if payload.get("tool_use_id") == "toolu_9" else None
+            session = Session(SESSION, state, 1000.25 + number, safe_id=str, keep=lambda v: v)
+            built += session.handle(payload, verdict)
+            state = session.state
+        session = Session(SESSION, state, 2000.5, safe_id=str, keep=lambda v: v)
+        built += session.handle(WHOLE_SESSION[-1])
+        for raw in built:
+            parsed = onlooker.parse_event(raw)
+            assert json.loads(parsed.model_dump_json()) == json.loads(json.dumps(raw))
+        onlooker.testing.check_invariants([onlooker.parse_event(raw) for raw in built])
+
+    def test_the_envelope_is_written_once(self) -> None:
+        assert onlooker.SCHEMA_VERSION == _shared.SCHEMA_VERSION
+        for model in typing.get_args(typing.get_args(onlooker.ExecutionEvent)[0]):
+            assert tuple(model.model_fields)[: len(_shared.ENVELOPE_FIELDS) - 1] == tuple(
+                field for field in _shared.ENVELOPE_FIELDS if field != "kind"
+            ), model
+            assert "kind" in model.model_fields
+        assert tuple(onlooker.Attribution.model_fields) == _shared.ATTRIBUTION_FIELDS
+        assert _events.SCHEMA_VERSION == _shared.SCHEMA_VERSION
+
+    @pytest.mark.parametrize(
+        "kind",
+        [
+            sdk.PreToolUseHookInput,
+            sdk.PostToolUseHookInput,
+            sdk.PostToolUseFailureHookInput,
+            sdk.UserPromptSubmitHookInput,
+            sdk.StopHookInput,
+            sdk.SubagentStopHookInput,
+            sdk.PreCompactHookInput,
+            sdk.NotificationHookInput,
+            sdk.SubagentStartHookInput,
+            sdk.PermissionRequestHookInput,
+        ],
+    )
+    def test_every_field_of_every_hook_input_is_recorded(self, hook: Hook, kind: type) -> None:
+        """Each field of Claude Code's typed hook input (claude_agent_sdk) reaches the trail."""
+        hints = typing.get_type_hints(kind)
+        name = typing.get_args(hints.pop("hook_event_name"))[0]
+        hints.pop("session_id")
+        payload: dict[str, Any] = {"hook_event_name": name, "session_id": SESSION}
+        expected: list[str] = []
+        for field, annotation in hints.items():
+            value, shown = _sentinel(field, annotation)
+            payload[field] = value
+            expected.append(shown)
+        if name in ("PostToolUse", "PostToolUseFailure"):  # opened by its PreToolUse
+            after = ("tool_response", "error", "is_interrupt", "duration_ms")
+            hook({**{k: v for k, v in payload.items() if k not in after},
+                  "hook_event_name": "PreToolUse"})  # fmt: skip
+        hook(payload)
+        hook(event("SessionEnd", reason="other"))
+        assert hook.errors() == ""
+        recorded = (hook.audit_dir / SESSION / "events.jsonl").read_text()
+        for shown in expected:
+            assert shown in recorded, (name, shown)
+
+
+def _sentinel(field: str, annotation: Any) -> tuple[Any, str]:
+    """A unique value for ``field`` and how it shows in the trail's JSON."""
+    if field == "duration_ms":
+        return 4242, '"duration_ms":4242.0'
+    if field in ("stop_hook_active", "is_interrupt"):
+        return True, f'"{field}":true' if field == "stop_hook_active" else '"status":"cancelled"'
+    if field == "trigger":
+        return "manual", '"trigger":"manual"'
+    if field == "effort":
+        return {"level": "effort-level-7"}, "effort-level-7"
+    marker = f"value-of-{field}".replace("_", "-")
+    if field == "tool_input":
+        return {"file": marker}, marker
+    if field in ("background_tasks", "session_crons", "permission_suggestions"):
+        return [{"id": marker, "type": "shell", "status": "running", "description": "d"}], marker
+    return marker, marker
 
 
 class TestFailSafe:
@@ -197,41 +460,23 @@ class TestFailSafe:
         [
             ("{not json", "not JSON"),
             ("[1, 2]", "not a JSON object"),
-            (
-                json.dumps(payload("Notification", message="hi")),
-                "unknown hook event 'Notification'",
-            ),
+            (json.dumps(event("PostToolBatch")), "unknown hook event PostToolBatch"),
             (json.dumps({"hook_event_name": "PreToolUse"}), "no session_id"),
+            (json.dumps(event("Stop", session_id="")), "no session_id"),
+            (json.dumps(event("Stop", session_id="../..")), "no usable characters"),
         ],
     )
     def test_bad_input_exits_0_silently_and_is_logged(
-        self, tmp_path: Path, raw: str, problem: str
+        self, hook: Hook, raw: str, problem: str
     ) -> None:
-        result = hook_process(tmp_path, raw)
-        assert (result.returncode, result.stdout) == (0, "")
-        assert problem in (tmp_path / "audit.err").read_text()
+        assert hook(raw) == ""
+        (line,) = hook.errors().splitlines()
+        assert problem in json.loads(line)["message"]
 
-    @pytest.mark.parametrize(
-        "raw",
-        [
-            '{"hook_event_name": "PreToolUse", "tool_input": {"command": '
-            "\"curl -H 'Authorization: Bearer sk-abcdefghijklmnopqrstuvwx1234'",
-            '\udcff{"password": "hunter2hunter2"}',
-            '{"hook_event_name": "Notification sk-ant-api03-abcdefghijklmnopqrstuvwxyz"}',
-        ],
-    )
-    def test_malformed_input_never_puts_its_secrets_in_audit_err(
-        self, tmp_path: Path, raw: str
-    ) -> None:
-        result = hook_process(tmp_path, raw.encode("utf-8", "surrogateescape").decode("latin-1"))
+    def test_a_real_process_exits_0_and_writes_nothing_on_stdout(self, tmp_path: Path) -> None:
+        result = hook_process(tmp_path, "{not json")
         assert (result.returncode, result.stdout) == (0, "")
-        logged = (tmp_path / "audit.err").read_bytes()
-        for secret in (
-            b"abcdefghijklmnopqrstuvwx1234",
-            b"hunter2hunter2",
-            b"abcdefghijklmnopqrstuvwxyz",
-        ):
-            assert secret not in logged
+        assert "not JSON" in (tmp_path / "audit.err").read_text()
 
     def test_an_unwritable_audit_directory_exits_0(self, tmp_path: Path) -> None:
         blocker = tmp_path / "audit"
@@ -241,112 +486,165 @@ class TestFailSafe:
         assert "onlooker hook claude-code" in result.stderr  # nowhere else to report it
         assert blocker.read_text() == "a file where the directory should be"
 
-    def test_an_unwritable_session_directory_is_logged_in_audit_err(self, tmp_path: Path) -> None:
-        (tmp_path / SESSION).write_text("not a directory")
-        result = hook_process(tmp_path, bash("toolu_1", "ls"))
-        assert (result.returncode, result.stdout) == (0, "")
-        assert SESSION in (tmp_path / "audit.err").read_text()
+    def test_an_unwritable_session_directory_is_logged_in_audit_err(self, hook: Hook) -> None:
+        hook.audit_dir.mkdir()
+        (hook.audit_dir / SESSION).write_text("not a directory")
+        assert hook(bash("toolu_1", "ls")) == ""
+        assert SESSION in hook.errors()
 
-    def test_an_unknown_option_exits_0(self, tmp_path: Path) -> None:
-        result = hook_process(tmp_path, bash("toolu_1", "ls"), "--bogus")
-        assert (result.returncode, result.stdout) == (0, "")
-        assert "--bogus" in (tmp_path / "audit.err").read_text()
+    def test_an_unknown_option_is_logged_and_ignored(self, hook: Hook) -> None:
+        assert hook(bash("toolu_1", "ls"), "--bogus") == ""
+        assert "--bogus" in hook.errors()
+        assert len(hook.events()) == 2
 
-
-class TestDenyRules:
-    @pytest.fixture
-    def rules(self, tmp_path: Path) -> Path:
-        path = tmp_path / "deny.txt"
-        path.write_text(
-            "# no force pushes, no deleting from the root\ngit push .*--force\nglob:rm -rf /*\n"
-        )
-        return path
-
-    def deny_reason(self, stdout: str) -> str:
-        answer = json.loads(stdout)
-        output = answer["hookSpecificOutput"]
-        assert output["hookEventName"] == "PreToolUse"
-        assert output["permissionDecision"] == "deny"
-        reason: str = output["permissionDecisionReason"]
-        return reason
-
-    def test_a_matching_command_is_denied_with_its_rule(self, tmp_path: Path, rules: Path) -> None:
-        result = hook_process(
-            tmp_path, bash("toolu_1", "git push origin main --force"), "--deny-commands", str(rules)
-        )
-        assert result.returncode == 0
-        assert "git push .*--force" in self.deny_reason(result.stdout)
-        *_, started, finished = trail(tmp_path)
-        assert isinstance(started, ToolCallStarted)
-        assert isinstance(finished, ToolCallFinished)
-        assert finished.status == "blocked"
-        assert finished.metadata == {"denied_by": "git push .*--force"}
-
-    def test_globs_match_the_whole_command(self, tmp_path: Path, rules: Path) -> None:
-        denied = hook(tmp_path, bash("toolu_1", "rm -rf /home"), "--deny-commands", str(rules))
-        assert "rm -rf /*" in self.deny_reason(denied.stdout)
-        allowed = hook(
-            tmp_path, bash("toolu_2", "echo rm -rf /home"), "--deny-commands", str(rules)
-        )
-        assert allowed.stdout == ""
-
-    def test_other_commands_and_other_events_pass(self, tmp_path: Path, rules: Path) -> None:
-        for data in [
-            bash("toolu_1", "git push origin main"),
-            bash("toolu_1", "git push --force", "PostToolUse", tool_response={}),
-            payload(
-                "PreToolUse", tool_name="Read", tool_input={"file_path": "x"}, tool_use_id="t2"
-            ),
-        ]:
-            result = hook(tmp_path, data, "--deny-commands", str(rules))
-            assert (result.exit_code, result.stdout) == (0, "")
-
-    @pytest.mark.parametrize("content", [None, "valid\n(unclosed\n"])
-    def test_a_broken_rule_file_denies_every_call(
-        self, tmp_path: Path, content: str | None
+    def test_path_like_session_ids_stay_inside_the_audit_directory(
+        self, hook: Hook, tmp_path: Path
     ) -> None:
-        rules = tmp_path / "deny.txt"
-        if content is not None:
-            rules.write_text(content)
-        result = hook_process(tmp_path, bash("toolu_1", "ls"), "--deny-commands", str(rules))
-        assert result.returncode == 0
-        assert "deny.txt" in self.deny_reason(result.stdout)
+        hook(event("SessionStart", session_id="../../etc/passwd"))
+        assert not (tmp_path / "etc").exists()
+        (session_dir,) = [p for p in hook.audit_dir.iterdir() if p.is_dir()]
+        assert session_dir.name == safe_session_id("../../etc/passwd") == "etc_passwd"
+        assert hook.events(session_dir.name)[0].execution_id == "etc_passwd"
 
-    def test_denies_even_when_recording_fails(self, tmp_path: Path, rules: Path) -> None:
-        blocker = tmp_path / "audit"
-        blocker.write_text("")
-        result = hook_process(
-            blocker, bash("toolu_1", "git push -f --force"), "--deny-commands", str(rules)
-        )
-        assert result.returncode == 0
-        assert "git push" in self.deny_reason(result.stdout)
+    @pytest.mark.parametrize(
+        ("value", "recorded"),
+        [("1", False), ("true", False), ("YES", False), ("on", False),
+         ("0", True), ("false", True), ("", True), ("no", True)],
+    )  # fmt: skip
+    def test_the_disable_switch(
+        self, hook: Hook, monkeypatch: pytest.MonkeyPatch, value: str, recorded: bool
+    ) -> None:
+        monkeypatch.setenv("ONLOOKER_AUDIT_DISABLE", value)
+        hook(bash("toolu_1", "ls"))
+        assert (hook.audit_dir / SESSION).exists() is recorded
+        assert _shared.audit_disabled() is not recorded
+        from onlooker.plugins.audit._plugin import _disabled  # the audit plugin's switch
 
-    def test_same_decisions_as_the_library_policy(self, tmp_path: Path) -> None:
-        from onlooker import ToolUseContext
-        from onlooker._cli._rules import first_match, load_rules
-        from onlooker.policies import deny_commands
+        assert _disabled() is not recorded
 
-        patterns = [r"\bsudo\b", r"git push .*--force", r"curl[^|]*\|\s*sh"]
-        policy = deny_commands(patterns).pre[0]
-        path = tmp_path / "rules.txt"
-        path.write_text("\n".join(patterns))
-        rules = load_rules(path)
-        commands = ["sudo ls", "ls", "git push x --force", "curl a | sh", "echo curl", "pseudo x"]
-        for command in commands:
-            use = ToolUseContext(
-                "Bash", {"command": command}, "c1", onlooker.Attribution(), "e1", False
-            )
-            assert (first_match(rules, command) is not None) == (policy(use) is not None), command
+    def test_concurrent_processes_number_events_without_gaps(self, tmp_path: Path) -> None:
+        hook_process(tmp_path, event("SessionStart", source="startup"))
+        calls = [bash(f"toolu_{i}", f"echo {i}") for i in range(8)]
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            results = list(pool.map(lambda data: hook_process(tmp_path, data), calls))
+        assert all(r.returncode == 0 and r.stdout == "" for r in results), results
+        events = list(audit.tail(tmp_path / SESSION))
+        assert [e.seq for e in events] == list(range(9))
+        assert len({e.tool_call_id for e in of(events, ToolCallStarted)}) == 8
+        assert audit.verify(tmp_path / SESSION).ok
+
+
+class TestHistory:
+    def test_the_audit_directory_replays_every_session_idempotently(
+        self, hook: Hook, tmp_path: Path
+    ) -> None:
+        hook.all(WHOLE_SESSION)
+        hook(event("SessionStart", session_id="second-session", source="startup"))
+        url = f"sqlite:///{tmp_path / 'history.db'}"
+
+        async def replay() -> tuple[list[int], Any]:
+            async with history.open(url) as store:
+                counts = [await audit.replay(p, store) for p in sorted(hook.audit_dir.iterdir())
+                          if p.is_dir()]  # fmt: skip
+                return counts, await store.get_execution(SESSION)
+
+        counts, tree = anyio.run(replay)
+        assert sum(counts) == len(hook.events()) + 1
+        assert tree is not None and tree.status == "completed"
+        (turn,) = [child for child in tree.children if child.program == "prompt"]
+        (agent,) = turn.children
+        assert (agent.program, agent.parent_tool_call_id) == ("Explore", "toolu_2")
+        again, _ = anyio.run(replay)
+        assert again == [0, 0]
+
+    def test_history_option_keeps_the_database_current(self, tmp_path: Path) -> None:
+        audit_dir = tmp_path / ".onlooker" / "audit"
+        for payload in (event("SessionStart", source="startup"), bash("toolu_1", "ls"),
+                        event("SessionEnd", reason="other")):  # fmt: skip
+            assert hook_process(audit_dir, payload, "--history").returncode == 0
+        database = tmp_path / ".onlooker" / "history.db"
+        deadline = time.monotonic() + 60  # the replay runs in a process of its own
+        while not database.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # The replay holds this lock from before it creates the database until it is done.
+        with open(audit_dir / ".history-replay.lock", "a+b") as lock:
+            _shared.lock_file(lock.fileno())
+        assert not (audit_dir / "audit.err").exists(), (audit_dir / "audit.err").read_text()
+
+        async def recorded() -> str | None:
+            async with history.open(f"sqlite:///{database}") as store:
+                tree = await store.get_execution(SESSION)
+                return None if tree is None else tree.status
+
+        assert anyio.run(recorded) == "completed"
+
+
+class TestSharedRules:
+    @pytest.mark.parametrize(
+        "value",
+        [
+            {"a": [1, 2.5, None, True, "é \ud800", {"b": 'q"\\\n'}]},
+            [],
+            "text",
+            1e300,
+            -0.0,
+            float("inf"),
+            12345678901234567890,
+        ],
+    )
+    def test_json_without_json_gives_what_json_gives(self, value: Any) -> None:
+        expected = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        assert _shared.json_dumps(value) == expected
+        assert _shared.json_loads(" " + expected + "\n") == json.loads(expected)
+
+    @pytest.mark.parametrize("bad", ["", "{", "[1] x", "nul", b"\xff", '{"a": "\\x"}'])
+    def test_json_errors_are_value_errors(self, bad: str | bytes) -> None:
+        with pytest.raises(ValueError):
+            _shared.json_loads(bad)
+        with pytest.raises(TypeError, match="not JSON serializable"):
+            _shared.json_dumps({"a": object()})
+
+    @pytest.mark.parametrize(
+        ("raw", "safe"),
+        [("abc-1.2_3", "abc-1.2_3"), ("../x/y", "x_y"), ("a b", "a_b"), ("..", None),
+         ("é", None), ("x" * 300, "x" * 128)],
+    )  # fmt: skip
+    def test_session_ids(self, raw: str, safe: str | None) -> None:
+        assert safe_session_id(raw) == safe
+        assert _shared.is_session_id(raw) is (raw == safe)
+
+    def test_iso_time_is_what_the_models_read(self) -> None:
+        moment = 1_700_000_000.123456
+        assert _shared.iso_time(moment) == "2023-11-14T22:13:20.123456Z"
+        started = onlooker.parse_event(
+            {**_shared.envelope("ExecutionStarted", execution_id="x", seq=0,
+                                at=_shared.iso_time(moment)),
+             "program": "p", "trigger": {"kind": "k"}}
+        )  # fmt: skip
+        assert started.at.timestamp() == pytest.approx(moment)
 
 
 class TestFastStart:
+    def test_the_hooks_own_modules_import_neither_re_nor_json(self) -> None:
+        code = (
+            "import sys; import onlooker._cli._claude_hook, onlooker._cli._rules, "
+            "onlooker.plugins.audit._redact, onlooker._shared; "
+            "sys.modules['onlooker._cli._claude_hook'].json_loads('{\"a\": [1]}'); "
+            "print(sorted({'re', 'json', 'typing', 'enum'} & set(sys.modules)))"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True, timeout=60)  # fmt: skip
+        assert done.stdout.strip() == "[]"
+
     def test_the_hook_imports_no_heavy_module(self, tmp_path: Path) -> None:
         result = hook_process(tmp_path, bash("toolu_1", "ls"), env={"PYTHONPROFILEIMPORTTIME": "1"})
         assert result.returncode == 0
         imported = {
-            line.split("|")[-1].strip().split(".")[0]
+            line.split("|")[-1].strip()
             for line in result.stderr.splitlines()
             if line.startswith("import time:")
         }
-        assert "onlooker" in imported
-        assert not imported & {"typer", "rich", "pydantic", "pydantic_core", "anyio", "click"}
+        roots = {name.split(".")[0] for name in imported}
+        assert "onlooker" in roots
+        assert not roots & {"typer", "rich", "pydantic", "pydantic_core", "anyio", "click"}
+        assert not roots & {"typing", "datetime", "dataclasses", "hashlib", "subprocess"}

@@ -13,45 +13,15 @@ They use only the public API, as a user's own policy would.
 
 from __future__ import annotations
 
-import fnmatch
 import re
-from collections.abc import Collection, Mapping, Sequence
-from typing import Final, Literal
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Literal
 
 from onlooker import HookAction, HookMatcher, PreHookResult, ToolUseContext
 
+from ._shared import DEFAULT_DENIED_COMMANDS, compile_command_rule
+
 __all__ = ["DEFAULT_DENIED_COMMANDS", "deny_commands", "require_intent"]
-
-_SEP: Final = r"(?:^|[;&|(`]|\$\()\s*"
-"""Command position: the start, or after a separator, a subshell or a substitution."""
-_END: Final = r"(?=$|[\s;&|)`])"
-
-DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
-    "rm-recursive-root": (
-        r"\brm\s+(?:-[\w-]+\s+)*(?:-[a-zA-Z]*[rR][a-zA-Z]*|--recursive)\s+"
-        r"(?:-[\w-]+\s+)*(?:--\s+)?[\"']?(?:/\*?|~/?\*?|\$\{?HOME\}?/?\*?)[\"']?" + _END
-    ),
-    "sudo": _SEP + r"(?:\S*/)?(?:sudo|doas)\b",
-    "su": _SEP + r"(?:\S*/)?su" + _END,
-    "mkfs": r"\bmkfs(?:\.\w+)?\b",
-    "dd-to-device": r"\bdd\b[^;&|]*\bof=/dev/",
-    "redirect-to-device": r">\s*/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk)\w*",
-    "fork-bomb": r"(?P<bomb>[^\s(){}|&;]+)\s*\(\)\s*\{\s*(?P=bomb)\s*\|\s*(?P=bomb)\s*&\s*\}",
-    "download-piped-to-shell": (
-        r"\b(?:curl|wget|fetch)\b[^;&|]*\|\s*(?:sudo\s+)?(?:\S*/)?(?:ba|z|k|da|fi)?sh\b"
-    ),
-    "chmod-recursive-root": (
-        r"\bchmod\s+(?:-\S+\s+)*-[a-zA-Z]*R[a-zA-Z]*\s+(?:-\S+\s+)*\S+\s+/" + _END
-    ),
-    "power": _SEP + r"(?:\S*/)?(?:shutdown|reboot|poweroff|halt)\b",
-}
-"""The rules ``deny_commands()`` uses by default: rule name -> regular expression.
-
-A floor against obvious accidents (``rm -rf /``, ``sudo``, ``mkfs``, writing
-to a disk device, fork bombs, ``curl ... | sh``, ``chmod -R ... /``,
-``shutdown``), not a sandbox: a determined program can spell a command in
-ways no pattern list foresees.
-"""
 
 
 def require_intent(
@@ -147,7 +117,14 @@ def deny_commands(
         if isinstance(patterns, Mapping)
         else [(p if isinstance(p, str) else p.pattern, p) for p in patterns]
     )
-    rules = tuple((name, _compile(name, pattern, syntax)) for name, pattern in named)
+    rules = tuple((name, compile_command_rule(name, pattern, syntax)) for name, pattern in named)
+    return HookMatcher(pattern=tools, phases=phases, pre=(_command_hook(rules, argument, action),))
+
+
+def _command_hook(
+    rules: tuple[tuple[str, re.Pattern[str]], ...], argument: str, action: HookAction
+) -> Callable[[ToolUseContext], PreHookResult | None]:
+    """The pre-hook of :func:`deny_commands`: the first rule that finds the command decides."""
 
     def deny_commands(use: ToolUseContext) -> PreHookResult | None:
         value = use.tool_input.get(argument)
@@ -167,17 +144,4 @@ def deny_commands(
         return None
 
     deny_commands.__qualname__ = "policies.deny_commands"
-    return HookMatcher(pattern=tools, phases=phases, pre=(deny_commands,))
-
-
-def _compile(name: str, pattern: str | re.Pattern[str], syntax: str) -> re.Pattern[str]:
-    if isinstance(pattern, re.Pattern):
-        return pattern
-    if not isinstance(pattern, str) or not pattern:
-        raise ValueError(f"rule {name!r}: a pattern must be a non-empty string")
-    if syntax == "glob":
-        return re.compile(r"\A" + fnmatch.translate(pattern))  # whole command
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"rule {name!r}: invalid regular expression: {exc}") from None
+    return deny_commands

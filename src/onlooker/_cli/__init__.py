@@ -1,7 +1,7 @@
 """The ``onlooker`` command line: a thin layer over the library.
 
-Kept tiny on purpose: ``onlooker hook claude-code`` runs on every tool call a
-coding agent makes, so it is dispatched here before typer, rich, pydantic or
+Kept tiny on purpose: ``onlooker hook claude-code`` runs on every hook event
+of a coding agent, so it is dispatched here before typer, rich, pydantic or
 anyio are imported.
 """
 
@@ -16,8 +16,21 @@ def main(argv: list[str] | None = None) -> None:
     """Run the ``onlooker`` command line (the console script's entry point)."""
     args = sys.argv[1:] if argv is None else argv
     if args[:2] == ["hook", "claude-code"] and not {"-h", "--help"} & set(args[2:]):
-        from ._claude_hook import run
-
+        try:
+            from ._claude_hook import run
+        except Exception as exc:  # a broken install must not open the gate: deny, say why
+            if any(arg.split("=")[0] == "--deny-commands" for arg in args[2:]):
+                problem = f"{type(exc).__name__}: {exc}"
+                reason = f"onlooker denied this call: the hook cannot start ({problem})"
+                plain = "".join(c if c.isprintable() else " " for c in reason)
+                quoted = plain.replace("\\", "\\\\").replace('"', '\\"')
+                sys.stdout.write(
+                    '{"hookSpecificOutput": {"hookEventName": "PreToolUse", '
+                    f'"permissionDecision": "deny", "permissionDecisionReason": "{quoted}"}}}}\n'
+                )
+                sys.stdout.flush()
+                sys.exit(0)
+            raise
         sys.exit(run(args[2:]))
     from ._app import app
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 import typer
 from rich.markup import escape
 
-from ._common import db_url, stderr, stdout
+from ._common import db_url, flag, stderr, stdout
 
 __all__ = ["audit_app"]
 
@@ -18,6 +19,8 @@ audit_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode="rich",
 )
+
+Json = Annotated[bool, flag("--json", help="Print the result as one JSON object.")]
 
 TrailPath = Annotated[
     Path,
@@ -46,6 +49,7 @@ def verify(
             show_default=False,
         ),
     ],
+    as_json: Json = False,
 ) -> None:
     """Prove a trail whole: every line parses and is chained to the one before.
 
@@ -57,30 +61,47 @@ def verify(
 
     _exists(path)
     targets = _sessions(path) or [path]
-    damaged = 0
+    results: list[dict[str, Any]] = []
     for target in targets:
         try:
             report = audit.verify(target)
         except AuditError as exc:
             raise typer.BadParameter(str(exc), param_hint="PATH") from None
-        label = f"{escape(str(target))}: " if len(targets) > 1 else ""
-        if report.ok:
-            stdout.print(
-                f"{label}[green]ok[/]: {report.records} records in {report.segments} segment(s), "
-                "chain intact"
-            )
-            continue
-        damaged += 1
-        verdict = "TORN TAIL" if report.reason == "torn_tail" else "TAMPERED"
-        where = f" at {report.first_bad}" if report.first_bad is not None else ""
-        detail = f": {report.detail}" if report.detail else ""
-        stdout.print(
-            f"{label}[red]{verdict}[/]{escape(where)} ({report.reason}){escape(detail)}",
-            soft_wrap=True,
+        results.append(
+            {
+                "path": str(target),
+                "ok": report.ok,
+                "records": report.records,
+                "segments": report.segments,
+                "reason": report.reason,
+                "first_bad": None if report.first_bad is None else str(report.first_bad),
+                "detail": report.detail or None,
+            }
         )
-        stdout.print(f"{report.records} intact record(s) before it")
+        if not as_json:
+            _print_verdict(report, f"{escape(str(target))}: " if len(targets) > 1 else "")
+    damaged = sum(1 for result in results if not result["ok"])
+    if as_json:
+        typer.echo(json.dumps({"ok": not damaged, "sessions": results}))
     if damaged:
         raise typer.Exit(1)
+
+
+def _print_verdict(report: Any, label: str) -> None:
+    if report.ok:
+        stdout.print(
+            f"{label}[green]ok[/]: {report.records} records in {report.segments} segment(s), "
+            "chain intact"
+        )
+        return
+    verdict = "TORN TAIL" if report.reason == "torn_tail" else "TAMPERED"
+    where = f" at {report.first_bad}" if report.first_bad is not None else ""
+    detail = f": {report.detail}" if report.detail else ""
+    stdout.print(
+        f"{label}[red]{verdict}[/]{escape(where)} ({report.reason}){escape(detail)}",
+        soft_wrap=True,
+    )
+    stdout.print(f"{report.records} intact record(s) before it")
 
 
 def _sessions(path: Path) -> list[Path]:
@@ -100,9 +121,9 @@ def _sessions(path: Path) -> list[Path]:
 def tail(
     path: TrailPath,
     follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep printing events as they are appended.")
+        bool, flag("--follow", "-f", help="Keep printing events as they are appended.")
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="One event as JSON per line.")] = False,
+    as_json: Annotated[bool, flag("--json", help="One event as JSON per line.")] = False,
 ) -> None:
     """Print the events of a trail, one per line (Ctrl-C stops --follow)."""
     import onlooker
@@ -127,33 +148,57 @@ def tail(
 @audit_app.command(
     epilog=(
         "[b]Examples[/b]\n\n"
-        "  onlooker audit replay .onlooker/audit/SESSION --db sqlite:///rebuilt.db\n\n"
-        "  onlooker audit replay .onlooker/audit/SESSION   # into .onlooker/history.db"
+        "  onlooker audit replay .onlooker/audit   # every session, into .onlooker/history.db\n\n"
+        "  onlooker audit replay .onlooker/audit/SESSION --db sqlite:///rebuilt.db"
     ),
 )
 def replay(
-    path: TrailPath,
+    path: Annotated[
+        Path,
+        typer.Argument(
+            metavar="PATH",
+            help="A session directory, one of its events*.jsonl files, or the audit directory "
+            "itself (every session in it is replayed).",
+            show_default=False,
+        ),
+    ],
     db: Annotated[
         str | None,
         typer.Option(help="History database URL or SQLite file (default: .onlooker/history.db)."),
     ] = None,
+    as_json: Json = False,
 ) -> None:
-    """Rebuild history from a trail. Idempotent: replaying twice changes nothing."""
+    """Rebuild history from trails. Idempotent: replaying twice changes nothing.
+
+    Events already in the database (by event id) are skipped, so replaying a
+    growing trail again adds only what is new.
+    """
     import onlooker
     from onlooker.plugins import audit, history
 
     _exists(path)
+    targets = _sessions(path) or [path]
+    if path.is_dir() and targets == [path] and not any(path.glob("events*.jsonl")):
+        raise typer.BadParameter(f"no audit trail in {str(path)!r}", param_hint="PATH")
 
-    async def go() -> int:
+    async def go() -> list[int]:
         async with history.open(db_url(db)) as store:
-            return await audit.replay(path, store)
+            return [await audit.replay(target, store) for target in targets]
 
     try:
-        count = anyio.run(go)
+        counts = anyio.run(go)
     except onlooker.OnlookerError as exc:
         stderr.print(f"[red]error[/]: {escape(str(exc))}")
         raise typer.Exit(1) from None
-    stdout.print(f"replayed {count} events from {escape(str(path))}")
+    if as_json:
+        sessions = [{"path": str(t), "new_events": n} for t, n in zip(targets, counts, strict=True)]
+        typer.echo(json.dumps({"new_events": sum(counts), "sessions": sessions}))
+        return
+    if targets == [path]:
+        stdout.print(f"replayed {counts[0]} new events from {escape(str(path))}")
+    else:
+        many = f"{len(targets)} session" + ("s" if len(targets) > 1 else "")
+        stdout.print(f"replayed {sum(counts)} new events from {many} in {escape(str(path))}")
 
 
 def _exists(path: Path) -> None:

@@ -1,16 +1,29 @@
-"""What the commands share: the consoles, database URLs, times given on the command line."""
+"""What the commands share: consoles, database URLs, times, flags as the help shows them."""
 
 from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
-__all__ = ["STYLES", "db_url", "ms", "parse_time", "stderr", "stdout"]
+__all__ = [
+    "STYLES",
+    "FlagCommand",
+    "FlagGroup",
+    "db_url",
+    "existing_db",
+    "flag",
+    "ms",
+    "parse_time",
+    "stderr",
+    "stdout",
+]
 
 stdout: Final = Console(highlight=False)
 """Results: trees, tables, JSON."""
@@ -40,6 +53,49 @@ def ms(value: float) -> str:
     if value < 1:
         return f"{value:.3f} ms"
     return f"{value:.1f} ms" if value < 1000 else f"{value / 1000:.2f} s"
+
+
+def flag(*names: str, help: str, **options: Any) -> Any:
+    """A boolean option shown in ``--help`` as a flag (no ``<bool>`` value after it)."""
+    return typer.Option(*names, help=help, metavar="", **options)
+
+
+class _FlagHelp:
+    """``--help`` shown as the flag it is (typer shows ``<bool>`` after it)."""
+
+    def get_help_option(self, ctx: Any) -> TyperOption | None:  # ctx: typer's own click's
+        option: TyperOption | None = super().get_help_option(ctx)  # type: ignore[misc]  # a mixin of typer's classes
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class FlagCommand(_FlagHelp, TyperCommand):
+    """A command whose ``--help`` option is shown as the flag it is."""
+
+
+class FlagGroup(_FlagHelp, TyperGroup):
+    """A command group whose ``--help`` option is shown as the flag it is."""
+
+
+def existing_db(value: str | None) -> str | None:
+    """``--db`` for a command that only reads: a SQLite file must already exist.
+
+    Reading never creates a database or a directory: a missing file (a
+    mistyped path, a directory where nothing ran yet) is a message and exit 1.
+    """
+    url = db_url(value)
+    target = url if url is not None else "sqlite:///" + str(Path(".onlooker/history.db").resolve())
+    if not target.startswith("sqlite"):
+        return url
+    database = target.partition(":///")[2].partition("?")[0]
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return url
+    if not Path(database).is_file():
+        hint = "" if value is not None else " (run something first, or pass --db)"
+        stderr.print(f"[red]error[/]: no history database at {escape(database)}{hint}")
+        raise typer.Exit(1)
+    return url
 
 
 def db_url(value: str | None) -> str | None:

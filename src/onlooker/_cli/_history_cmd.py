@@ -12,7 +12,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from ._common import STYLES, db_url, ms, parse_time, stderr, stdout
+from ._common import STYLES, existing_db, flag, ms, parse_time, stderr, stdout
 
 if TYPE_CHECKING:
     from onlooker.plugins.history import ExecutionList, ExecutionTree, HistoryStats
@@ -32,7 +32,7 @@ Db = Annotated[
     typer.Option(help="History database URL or SQLite file (default: .onlooker/history.db)."),
 ]
 _STATUSES = ("running", "completed", "failed", "cancelled", "expired")
-Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+Json = Annotated[bool, flag("--json", help="Machine-readable output.")]
 
 
 @history_app.command(
@@ -80,10 +80,12 @@ def list_(
         "cursor": cursor,
     }
 
+    url = existing_db(db)
+
     async def read() -> ExecutionList:
         from onlooker.plugins import history
 
-        async with history.open(db_url(db)) as store:
+        async with history.open(url) as store:
             return await store.list_executions(**filters)
 
     page = _call(read)
@@ -93,13 +95,21 @@ def list_(
         if page.next_cursor is not None:
             typer.echo(json.dumps({"next_cursor": page.next_cursor}))
         return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("execution", no_wrap=True)
+    stdout.print(_table(page))
+    if page.next_cursor is not None:  # one line, whatever the width: it is copied whole
+        stdout.print(f"more: --cursor {page.next_cursor}", soft_wrap=True)
+
+
+def _table(page: ExecutionList) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
+    # Ids fold onto a second line when the terminal is narrow; program and
+    # trigger keep room for a name (wrapping, never cut).
+    table.add_column("execution", overflow="fold", min_width=14)
     for column in ("program", "trigger"):
-        table.add_column(column, overflow="fold")  # wrap, never cut an id or a name
-    table.add_column("status", no_wrap=True)
-    table.add_column("started (UTC)", no_wrap=True)
-    table.add_column("duration", justify="right", no_wrap=True)
+        table.add_column(column, overflow="fold", min_width=11)
+    table.add_column("status", no_wrap=True, min_width=9)
+    table.add_column("started (UTC)", no_wrap=True, min_width=14)
+    table.add_column("duration", justify="right", no_wrap=True, min_width=8)
     for record in page:
         started = record.started_at.strftime("%m-%d %H:%M:%S") if record.started_at else ""
         duration = ms(record.duration_ms) if record.duration_ms is not None else ""
@@ -112,9 +122,7 @@ def list_(
             started,
             duration,
         )
-    stdout.print(table)
-    if page.next_cursor is not None:
-        stdout.print(f"more: --cursor {page.next_cursor}")
+    return table
 
 
 @history_app.command(
@@ -135,11 +143,12 @@ def show(
 
     Exits 1 when no execution has this id.
     """
+    url = existing_db(db)
 
     async def read() -> ExecutionTree | None:
         from onlooker.plugins import history
 
-        async with history.open(db_url(db)) as store:
+        async with history.open(url) as store:
             return await store.get_execution(execution_id)
 
     tree = _call(read)
@@ -166,11 +175,12 @@ def stats(
 ) -> None:
     """Count executions by status and tool calls per tool (failure rate, p50 and p95)."""
     moment = parse_time(since, "--since")
+    url = existing_db(db)
 
     async def read() -> HistoryStats:
         from onlooker.plugins import history
 
-        async with history.open(db_url(db)) as store:
+        async with history.open(url) as store:
             return await store.stats(since=moment)
 
     result = _call(read)

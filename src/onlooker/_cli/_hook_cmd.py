@@ -1,26 +1,59 @@
-"""``onlooker hook``: the coding-agent hook and its installer."""
+"""``onlooker hook``: the coding-agent hook, its installer and its status."""
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
 import typer
+from rich.markup import escape
 
 from . import _claude_hook
-from ._settings import SettingsError, hook_command, install, uninstall
+from ._claude_session import HOOK_EVENTS
+from ._common import flag, stderr, stdout
+from ._settings import (
+    Change,
+    SettingsError,
+    apply,
+    hook_command,
+    ignore_onlooker,
+    installed_commands,
+    plan_install,
+    plan_uninstall,
+    settings_path,
+)
 
 __all__ = ["hook_app"]
 
 hook_app = typer.Typer(
-    help="Record a coding agent's tool calls in an audit trail (Claude Code).",
+    help="Record a coding agent's hook events in an audit trail, and govern its tool calls.",
     no_args_is_help=True,
     rich_markup_mode="rich",
 )
 
-_SETTINGS_HELP = (
-    "The Claude Code settings file (project: .claude/settings.json; user: ~/.claude/settings.json)."
+RULES_HELP = (
+    "A rule file: one rule per line, # comments. A line is a regular expression searched in "
+    "the Bash command; glob:PATTERN a glob on the whole command; tool:GLOB a tool name "
+    "(mcp__github__*); read:GLOB, write:GLOB, edit:GLOB, path:GLOB a file the call reads, "
+    "writes, edits or any; @defaults the built-in command rules. Prefix ask: to ask instead "
+    "of denying. Unreadable rules deny every call."
 )
+Settings = Annotated[
+    Path | None,
+    typer.Option(
+        help="The settings file (default: .claude/settings.json; see --local and --user).",
+        show_default=False,
+    ),
+]
+Local = Annotated[
+    bool, flag("--local", help="Use .claude/settings.local.json (personal, not committed).")
+]
+User = Annotated[bool, flag("--user", help="Use ~/.claude/settings.json (every project).")]
+Json = Annotated[bool, flag("--json", help="Print the result as one JSON object.")]
+DryRun = Annotated[bool, flag("--dry-run", help="Print the change; write nothing.")]
 
 
 @hook_app.command(
@@ -30,92 +63,337 @@ _SETTINGS_HELP = (
         '  echo \'{"hook_event_name": "PreToolUse", "session_id": "s1", '
         '"tool_name": "Bash", "tool_input": {"command": "ls"}, '
         '"tool_use_id": "t1"}\' | onlooker hook claude-code\n\n'
-        "  onlooker hook claude-code --deny-commands .onlooker/deny.txt < payload.json"
+        "  onlooker hook claude-code --deny-commands .onlooker/deny.txt < payload.json\n\n"
+        "[b]Rule file[/b]\n\n"
+        "  git push .*--force        (a regular expression, searched in the command)\n\n"
+        "  glob:rm -rf /*            (a glob, the whole command)\n\n"
+        "  write:.env                (a file written: a name, or a path with /)\n\n"
+        "  read:~/.ssh               (a directory: everything in it)\n\n"
+        "  tool:mcp__github__delete_*\n\n"
+        "  ask: tool:WebFetch        (ask the person instead of denying)\n\n"
+        "  @defaults                 (sudo, rm -rf /, mkfs, curl | sh, ...)"
     ),
 )
 def claude_code(
     audit_dir: Annotated[
         Path | None,
         typer.Option(
-            help="Where session trails go (default: $CLAUDE_PROJECT_DIR or ., then .onlooker/audit)."
+            help="Where session trails go (default: $CLAUDE_PROJECT_DIR or ., then "
+            ".onlooker/audit).",
+            show_default=False,
         ),
     ] = None,
-    deny_commands: Annotated[
-        Path | None,
+    deny_commands: Annotated[Path | None, typer.Option(help=RULES_HELP, show_default=False)] = None,
+    history: Annotated[
+        bool,
+        flag(
+            "--history",
+            help="Keep history current: after each Stop, SubagentStop and SessionEnd, replay "
+            "the session into AUDIT_DIR/../history.db in the background.",
+        ),
+    ] = False,
+    history_db: Annotated[
+        str | None,
         typer.Option(
-            help="A file of deny rules (one glob per line, or re:REGEX); matching commands are denied."
+            help="The history database for --history (a URL or a SQLite file).", show_default=False
         ),
     ] = None,
+    shorten_paths: Annotated[
+        bool,
+        flag(
+            "--shorten-paths",
+            help="Record absolute paths outside the project as ~/... or their base name "
+            "(hides where the agent looked: off by default, paths are evidence).",
+        ),
+    ] = False,
 ) -> None:
-    """Read one Claude Code hook payload on stdin and append it to the session's audit trail.
+    """Read one Claude Code hook event on stdin; judge it, then append it to the session's trail.
 
-    PreToolUse, PostToolUse, PostToolUseFailure, SessionStart and SessionEnd
-    are recorded (redacted, hash-chained) in AUDIT_DIR/SESSION_ID/. Always
-    exits 0 and prints nothing, except the JSON that denies a call matched by
-    a deny rule; problems go to AUDIT_DIR/audit.err.
+    Every hook event (SessionStart, UserPromptSubmit, PreToolUse,
+    PermissionRequest, PostToolUse, PostToolUseFailure, Notification,
+    SubagentStart, SubagentStop, Stop, PreCompact, SessionEnd) is recorded,
+    redacted and hash-chained, in AUDIT_DIR/SESSION_ID/. With
+    --deny-commands, a PreToolUse is judged first, whatever happens to the
+    record. Always exits 0 and prints nothing, except the JSON that denies
+    (or asks about) a call; problems go to AUDIT_DIR/audit.err.
     """
     args: list[str] = []
     if audit_dir is not None:
         args += ["--audit-dir", str(audit_dir)]
     if deny_commands is not None:
         args += ["--deny-commands", str(deny_commands)]
+    if history_db is not None:
+        args += ["--history-db", history_db]
+    elif history:
+        args.append("--history")
+    if shorten_paths:
+        args.append("--shorten-paths")
     raise typer.Exit(_claude_hook.run(args))
+
+
+def _settings(settings: Path | None, local: bool, user: bool) -> Path:
+    if sum((settings is not None, local, user)) > 1:
+        raise typer.BadParameter("use one of --settings, --local and --user", param_hint="--local")
+    if settings is not None:
+        return settings
+    return settings_path("local" if local else "user" if user else "project")
+
+
+def _project(settings: Path) -> Path | None:
+    """The project a settings file belongs to (None for the user's own settings)."""
+    folder = settings.resolve().parent
+    if folder.name != ".claude" or folder == (Path.home() / ".claude").resolve():
+        return None
+    return folder.parent
 
 
 @hook_app.command(
     "install",
     epilog=(
         "[b]Examples[/b]\n\n"
-        "  onlooker hook install\n\n"
-        "  onlooker hook install --settings ~/.claude/settings.json --deny-commands deny.txt"
+        "  onlooker hook install --local --dry-run\n\n"
+        "  onlooker hook install --local --history --deny-commands .onlooker/deny.txt\n\n"
+        "  onlooker hook install --user --audit-dir ~/.onlooker/audit"
     ),
 )
 def install_cmd(
-    settings: Annotated[Path, typer.Option(help=_SETTINGS_HELP)] = Path(".claude/settings.json"),
+    settings: Settings = None,
+    local: Local = False,
+    user: User = False,
     audit_dir: Annotated[
         Path | None,
-        typer.Option(help="Record into this directory (made absolute in the hook command)."),
+        typer.Option(help="Record into this directory (made absolute).", show_default=False),
     ] = None,
     deny_commands: Annotated[
-        Path | None, typer.Option(help="Deny the commands matched by this rule file.")
+        Path | None,
+        typer.Option(help="Judge tool calls by this rule file (checked now).", show_default=False),
     ] = None,
+    history: Annotated[
+        bool, flag("--history", help="Keep the history database current (see hook claude-code).")
+    ] = False,
+    history_db: Annotated[
+        str | None, typer.Option(help="The history database for --history.", show_default=False)
+    ] = None,
+    shorten_paths: Annotated[
+        bool, flag("--shorten-paths", help="Shorten recorded paths (see hook claude-code).")
+    ] = False,
     command: Annotated[
-        str | None, typer.Option(help="The exact hook command to install (overrides the above).")
+        str | None,
+        typer.Option(
+            help="The exact hook command to install (overrides the above).", show_default=False
+        ),
     ] = None,
+    dry_run: DryRun = False,
+    as_json: Json = False,
 ) -> None:
-    """Add the onlooker hook to a Claude Code settings file.
+    """Add the onlooker hook, for every hook event, to a Claude Code settings file.
 
-    Idempotent: running it twice changes nothing; other hooks are kept; the
-    file is backed up to SETTINGS.bak before it is rewritten.
+    Idempotent: installing twice changes nothing; other hooks and settings
+    are kept; the old file is kept as SETTINGS.<UTC time>.bak. In a git
+    project, .onlooker/ is added to .gitignore. A rule file that cannot be
+    read or holds an invalid rule is refused (exit 1), nothing written.
     """
-    line = command or hook_command(audit_dir=audit_dir, deny_commands=deny_commands)
+    path = _settings(settings, local, user)
+    if deny_commands is not None:
+        from ._rules import RuleError, load_rules
+
+        try:
+            load_rules(deny_commands)
+        except RuleError as exc:
+            _fail(str(exc), as_json)
+    line = command or hook_command(
+        audit_dir=audit_dir,
+        deny_commands=deny_commands,
+        history=history,
+        history_db=history_db,
+        shorten_paths=shorten_paths,
+    )
     try:
-        changed, backup = install(settings, line)
+        change = plan_install(path, line)
+        project = _project(path)
+        gitignore = ignore_onlooker(project, dry_run=dry_run) if project is not None else None
+        backup = None if dry_run else apply(change)
     except SettingsError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    if not changed:
-        typer.echo(f"{settings}: already installed, nothing changed")
+        _fail(str(exc), as_json)
+    _print_install(change, line, backup, gitignore, dry_run=dry_run, as_json=as_json)
+
+
+def _print_install(
+    change: Change,
+    line: str,
+    backup: Path | None,
+    gitignore: Path | None,
+    *,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    path = change.path
+    if as_json:
+        result = {
+            "settings": str(path),
+            "changed": change.changed,
+            "dry_run": dry_run,
+            "command": line,
+            "events": list(HOOK_EVENTS),
+            "backup": str(backup) if backup else None,
+            "gitignore": str(gitignore) if gitignore else None,
+        }
+        typer.echo(json.dumps(result))
         return
-    saved = f" (backup: {backup})" if backup else ""
-    typer.echo(f"{settings}: installed `{line}`{saved}")
+    if dry_run:
+        diff = change.diff()
+        typer.echo(diff.rstrip("\n") if diff else f"{path}: already installed, nothing to change")
+        if gitignore is not None:
+            stdout.print(f"{escape(_shown(gitignore))}: would add .onlooker/")
+        return
+    if not change.changed:
+        stdout.print(f"{escape(str(path))}: already installed, nothing changed")
+    else:
+        saved = f" (backup: {escape(str(backup))})" if backup else ""
+        stdout.print(f"{escape(str(path))}: installed `{escape(line)}`{saved}", soft_wrap=True)
+    if gitignore is not None:
+        stdout.print(f"{escape(_shown(gitignore))}: added .onlooker/")
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the current directory when it is below it."""
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 @hook_app.command(
     "uninstall",
-    epilog="[b]Examples[/b]\n\n  onlooker hook uninstall --settings ~/.claude/settings.json",
+    epilog=(
+        "[b]Examples[/b]\n\n  onlooker hook uninstall --local\n\n"
+        "  onlooker hook uninstall --settings ~/.claude/settings.json"
+    ),
 )
 def uninstall_cmd(
-    settings: Annotated[Path, typer.Option(help=_SETTINGS_HELP)] = Path(".claude/settings.json"),
+    settings: Settings = None,
+    local: Local = False,
+    user: User = False,
+    dry_run: DryRun = False,
+    as_json: Json = False,
 ) -> None:
     """Remove the onlooker hook from a Claude Code settings file; other hooks are kept."""
+    path = _settings(settings, local, user)
     try:
-        changed, backup = uninstall(settings)
+        change = plan_uninstall(path)
+        backup = None if dry_run else apply(change)
     except SettingsError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    if not changed:
-        typer.echo(f"{settings}: not installed, nothing changed")
+        _fail(str(exc), as_json)
+    if as_json:
+        result = {
+            "settings": str(path),
+            "changed": change.changed,
+            "dry_run": dry_run,
+            "backup": str(backup) if backup else None,
+        }
+        typer.echo(json.dumps(result))
+    elif not change.changed:
+        stdout.print(f"{escape(str(path))}: not installed, nothing changed")
+    elif dry_run:
+        typer.echo(change.diff().rstrip("\n"))
+    else:
+        saved = f" (backup: {escape(str(backup))})" if backup else ""
+        stdout.print(f"{escape(str(path))}: removed the onlooker hook{saved}")
+
+
+@hook_app.command(
+    "status",
+    epilog="[b]Examples[/b]\n\n  onlooker hook status\n\n  onlooker hook status --json",
+)
+def status_cmd(as_json: Json = False) -> None:
+    """Show where the hook is installed, what it runs, and whether it can work.
+
+    Looks at the project, local and user settings. For each installation:
+    the events it covers (and those missing), whether its executable and
+    rule file can be used, and its audit directory. Exits 1 when the hook is
+    installed nowhere or an installation cannot work.
+    """
+    reports = [_status(scope) for scope in ("project", "local", "user")]
+    installed = [r for r in reports if r["installed"]]
+    healthy = bool(installed) and all(not r["problems"] for r in installed)
+    if as_json:
+        typer.echo(json.dumps({"ok": healthy, "settings": reports}))
+    else:
+        for report in reports:
+            _print_status(report)
+    if not healthy:
+        raise typer.Exit(1)
+
+
+def _status(scope: str) -> dict[str, Any]:
+    path = settings_path(scope)
+    report: dict[str, Any] = {"scope": scope, "settings": str(path), "installed": False}
+    try:
+        commands = installed_commands(path)
+    except SettingsError as exc:
+        return {**report, "problems": [str(exc)]}
+    if not commands:
+        return {**report, "problems": []}
+    lines = sorted({line for found in commands.values() for line in found})
+    problems: list[str] = []
+    missing = [event for event in HOOK_EVENTS if event not in commands]
+    if missing:
+        problems.append(f"not installed for {', '.join(missing)}: run onlooker hook install")
+    audit_dir = None
+    for line in lines:
+        found = _parse_command(line, problems)
+        audit_dir = found.get("--audit-dir") or audit_dir
+        rules = found.get("--deny-commands")
+        if rules is not None:
+            from ._rules import RuleError, load_rules
+
+            try:
+                load_rules(rules)
+            except RuleError as exc:
+                problems.append(f"{exc} (every tool call is denied)")
+    return {
+        **report,
+        "installed": True,
+        "commands": lines,
+        "missing_events": missing,
+        "audit_dir": audit_dir or os.path.join(".onlooker", "audit"),
+        "problems": problems,
+    }
+
+
+def _parse_command(line: str, problems: list[str]) -> dict[str, str]:
+    try:
+        parts = shlex.split(line)
+    except ValueError as exc:
+        problems.append(f"the hook command cannot be parsed: {exc}")
+        return {}
+    if parts and "/" in parts[0] and not os.access(parts[0], os.X_OK):
+        problems.append(f"the hook's executable {parts[0]} is missing or not executable")
+    return {
+        name: value
+        for name, value in zip(parts, [*parts[1:], ""], strict=True)
+        if name in ("--audit-dir", "--deny-commands", "--history-db")
+    }
+
+
+def _print_status(report: dict[str, Any]) -> None:
+    where = escape(report["settings"])
+    if not report["installed"]:
+        detail = f": {escape('; '.join(report['problems']))}" if report["problems"] else ""
+        stdout.print(f"{report['scope']:8} {where}: not installed{detail}")
         return
-    saved = f" (backup: {backup})" if backup else ""
-    typer.echo(f"{settings}: removed the onlooker hook{saved}")
+    verdict = "[green]ok[/]" if not report["problems"] else "[red]problem[/]"
+    stdout.print(f"{report['scope']:8} {where}: installed, {verdict}", soft_wrap=True)
+    for line in report["commands"]:
+        stdout.print(f"         runs {escape(line)}", soft_wrap=True)
+    stdout.print(f"         audit directory {escape(report['audit_dir'])}", soft_wrap=True)
+    for problem in report["problems"]:
+        stdout.print(f"         [red]{escape(problem)}[/]", soft_wrap=True)
+
+
+def _fail(message: str, as_json: bool) -> NoReturn:
+    if as_json:
+        typer.echo(json.dumps({"error": message}))
+    else:
+        stderr.print(f"[red]error[/]: {escape(message)}", soft_wrap=True)
+    raise typer.Exit(1)

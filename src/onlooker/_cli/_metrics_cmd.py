@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from ._common import db_url, stderr
+from ._common import existing_db, stderr
 
 __all__ = ["metrics_app"]
 
@@ -48,8 +48,9 @@ def serve(
 
     import onlooker
 
+    url = existing_db(db)
     try:
-        anyio.run(_serve, db_url(db), port, host, interval)
+        anyio.run(_serve, url, port, host, interval)
     except KeyboardInterrupt:
         pass
     except (onlooker.OnlookerError, OSError) as exc:

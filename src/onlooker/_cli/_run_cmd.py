@@ -9,44 +9,50 @@ from typing import Annotated, Any
 import anyio
 import typer
 
-from ._common import db_url
+from ._common import db_url, flag
 
 __all__ = ["run"]
 
 
-def run(
-    program: Annotated[
-        str,
-        typer.Argument(
-            metavar="PROGRAM",
-            help="PROGRAM.py[:function]: the file and its async function (default: main).",
-            show_default=False,
-        ),
-    ],
-    db: Annotated[
-        str | None,
-        typer.Option(help="History database URL or SQLite file (default: .onlooker/history.db)."),
-    ] = None,
-    audit_dir: Annotated[Path, typer.Option(help="Directory of the audit trails.")] = Path(
-        ".onlooker/audit"
+Program = Annotated[
+    str,
+    typer.Argument(
+        metavar="PROGRAM",
+        help="PROGRAM.py[:function]: the file and its async function (default: main).",
+        show_default=False,
     ),
-    session: Annotated[
-        str | None,
-        typer.Option(help="Audit session id (default: a new one per run)."),
-    ] = None,
-    no_audit: Annotated[
-        bool, typer.Option("--no-audit", help="Do not write an audit trail.")
-    ] = False,
-    answer: Annotated[
-        str | None,
-        typer.Option(help="Accept every question with this JSON object as the answer."),
-    ] = None,
-    interactive: Annotated[
-        bool, typer.Option("--interactive", "-i", help="Ask the questions in the terminal.")
-    ] = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="No progress lines while it runs.")
-    ] = False,
+]
+Db = Annotated[
+    str | None,
+    typer.Option(help="History database URL or SQLite file (default: .onlooker/history.db)."),
+]
+AuditDir = Annotated[Path, typer.Option(help="Directory of the audit trails.")]
+Session = Annotated[str | None, typer.Option(help="Audit session id (default: a new one per run).")]
+Answer = Annotated[
+    str | None, typer.Option(help="Accept every question with this JSON object as the answer.")
+]
+Interactive = Annotated[
+    bool,
+    flag(
+        "--interactive", "-i", help="Ask the questions in the terminal (declined when stdin ends)."
+    ),
+]
+Quiet = Annotated[bool, flag("--quiet", "-q", help="No progress lines while it runs.")]
+AsJson = Annotated[
+    bool, flag("--json", help="Print the outcome as one JSON object instead of the tree.")
+]
+
+
+def run(
+    program: Program,
+    db: Db = None,
+    audit_dir: AuditDir = Path(".onlooker/audit"),
+    session: Session = None,
+    no_audit: Annotated[bool, flag("--no-audit", help="Do not write an audit trail.")] = False,
+    answer: Answer = None,
+    interactive: Interactive = False,
+    quiet: Quiet = False,
+    as_json: AsJson = False,
 ) -> None:
     """Run a program under onlooker and print its execution tree and summary.
 
@@ -55,7 +61,8 @@ def run(
     else every module-level tool (made with @onlooker.tool). History, audit,
     metrics and summary are on. Questions are answered from --answer, asked
     with --interactive, or else declined. Exits 1 when the execution did not
-    complete.
+    complete. With --json, one JSON object: execution_id, status, result,
+    error, summary, and where history and audit put it.
     """
     if answer is not None and interactive:
         raise typer.BadParameter("use --answer or --interactive, not both", param_hint="--answer")
@@ -78,6 +85,7 @@ def run(
         content,
         interactive,
         quiet,
+        as_json,
     )
     raise typer.Exit(0 if status == "completed" else 1)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import typer
 from rich.console import Console
 
 import onlooker
@@ -29,6 +30,7 @@ async def run_program(
     content: dict[str, Any] | None,
     interactive: bool,
     quiet: bool,
+    as_json: bool = False,
 ) -> str:
     """Run ``function`` with every built-in plugin, print its tree and summary; its status."""
     from onlooker.plugins import audit, history, metrics, summary
@@ -48,7 +50,7 @@ async def run_program(
         if content is not None:
             return InteractionResponse.accept(content)
         if interactive:
-            return await anyio.to_thread.run_sync(ask, question, stderr)
+            return await anyio.to_thread.run_sync(_ask_or_decline, question)
         return InteractionResponse.decline()
 
     trigger = onlooker.Trigger(kind="cli", metadata={"program": program.name})
@@ -61,6 +63,19 @@ async def run_program(
         trail_path = None
         if trail is not None and engine.extension(trail).enabled:
             trail_path = engine.extension(trail).session_dir
+    if as_json:
+        _print_json(result, report, url, trail_path)
+        return result.status
+    await _print_tree(result, report, url, trail_path)
+    return result.status
+
+
+async def _print_tree(
+    result: onlooker.ExecutionResult[Any], report: Any, url: str | None, trail_path: Path | None
+) -> None:
+    """The tree (read back from history), the summary, the result, and where to look next."""
+    from onlooker.plugins import history
+
     async with history.open(url) as store:
         tree = await store.get_execution(result.execution_id)
     stdout.print()
@@ -77,7 +92,33 @@ async def run_program(
     )
     if trail_path is not None:
         stdout.print(f"audit:   onlooker audit verify {trail_path}")
-    return result.status
+
+
+def _ask_or_decline(question: Elicitation) -> InteractionResponse:
+    """Ask in the terminal; stdin at its end (a pipe, a closed terminal) declines."""
+    try:
+        return ask(question, stderr)
+    except EOFError:
+        stderr.print("[yellow]no answer (end of input): declined[/]")
+        return InteractionResponse.decline()
+
+
+def _print_json(
+    result: onlooker.ExecutionResult[Any],
+    report: Any,
+    url: str | None,
+    trail_path: Path | None,
+) -> None:
+    outcome = {
+        "execution_id": result.execution_id,
+        "status": result.status,
+        "result": result.value,
+        "error": None if result.error is None else result.error.model_dump(mode="json"),
+        "summary": None if report is None else report.model_dump(mode="json"),
+        "history": url or str(Path(".onlooker/history.db").resolve()),
+        "audit": None if trail_path is None else str(trail_path),
+    }
+    typer.echo(json.dumps(outcome, default=repr))
 
 
 class _Progress:

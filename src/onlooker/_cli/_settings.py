@@ -2,34 +2,67 @@
 
 Our entries are recognised by their command (it runs ``hook claude-code`` of
 an ``onlooker`` executable); everything else in the file is left as it was.
+A change is planned first (:func:`plan_install`, :func:`plan_uninstall`),
+so ``--dry-run`` can show it, then applied with a timestamped backup.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import shlex
 import shutil
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from ._claude_hook import HOOK_EVENTS
+from ._claude_session import HOOK_EVENTS
 
-__all__ = ["SettingsError", "hook_command", "install", "is_ours", "uninstall"]
+__all__ = [
+    "Change",
+    "SettingsError",
+    "apply",
+    "hook_command",
+    "ignore_onlooker",
+    "installed_commands",
+    "is_ours",
+    "plan_install",
+    "plan_uninstall",
+    "settings_path",
+]
 
-_TOOL_EVENTS: Final = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"})
+MATCHED_EVENTS: Final = frozenset(
+    {"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest"}
+)
+"""Events whose entries take a tool-name ``matcher`` (``*``: every tool)."""
 _MARK: Final = "hook claude-code"
+_IGNORE: Final = ".onlooker/"
 
 
 class SettingsError(Exception):
     """The settings file cannot be read, parsed or written."""
 
 
+def settings_path(scope: str, project: Path | None = None) -> Path:
+    """The settings file of ``scope``: ``project``, ``local`` or ``user``."""
+    base = project if project is not None else Path()
+    if scope == "local":
+        return base / ".claude" / "settings.local.json"
+    if scope == "user":
+        return Path.home() / ".claude" / "settings.json"
+    return base / ".claude" / "settings.json"
+
+
 def hook_command(
     executable: str | None = None,
     audit_dir: str | Path | None = None,
     deny_commands: str | Path | None = None,
+    history: bool = False,
+    history_db: str | None = None,
+    shorten_paths: bool = False,
 ) -> str:
     """The shell command Claude Code runs for each hook event."""
     exe = executable or _this_executable()
@@ -38,6 +71,12 @@ def hook_command(
         parts += ["--audit-dir", str(Path(audit_dir).resolve())]
     if deny_commands is not None:
         parts += ["--deny-commands", str(Path(deny_commands).resolve())]
+    if history_db is not None:
+        parts += ["--history-db", history_db]
+    elif history:
+        parts.append("--history")
+    if shorten_paths:
+        parts.append("--shorten-paths")
     return shlex.join(parts)
 
 
@@ -60,52 +99,154 @@ def is_ours(hook: object) -> bool:
     return _MARK in command and "onlooker" in command
 
 
-def install(settings: Path, command: str) -> tuple[bool, Path | None]:
-    """Add our hook entries to ``settings``; returns (changed, backup path).
+@dataclass(frozen=True)
+class Change:
+    """A planned change of a settings file: its text before and after (None: no file)."""
 
-    Idempotent: our old entries are replaced, so installing twice leaves the
-    file as installing once did. The file is backed up (``.bak``) before it
-    is rewritten; nothing is written when nothing changes.
+    path: Path
+    before: str | None
+    after: str | None
+
+    @property
+    def changed(self) -> bool:
+        """Whether applying it writes anything."""
+        return self.before != self.after and self.after is not None
+
+    def diff(self) -> str:
+        """The change as a unified diff (empty when nothing changes)."""
+        if not self.changed:
+            return ""
+        lines = difflib.unified_diff(
+            (self.before or "").splitlines(keepends=True),
+            (self.after or "").splitlines(keepends=True),
+            fromfile=f"{self.path} (now)" if self.before is not None else "/dev/null",
+            tofile=f"{self.path} (after)",
+        )
+        return "".join(lines)
+
+
+def plan_install(settings: Path, command: str) -> Change:
+    """Our entries for every recorded hook event in ``settings`` (replacing old ones of ours).
+
+    Idempotent: planning on a file that already holds exactly these entries
+    plans no change.
     """
-    data = _load(settings)
-    before = json.dumps(data, sort_keys=True)
+    before, data = _load(settings)
     hooks = _remove_ours(data)
     for event in HOOK_EVENTS:
         entry: dict[str, Any] = {"hooks": [{"type": "command", "command": command}]}
-        if event in _TOOL_EVENTS:
+        if event in MATCHED_EVENTS:
             entry = {"matcher": "*", **entry}
         hooks.setdefault(event, []).append(entry)
     data["hooks"] = hooks
-    if json.dumps(data, sort_keys=True) == before:
-        return False, None
-    return True, _save(settings, data)
+    return _plan(settings, before, data)
 
 
-def uninstall(settings: Path) -> tuple[bool, Path | None]:
-    """Remove only our entries from ``settings``; returns (changed, backup path)."""
-    if not settings.exists():
-        return False, None
-    data = _load(settings)
-    before = json.dumps(data, sort_keys=True)
+def plan_uninstall(settings: Path) -> Change:
+    """``settings`` without our entries (and without ``hooks`` when nothing else is left)."""
+    before, data = _load(settings)
+    if before is None:
+        return Change(settings, None, None)
     hooks = _remove_ours(data)
     if hooks:
         data["hooks"] = hooks
     else:
         data.pop("hooks", None)
-    if json.dumps(data, sort_keys=True) == before:
-        return False, None
-    return True, _save(settings, data)
+    return _plan(settings, before, data)
 
 
-def _load(settings: Path) -> dict[str, Any]:
+def _plan(settings: Path, before: str | None, data: dict[str, Any]) -> Change:
+    after = json.dumps(data, indent=2) + "\n"
+    if before is not None:
+        try:
+            if json.loads(before) == data:
+                return Change(settings, before, before)  # same content, maybe other spacing
+        except ValueError:  # pragma: no cover - _load parsed it already
+            pass
+    return Change(settings, before, after)
+
+
+def apply(change: Change) -> Path | None:
+    """Write ``change``; returns the backup of the old file (``<name>.<UTC time>.bak``), if any.
+
+    Every backup is kept: each install or uninstall makes a new one.
+    """
+    if not change.changed or change.after is None:
+        return None
+    settings = change.path
+    backup = None
+    try:
+        settings.parent.mkdir(parents=True, exist_ok=True)
+        if change.before is not None:
+            backup = _backup_name(settings)
+            shutil.copy2(settings, backup)
+        tmp = settings.with_name(settings.name + ".onlooker-tmp")
+        tmp.write_text(change.after, encoding="utf-8")
+        os.replace(tmp, settings)
+    except OSError as exc:
+        raise SettingsError(f"cannot write {settings}: {exc.strerror or exc}") from None
+    return backup
+
+
+def _backup_name(settings: Path) -> Path:
+    now = time.time()  # to the microsecond, so names sort in the order the backups were made
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
+    backup = settings.with_name(f"{settings.name}.{stamp}.bak")
+    count = 1
+    while backup.exists():
+        count += 1
+        backup = settings.with_name(f"{settings.name}.{stamp}-{count}.bak")
+    return backup
+
+
+def installed_commands(settings: Path) -> dict[str, list[str]]:
+    """Our commands in ``settings``, by hook event ({} when the file has none or is missing)."""
+    _, data = _load(settings)
+    found: dict[str, list[str]] = {}
+    for event, groups in dict(data.get("hooks", {})).items():
+        for group in groups if isinstance(groups, list) else []:
+            inner = group.get("hooks") if isinstance(group, dict) else None
+            for hook in inner if isinstance(inner, list) else []:
+                if is_ours(hook):
+                    found.setdefault(event, []).append(hook["command"])
+    return found
+
+
+def ignore_onlooker(project: Path, dry_run: bool = False) -> Path | None:
+    """Add ``.onlooker/`` to ``project``'s ``.gitignore``; the file when it changed.
+
+    Only in a git work tree (``.git`` or a ``.gitignore`` there) and only
+    when no line already ignores it.
+    """
+    gitignore = project / ".gitignore"
+    if not (project / ".git").exists() and not gitignore.exists():
+        return None
+    try:
+        text = gitignore.read_text(encoding="utf-8") if gitignore.exists() else ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"cannot read {gitignore}: {exc}") from None
+    patterns = {line.strip() for line in text.splitlines()}
+    if patterns & {".onlooker", ".onlooker/", "/.onlooker", "/.onlooker/"}:
+        return None
+    if not dry_run:
+        addition = ("" if not text or text.endswith("\n") else "\n") + _IGNORE + "\n"
+        try:
+            with gitignore.open("a", encoding="utf-8") as handle:
+                handle.write(addition)
+        except OSError as exc:
+            raise SettingsError(f"cannot write {gitignore}: {exc.strerror or exc}") from None
+    return gitignore
+
+
+def _load(settings: Path) -> tuple[str | None, dict[str, Any]]:
     try:
         text = settings.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return {}
+        return None, {}
     except (OSError, UnicodeDecodeError) as exc:
-        raise SettingsError(f"cannot read {str(settings)!r}: {exc}") from None
+        raise SettingsError(f"cannot read {settings}: {exc}") from None
     if not text.strip():
-        return {}
+        return text, {}
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -114,7 +255,7 @@ def _load(settings: Path) -> dict[str, Any]:
         raise SettingsError(f"{settings} must hold a JSON object")
     if not isinstance(data.get("hooks", {}), dict):
         raise SettingsError(f"{settings}: 'hooks' must be a JSON object")
-    return data
+    return text, data
 
 
 def _remove_ours(data: dict[str, Any]) -> dict[str, Any]:
@@ -135,18 +276,3 @@ def _remove_ours(data: dict[str, Any]) -> dict[str, Any]:
         if new_groups:
             kept[event] = new_groups
     return kept
-
-
-def _save(settings: Path, data: dict[str, Any]) -> Path | None:
-    backup = None
-    try:
-        settings.parent.mkdir(parents=True, exist_ok=True)
-        if settings.exists():
-            backup = settings.with_name(settings.name + ".bak")
-            shutil.copy2(settings, backup)
-        tmp = settings.with_name(settings.name + ".onlooker-tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, settings)
-    except OSError as exc:
-        raise SettingsError(f"cannot write {str(settings)!r}: {exc}") from None
-    return backup

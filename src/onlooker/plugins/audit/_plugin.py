@@ -25,7 +25,7 @@ from pydantic import BaseModel
 import onlooker
 from onlooker import ExecutionEvent, Plugin, PluginContext
 
-from ._redact import ENVELOPE_FIELDS, Redactor
+from ._redact import ENVELOPE_FIELDS, Redactor, cap_record
 from ._types import FsyncMode
 from ._writer import (
     AuditWriteError,
@@ -43,6 +43,7 @@ _MAX_PENDING: Final = 16384  # events waiting for the thread before emitters wai
 _MAX_RETRY: Final = 100_000  # records kept for a retry while the disk refuses
 _RETRY_SECONDS: Final = 0.5  # first retry after a failure; doubles up to the maximum
 _MAX_RETRY_SECONDS: Final = 30.0
+MAX_RECORD_CHARS: Final = 65536  # one event's JSON at most, as the coding-agent hook writes
 _logger: Final = logging.getLogger("onlooker.plugins.audit")
 
 
@@ -229,12 +230,18 @@ class AuditTrail:
             changes = self._changes(event)
         if not changes:
             try:
-                return event.model_dump_json()
+                text = event.model_dump_json()
             except ValueError:  # lone surrogates: the stdlib encoder escapes them
                 pass
+            else:
+                if len(text) <= MAX_RECORD_CHARS:
+                    return text
         data = event.model_dump(mode="json")
         data.update(changes)
-        return compact_json(data)
+        text = compact_json(data)
+        if len(text) > MAX_RECORD_CHARS:  # each value under the cap, but too many of them
+            text = compact_json(cap_record(data, MAX_RECORD_CHARS))
+        return text
 
     def _changes(self, event: ExecutionEvent) -> dict[str, Any]:
         redact = self._redactor.redact
@@ -254,20 +261,44 @@ class AuditTrail:
             self._retry = []
         if not texts:
             return
+        writer = self._writer
+        failing = writer.failing
         try:
-            self._writer.write_serialized(texts)
+            writer.write_serialized(texts)
         except AuditWriteError as exc:
             self._retry_delay = min(self._retry_delay * 2, _MAX_RETRY_SECONDS)
             self._retry = texts[exc.written :]
+            if not failing:  # once per outage: the sidecar may be on the same full disk
+                _logger.error(
+                    "audit: cannot write the trail %s (%s); %d record(s) kept in memory and "
+                    "retried (at most %d)",
+                    writer.path,
+                    exc.__cause__ or exc,
+                    len(self._retry),
+                    _MAX_RETRY,
+                )
             excess = len(self._retry) - _MAX_RETRY
             if excess > 0:
                 del self._retry[:excess]
                 self._dropped += excess
-                self._writer.report(
+                writer.lost(excess)
+                _logger.critical(
+                    "audit: dropped the %d oldest unwritten record(s) of %s: the trail cannot "
+                    "be written",
+                    excess,
+                    writer.path,
+                )
+                writer.report(
                     f"dropped the {excess} oldest unwritten record(s): the trail cannot be written"
                 )
         else:
             self._retry_delay = _RETRY_SECONDS
+            if failing:
+                _logger.warning(
+                    "audit: the trail %s takes writes again: a gap record, then %d record(s)",
+                    writer.path,
+                    len(texts),
+                )
 
     def _give_up(self, message: str) -> None:
         self._dropped += len(self._retry)
@@ -294,7 +325,10 @@ class AuditTrail:
 
 
 def _disabled() -> bool:
-    return os.environ.get(DISABLE_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+    """The switch the coding-agent hook reads too: ``1``, ``true``, ``yes`` or ``on``."""
+    from onlooker._shared import audit_disabled
+
+    return audit_disabled()
 
 
 def plugin(

@@ -13,7 +13,7 @@ from typing import BinaryIO, Protocol
 import onlooker
 from onlooker import AuditError, EventValidationError, ExecutionEvent
 
-from ._verify import iter_records, segments_of
+from ._verify import is_note, iter_records, segments_of
 from ._writer import LIVE_NAME
 
 __all__ = ["EventSink", "replay", "tail"]
@@ -40,7 +40,8 @@ def tail(
     """The events of a trail, oldest first, parsed (``onlooker.parse_event``).
 
     ``path`` is a session directory or one ``events*.jsonl`` file. A torn
-    last line is skipped. With ``follow`` the iterator never ends: it waits
+    last line is skipped, and so are the writer's notes (gap and retirement
+    records, which hold no event). With ``follow`` the iterator never ends: it waits
     for records appended to the live file (checking every
     ``poll_interval`` seconds) and follows it across rotations; ``close()``
     it to release the file.
@@ -117,6 +118,9 @@ class _Follower:
             record = json.loads(raw)
         except ValueError:
             raise AuditError(f"{file}:{line_no}: not a JSON audit record") from None
+        if is_note(record):  # the writer's own record: no event, but it takes a seq
+            self.last_seq = max(self.last_seq, _seq_of(record, self.last_seq))
+            return None
         if not isinstance(record, dict) or not isinstance(record.get("event"), dict):
             raise AuditError(f"{file}:{line_no}: not an audit record (no event)")
         seq = _seq_of(record, self.last_seq + 1)
@@ -139,7 +143,8 @@ async def replay(path: str | os.PathLike[str], store: EventSink, *, batch_size: 
     Calls ``await store.write_events(batch)`` with up to ``batch_size``
     events at a time, oldest first. Stores write idempotently by event id,
     so replaying twice changes nothing (and the second replay returns 0).
-    A torn last line is skipped. Run :func:`verify` first to trust the trail.
+    A torn last line and the writer's notes are skipped. Run :func:`verify`
+    first to trust the trail.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")

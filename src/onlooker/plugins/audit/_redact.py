@@ -1,32 +1,55 @@
-"""Redaction: secrets and private paths out of event values before they reach disk.
+"""Redaction: secrets out of event values before they reach disk, and records capped.
 
 Standard library only: the coding-agent hook imports this in a fresh
-interpreter on every tool call.
+interpreter on every tool call. It is the one redaction policy of every
+store: the audit trail, the coding-agent hook, history, spill and
+dead-letter files.
 
-Three kinds of rule, applied to every string (and dict key) of an event's
+What a :class:`Redactor` does to every string (and dict key) of an event's
 payload:
 
 * a value under a key that names a secret (``password``, ``api_key``,
   ``authorization``, ...) is replaced whole: ``[REDACTED:secret_field]``;
-* a secret *shape* anywhere in a string (an OpenAI or Anthropic key, a
-  GitHub token, an AWS access key id, a Slack token, a bearer token, a PEM
-  private key, ``user:pass@`` in a URL, ``X=Y`` before a shell command, a
-  ``--password=...`` flag) is replaced by ``[REDACTED:<rule>]``;
-* an absolute path outside the working directory is shortened: ``~/...``
-  under the home directory, else its base name.
+* a secret *shape* anywhere in a string (the rules of
+  :data:`DEFAULT_RULES`: cloud and API keys, tokens, JWTs, PEM private keys,
+  ``user:pass@`` in a URL, ``X=Y`` before a shell command, ``--password=``
+  flags, ``password = "..."`` in code, ``.env``, YAML and JSON) is replaced
+  by ``[REDACTED:<rule>]``;
+* the value of a secret-named environment variable (``GITHUB_TOKEN``,
+  ``*_SECRET``, ``*_KEY``, ...) is replaced wherever it shows up, bare:
+  ``[REDACTED:environment]``;
+* paths and commands are kept as given: an audit trail is evidence.
+  Shortening absolute paths outside the working directory (``~/...`` under
+  the home directory, else the base name) is an opt-in
+  (``shorten_paths=True``): it hides where a program looked, and with it
+  what it really did.
 
-Redaction runs before truncation, so a cut never leaves half a secret.
+Redaction runs before truncation, so a cut never leaves half a secret; a
+very long string is cut to its first ``max_chars`` plus a margin before the
+rules run, so its cost is bounded.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import re
+
+from ._cap import cap_record
+from ._secrets import (
+    DEFAULT_RULES,
+    DEFAULT_SECRET_KEYS,
+    ENVELOPE_FIELDS,
+    KEY_WORDS,
+    Rule,
+    is_secret_variable,
+    marker,
+    truncate,
+)
 
 TYPE_CHECKING = False  # not typing's: see _writer.py (the hook imports this module)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    import re
+    from collections.abc import Iterable, Mapping
     from typing import Any, Final, final
 else:
 
@@ -37,182 +60,13 @@ else:
 __all__ = [
     "DEFAULT_RULES",
     "DEFAULT_SECRET_KEYS",
+    "ENVELOPE_FIELDS",
     "Redactor",
     "Rule",
+    "cap_record",
     "marker",
     "truncate",
 ]
-
-
-def marker(rule: str) -> str:
-    """The text that replaces a secret: ``[REDACTED:<rule>]``."""
-    return f"[REDACTED:{rule}]"
-
-
-def truncate(text: str, max_chars: int) -> str:
-    """``text`` cut to ``max_chars`` characters plus ``…[truncated N chars]``, if longer."""
-    if len(text) <= max_chars:
-        return text
-    return f"{text[:max_chars]}…[truncated {len(text) - max_chars} chars]"
-
-
-if TYPE_CHECKING:
-    Replacement = Callable[[re.Match[str]], str]
-
-
-@final
-class Rule:
-    """One redaction rule: a name (used in the marker) and a regular expression.
-
-    Whatever the pattern matches is replaced by ``[REDACTED:<name>]``; if the
-    pattern has a group named ``secret``, only that group is replaced and the
-    rest of the match is kept (``Bearer [REDACTED:bearer]``). ``replace``, a
-    function of the match, overrides both.
-
-    ``hints``, optional, are literal substrings at least one of which occurs
-    in any text the pattern matches; with them the rule's regular expression
-    only runs on texts that contain one (most texts contain none).
-    """
-
-    __slots__ = ("_compiled", "_replace", "_source", "hints", "name")
-
-    def __init__(
-        self,
-        name: str,
-        pattern: str | re.Pattern[str],
-        replace: Replacement | None = None,
-        *,
-        hints: Iterable[str] | None = None,
-    ) -> None:
-        if (
-            not isinstance(name, str)
-            or not name
-            or not all(c.isalnum() or c in "_.:-" for c in name)
-        ):
-            raise ValueError(f"a rule name must be letters, digits, '_', '.', ':' or '-': {name!r}")
-        if not isinstance(pattern, str | re.Pattern):
-            raise TypeError(f"rule {name!r}: the pattern must be a str or re.Pattern")
-        self.name: Final = name
-        self.hints: Final[tuple[str, ...] | None] = None if hints is None else tuple(hints)
-        if self.hints is not None and not all(isinstance(h, str) and h for h in self.hints):
-            raise ValueError(f"rule {name!r}: hints must be non-empty strings")
-        self._source = pattern
-        # Compiled on first use: the hook pays only for the rules a text needs.
-        self._compiled: re.Pattern[str] | None = (
-            pattern if isinstance(pattern, re.Pattern) else None
-        )
-        self._replace = replace
-
-    @property
-    def pattern(self) -> re.Pattern[str]:
-        """The compiled regular expression."""
-        compiled = self._compiled
-        if compiled is None:
-            compiled = self._compiled = re.compile(self._source)
-        return compiled
-
-    @property
-    def replace(self) -> Replacement:
-        """The function of a match that gives its replacement."""
-        replace = self._replace
-        if replace is None:
-            replace = self._replace = self._default_replace()
-        return replace
-
-    def _default_replace(self) -> Replacement:
-        text = marker(self.name)
-        if "secret" not in self.pattern.groupindex:
-            return lambda _match: text
-
-        def keep_around(match: re.Match[str]) -> str:
-            whole = match.group(0)
-            start, end = match.start("secret") - match.start(), match.end("secret") - match.start()
-            return whole[:start] + text + whole[end:]
-
-        return keep_around
-
-    def apply(self, text: str) -> str:
-        """``text`` with every match of this rule replaced."""
-        return self.pattern.sub(self.replace, text)
-
-    def __repr__(self) -> str:
-        return f"Rule({self.name!r}, {self.pattern.pattern!r})"
-
-
-_ENV_ASSIGNMENT = r"""([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|'[^']*'|[^\s;&|]*)"""
-
-
-def _redact_env_run(match: re.Match[str]) -> str:
-    text = marker("env")
-    return re.sub(_ENV_ASSIGNMENT, lambda m: f"{m.group(1)}={text}", match.group(0))
-
-
-DEFAULT_RULES: Final[tuple[Rule, ...]] = (
-    Rule(
-        "private_key",
-        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
-        r"(?:[\s\S]*?-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|[\s\S]*)",
-        hints=["-----BEGIN"],
-    ),
-    Rule("anthropic_key", r"sk-ant-[A-Za-z0-9_-]{8,}", hints=["sk-ant-"]),
-    Rule("openai_key", r"sk-(?<![A-Za-z0-9]sk-)[A-Za-z0-9_-]{16,}", hints=["sk-"]),
-    Rule(
-        "github_token",
-        r"gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}",
-        hints=["ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"],
-    ),
-    Rule("aws_access_key", r"(?:AKIA|ASIA)[0-9A-Z]{16}", hints=["AKIA", "ASIA"]),
-    Rule("slack_token", r"xox[a-z]-[A-Za-z0-9-]{6,}", hints=["xox"]),
-    Rule(
-        "authorization",
-        r"(?i:authorization)\"?\s*[:=]\s*\"?(?P<secret>(?:[A-Za-z]+\s+)?[^\s,;\"']+)",
-        hints=["uthorization", "UTHORIZATION"],
-    ),
-    # A bearer token: 6+ token characters with a digit or symbol among them,
-    # or 20+ letters (so "the bearer shall" stays prose).
-    Rule(
-        "bearer",
-        r"(?:[Bb]earer|BEARER)\s+(?P<secret>(?=[A-Za-z]*[0-9._~+/=-])[A-Za-z0-9._~+/=-]{6,}"
-        r"|[A-Za-z]{20,})",
-        hints=["Bearer", "bearer", "BEARER"],
-    ),
-    Rule(
-        "url_credentials",
-        r"[A-Za-z][A-Za-z0-9+.-]*://(?P<secret>[^/\s:@\"']+:[^/\s@\"']+)@",
-        hints=["@"],
-    ),
-    Rule(
-        "secret_flag",
-        r"-(?i:-?(?:password|passwd|passphrase|token|secret|api[-_]?key|access[-_]?key))"
-        r"(?:=|\s+)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
-        hints=["-p", "-P", "-t", "-T", "-s", "-S", "-a", "-A"],
-    ),
-    # X=Y before a shell command, at the start of the text or of a command
-    # after ; && || | ( $( or a backtick, optionally after `export`/`env`.
-    Rule(
-        "env",
-        r"""(?:^|[;|(`\n]|&&)[ \t]*(?:(?:export|env)[ \t]+)?"""
-        r"""(?:[A-Za-z_][A-Za-z0-9_]*=(?:"(?:[^"\\]|\\.)*"|'[^']*'|[^\s;&|]*)(?:[ \t]+|$))+""",
-        _redact_env_run,
-        hints=["="],
-    ),
-    # An environment-style assignment (upper-case name) anywhere, as when a
-    # command is quoted inside a message or a result.
-    Rule(
-        "env",
-        r"""(?<![A-Za-z0-9_$])[A-Z][A-Z0-9_]*=(?!\[REDACTED:)"""
-        r"""(?P<secret>"(?:[^"\\]|\\.)*"|'[^']*'|[^\s;&|"']+)""",
-        hints=["="],
-    ),
-)
-"""The secret shapes redacted by default, in the order they are applied."""
-
-DEFAULT_SECRET_KEYS: Final = (
-    r"password|passwd|passphrase|secret|api_?key|apikey|access_?key|private_?key"
-    r"|authori[sz]ation|cookie|credential|session_?token|(?:^|_)auth(?:$|_)"
-    r"|token(?![a-z]|_(?:count|usage|limit|budget|type))"
-)
-"""Key names whose values are secrets, searched in the key lower-cased with ``-`` as ``_``."""
 
 # An absolute path token: a "/" not preceded by a word character, a dot, a
 # colon, a slash or "~" (so URLs, "and/or" and relative paths are left alone).
@@ -220,39 +74,38 @@ _PATH: Final = Rule("path", r"""/(?<![\w.:/~$@\\-]/)[^\s"'`;|&<>()\[\]{},=]+""")
 
 _SCALARS: Final = frozenset({int, float, bool})
 _SECRET_FIELD: Final = marker("secret_field")
+_ENVIRONMENT: Final = marker("environment")
 _PLAIN_KEY: Final = (False, "")  # the cached verdict of a key that is neither secret nor changed
-
-ENVELOPE_FIELDS: Final = frozenset(
-    {
-        "kind",
-        "event_id",
-        "execution_id",
-        "seq",
-        "at",
-        "schema_version",
-        "status",
-        "duration_ms",
-        "mode",
-        "tool_call_id",
-        "interaction_id",
-    }
-)
-"""Event fields onlooker itself produces (ids, timestamps, enums, numbers): never redacted."""
+_MARGIN: Final = 4096  # characters kept past max_chars before redaction (longer secrets: rare)
+_LOOP_KNOWN: Final = 8  # known secrets searched one by one up to this many, then by one regex
+_SHORT: Final = 40  # texts up to this long are searched for hints by one compiled alternation ...
+_COMPILE_AFTER: Final = 256  # ... once the redactor has seen this many of them
 
 
 @final
 class Redactor:
-    """Removes secrets and private paths from JSON values.
+    """Removes secrets from JSON values; the one redaction policy of every store.
 
     ``rules`` replaces the default secret shapes (:data:`DEFAULT_RULES`);
     ``extra_rules`` adds to them. ``secret_keys`` (a pattern searched in each
     key, lower-cased, ``-`` read as ``_``) replaces :data:`DEFAULT_SECRET_KEYS`.
-    ``shorten_paths`` turns absolute paths outside ``cwd`` (default: the
-    working directory when the redactor is made) into ``~/...`` under
-    ``home`` or their base name. With ``learn_secrets``, a string of six or
-    more characters seen under a secret key is remembered (the most recent
-    256) and scrubbed wherever it shows up later, as a tool that echoes its
-    password in a result or an error message.
+    ``environ`` (default: ``os.environ`` when the redactor is made) gives the
+    variables whose values are scrubbed wherever they appear, when their
+    name says they hold a secret (``GITHUB_TOKEN``, ``DB_PASSWORD``,
+    ``OPENAI_API_KEY``; see ``is_secret_variable``); pass ``{}`` for none.
+    ``shorten_paths`` (off by default: paths are evidence) turns absolute
+    paths outside ``cwd`` (default: the working directory when the redactor
+    is made) into ``~/...`` under ``home`` or their base name. With
+    ``learn_secrets``, a string of six or more characters seen under a
+    secret key is remembered (the most recent 256) and scrubbed wherever it
+    shows up later, as a tool that echoes its password in a result or an
+    error message.
+
+    The interface other stores rely on: :meth:`redact`, :meth:`redact_event`,
+    :meth:`redact_text`, :meth:`is_secret_key`, :meth:`shorten_path`,
+    :attr:`learned`, :attr:`rules`, :attr:`secret_keys`; and, in this module,
+    :data:`ENVELOPE_FIELDS`, :func:`cap_record`, :func:`truncate`,
+    :func:`marker`.
 
     >>> Redactor(extra_rules=[Rule("ticket", r"TICKET-\\d+")]).redact({"q": "see TICKET-42"})
     {'q': 'see [REDACTED:ticket]'}
@@ -264,10 +117,11 @@ class Redactor:
         *,
         extra_rules: Iterable[Rule] = (),
         secret_keys: str | re.Pattern[str] | None = None,
-        shorten_paths: bool = True,
+        shorten_paths: bool = False,
         cwd: str | os.PathLike[str] | None = None,
         home: str | os.PathLike[str] | None = None,
         learn_secrets: bool = True,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.rules: Final[tuple[Rule, ...]] = (
             *(DEFAULT_RULES if rules is None else rules),
@@ -277,8 +131,12 @@ class Redactor:
             if not isinstance(rule, Rule):
                 raise TypeError(f"rules must be onlooker.plugins.audit.Rule objects, not {rule!r}")
         self._secret_keys = DEFAULT_SECRET_KEYS if secret_keys is None else secret_keys
-        if not isinstance(self._secret_keys, str | re.Pattern):
-            raise TypeError("secret_keys must be a str or re.Pattern")
+        if not isinstance(self._secret_keys, str):
+            import re
+
+            if not isinstance(self._secret_keys, re.Pattern):
+                raise TypeError("secret_keys must be a str or re.Pattern")
+        self._default_keys = secret_keys is None
         if secret_keys is not None:
             self.secret_keys  # noqa: B018  # a bad pattern fails here, not on the first event
         for rule in (*(rules or ()), *extra_rules):
@@ -286,23 +144,35 @@ class Redactor:
         self.shorten_paths: Final = shorten_paths
         self.cwd: Final = _clean_dir(cwd if cwd is not None else os.getcwd())
         self.home: Final = _clean_dir(home if home is not None else os.path.expanduser("~"))
-        # One search for every rule's hints finds the (rare) texts that need
-        # work; rules without hints run on every text.
-        hints = {hint for rule in self.rules for hint in rule.hints or ()}
-        self._trigger: Final = (
-            re.compile("|".join(re.escape(h) for h in sorted(hints))) if hints else None
+        # The rare texts that need work are found by their hints, lower-cased
+        # substrings looked for in the lower-cased text: faster than one
+        # compiled alternation, and nothing to compile in a short-lived process.
+        self._rule_hints: Final = tuple(
+            (rule, None if rule.hints is None else tuple({h.lower() for h in rule.hints}))
+            for rule in self.rules
         )
+        self._hints: Final = tuple(sorted({h for _, hs in self._rule_hints for h in hs or ()}))
         self._always: Final = tuple(rule for rule in self.rules if rule.hints is None)
+        self._short: re.Pattern[str] | None = None
+        self._texts = 0
         self._keys: dict[str, tuple[bool, str]] = {}
         self.learn_secrets: Final = learn_secrets
-        self._known: dict[str, None] = {}  # recent values seen under secret keys, oldest first
-        self._known_pattern: re.Pattern[str] | None = None
+        self._learned_values: dict[str, None] = {}  # recent values seen under secret keys
         self._learned = 0
+        self._environment = {
+            value: _ENVIRONMENT
+            for name, value in (os.environ if environ is None else environ).items()
+            if is_secret_variable(name, value)
+        }
+        self._known: dict[str, str] = {}  # every known secret value -> its marker
+        self._known_order: tuple[str, ...] = ()  # longest first
+        self._known_pattern: re.Pattern[str] | None = None
+        self._index_known()
 
     # -- public ------------------------------------------------------------------
 
     def redact(self, value: Any, *, max_chars: int | None = None) -> Any:
-        """``value`` (a JSON value) with secrets and private paths removed.
+        """``value`` (a JSON value) with secrets removed.
 
         Strings longer than ``max_chars`` (after redaction) are cut with
         ``…[truncated N chars]``. Returns ``value`` itself when nothing
@@ -317,7 +187,7 @@ class Redactor:
     def redact_event(
         self, event: dict[str, Any], *, max_chars: int | None = None
     ) -> dict[str, Any]:
-        """An event's JSON form redacted, skipping the envelope fields onlooker generates."""
+        """An event's JSON form redacted, skipping the fields onlooker generates."""
         learned = self._learned
         out = self._event(event, max_chars)
         if self._learned != learned:
@@ -328,6 +198,51 @@ class Redactor:
     def learned(self) -> int:
         """How many secrets were learned so far (changes when a value teaches a new one)."""
         return self._learned
+
+    def redact_text(self, text: str) -> str:
+        """One string with every rule applied (and paths shortened, when asked)."""
+        lowered = text.lower()
+        if self._always or self._triggered(text):
+            # Hints are looked for in the text as it came: a marker written by
+            # one rule never holds what a later rule must redact.
+            for rule, hints in self._rule_hints:
+                if hints is None or any(hint in lowered for hint in hints):
+                    text = rule.apply(text)
+        if self._known_order and self._has_known(text):
+            text = self._scrub_known(text)
+        if self.shorten_paths and "/" in text:
+            path = _PATH.pattern
+            if path.search(text) is not None:
+                text = path.sub(self._shorten, text)
+        return text
+
+    @property
+    def secret_keys(self) -> re.Pattern[str]:
+        """The pattern that names secret keys (searched in the key lower-cased, ``-`` as ``_``)."""
+        keys = self._secret_keys
+        if isinstance(keys, str):
+            import re
+
+            keys = self._secret_keys = re.compile(keys)
+        return keys
+
+    def is_secret_key(self, key: str) -> bool:
+        """Whether values under ``key`` are secrets."""
+        lowered = key.lower().replace("-", "_")
+        if self._default_keys and not any(word in lowered for word in KEY_WORDS):
+            return False  # the default pattern needs one of these words: no regex to compile
+        return self.secret_keys.search(lowered) is not None
+
+    def shorten_path(self, path: str) -> str:
+        """An absolute path outside the working directory as ``~/...`` or its base name."""
+        normal = os.path.normpath(path)
+        if _inside(normal, self.cwd):
+            return path
+        if _inside(normal, self.home):
+            return "~" if normal == self.home else "~/" + os.path.relpath(normal, self.home)
+        return os.path.basename(normal) or path
+
+    # -- walk --------------------------------------------------------------------
 
     def _event(self, event: dict[str, Any], max_chars: int | None) -> dict[str, Any]:
         out: dict[str, Any] | None = None
@@ -342,49 +257,14 @@ class Redactor:
                 out[key] = new
         return event if out is None else out
 
-    def redact_text(self, text: str) -> str:
-        """One string with every rule applied and private paths shortened."""
-        trigger = self._trigger
-        if self._always or (trigger is not None and trigger.search(text) is not None):
-            for rule in self.rules:
-                hints = rule.hints
-                if hints is None or any(hint in text for hint in hints):
-                    text = rule.apply(text)
-        known = self._known_pattern
-        if known is not None and known.search(text) is not None:
-            text = known.sub(_SECRET_FIELD, text)
-        if self.shorten_paths and "/" in text:
-            path = _PATH.pattern
-            if path.search(text) is not None:
-                text = path.sub(self._shorten, text)
-        return text
-
-    @property
-    def secret_keys(self) -> re.Pattern[str]:
-        """The pattern that names secret keys (searched in the key lower-cased, ``-`` as ``_``)."""
-        keys = self._secret_keys
-        if isinstance(keys, str):
-            keys = self._secret_keys = re.compile(keys)
-        return keys
-
-    def is_secret_key(self, key: str) -> bool:
-        """Whether values under ``key`` are secrets."""
-        return self.secret_keys.search(key.lower().replace("-", "_")) is not None
-
-    def shorten_path(self, path: str) -> str:
-        """An absolute path outside the working directory as ``~/...`` or its base name."""
-        normal = os.path.normpath(path)
-        if _inside(normal, self.cwd):
-            return path
-        if _inside(normal, self.home):
-            return "~" if normal == self.home else "~/" + os.path.relpath(normal, self.home)
-        return os.path.basename(normal) or path
-
-    # -- walk --------------------------------------------------------------------
-
     def _value(self, value: Any, max_chars: int | None) -> Any:
         kind = type(value)
         if kind is str:
+            if max_chars is not None and len(value) > max_chars + _MARGIN:
+                # Bounded work: only what can be kept (and a margin) is scanned.
+                head = self.redact_text(value[: max_chars + _MARGIN])
+                dropped = len(value) - max_chars - _MARGIN
+                return f"{head[:max_chars]}…[truncated {max(len(head) - max_chars, 0) + dropped} chars]"
             text = self.redact_text(value)
             if max_chars is not None and len(text) > max_chars:
                 return truncate(text, max_chars)
@@ -439,14 +319,65 @@ class Redactor:
 
     def _untouched(self, text: str, max_chars: int | None) -> bool:
         """Whether redaction and truncation certainly leave ``text`` as it is (a quick test)."""
-        trigger = self._trigger
         return (
             (max_chars is None or len(text) <= max_chars)
             and not self._always
-            and (trigger is None or trigger.search(text) is None)
-            and self._known_pattern is None
+            and not self._triggered(text)
+            and not (self._known_order and self._has_known(text))
             and (not self.shorten_paths or "/" not in text)
         )
+
+    def _triggered(self, text: str) -> bool:
+        """Whether ``text`` holds a hint of some rule (so the rules must look at it).
+
+        A loop of substring tests: for texts longer than a few words it beats
+        one compiled alternation, and a short-lived process compiles nothing.
+        A long-lived one (past a few hundred texts) compiles the alternation
+        once, for the short texts where it is faster.
+        """
+        lowered = text.lower()
+        if len(text) <= _SHORT:
+            short = self._short
+            if short is not None:
+                return short.search(lowered) is not None
+            self._texts += 1
+            if self._texts > _COMPILE_AFTER and self._hints:
+                import re
+
+                self._short = re.compile("|".join(map(re.escape, self._hints)))
+        for hint in self._hints:  # noqa: SIM110  # a loop: any() over a generator is twice as slow
+            if hint in lowered:
+                return True
+        return False
+
+    # -- known secrets -----------------------------------------------------------------
+
+    def _has_known(self, text: str) -> bool:
+        pattern = self._known_pattern
+        if pattern is not None:
+            return pattern.search(text) is not None
+        return any(value in text for value in self._known_order)
+
+    def _scrub_known(self, text: str) -> str:
+        pattern = self._known_pattern
+        if pattern is not None:
+            known = self._known
+            return pattern.sub(lambda match: known[match.group(0)], text)
+        for value in self._known_order:
+            if value in text:
+                text = text.replace(value, self._known[value])
+        return text
+
+    def _index_known(self) -> None:
+        known = dict.fromkeys(self._learned_values, _SECRET_FIELD)
+        known.update(self._environment)
+        self._known = known
+        self._known_order = tuple(sorted(known, key=len, reverse=True))
+        self._known_pattern = None
+        if len(self._known_order) > _LOOP_KNOWN:
+            import re
+
+            self._known_pattern = re.compile("|".join(map(re.escape, self._known_order)))
 
     def _learn(self, value: Any) -> None:
         if type(value) is dict:
@@ -456,11 +387,10 @@ class Redactor:
             for item in value:
                 self._learn(item)
         elif type(value) is str and len(value) >= 6 and value not in self._known:
-            self._known[value] = None
-            if len(self._known) > 256:
-                del self._known[next(iter(self._known))]
-            longest_first = sorted(self._known, key=len, reverse=True)
-            self._known_pattern = re.compile("|".join(map(re.escape, longest_first)))
+            self._learned_values[value] = None
+            if len(self._learned_values) > 256:
+                del self._learned_values[next(iter(self._learned_values))]
+            self._index_known()
             self._learned += 1
 
     def _key(self, key: str) -> tuple[bool, str]:

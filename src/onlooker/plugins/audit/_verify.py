@@ -15,7 +15,15 @@ from onlooker._errors import AuditError
 
 from ._writer import GENESIS, LIVE_NAME, RECORD_VERSION
 
-__all__ = ["BadLine", "Reason", "VerifyReport", "iter_records", "segments_of", "verify"]
+__all__ = [
+    "BadLine",
+    "Reason",
+    "VerifyReport",
+    "is_note",
+    "iter_records",
+    "segments_of",
+    "verify",
+]
 
 Reason: TypeAlias = Literal[
     "hash_mismatch",
@@ -25,6 +33,7 @@ Reason: TypeAlias = Literal[
     "unsupported_version",
     "session_mismatch",
     "missing_segment",
+    "head_truncated",
     "torn_tail",
 ]
 """Why :func:`verify` rejected a trail (see docs/audit.md)."""
@@ -32,7 +41,7 @@ Reason: TypeAlias = Literal[
 _SEGMENT: Final = re.compile(r"events(?:\.([1-9][0-9]*))?\.jsonl")
 _HEX64: Final = re.compile(rb"[0-9a-f]{64}")
 _SUFFIX: Final = len(b',"hash":"') + 64 + len(b'"}')
-_FIELDS: Final = ("v", "seq", "at", "session_id", "prev", "event", "hash")
+_FIELDS: Final = ("v", "seq", "at", "session_id", "prev", "hash")
 
 
 @final
@@ -72,6 +81,7 @@ class VerifyReport:
     last_seq: int | None = None
     last_hash: str | None = None
     files: tuple[Path, ...] = ()
+    notes: tuple[dict[str, Any], ...] = ()
 
     @property
     def tampered(self) -> bool:
@@ -122,8 +132,12 @@ def _parse(raw: bytes) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise _Bad("malformed", "not a JSON object")
     missing = [name for name in _FIELDS if name not in record]
+    if ("event" in record) == ("note" in record):
+        missing.append("event")  # exactly one of them
     if missing:
         raise _Bad("malformed", f"missing {', '.join(missing)}")
+    if "note" in record and not isinstance(record["note"], dict):
+        raise _Bad("malformed", "note is not a JSON object")
     if record["v"] != RECORD_VERSION:
         raise _Bad("unsupported_version", f"record version {record['v']!r} is not {RECORD_VERSION}")
     seq, digest = record["seq"], record["hash"]
@@ -145,8 +159,14 @@ def verify(path: str | os.PathLike[str]) -> VerifyReport:
     chain checked across segments) or one ``events*.jsonl`` file. Raises
     :class:`onlooker.AuditError` if there is no trail there; a damaged
     trail is a report with ``ok=False``, never an exception.
+
+    A trail must start at seq 0 unless a retirement note in it says the
+    records before its first one were deleted by rotation: lines deleted
+    from the head of a trail are ``head_truncated``. One file given alone is
+    held to this only when it is the trail's only segment.
     """
     files = segments_of(path)
+    from_genesis = Path(path).is_dir() or _only_segment(files[0])  # held to seq 0
     state = _Chain()
     numbers = [_segment_number(file) for file in files]
     for index, file in enumerate(files):
@@ -178,7 +198,22 @@ def verify(path: str | os.PathLike[str]) -> VerifyReport:
                         return state.report(files, BadLine(file, line_no), bad.reason, bad.detail)
         except OSError as exc:
             raise AuditError(f"cannot read audit trail {str(file)!r}: {exc}") from exc
+    first = state.first_seq
+    if from_genesis and first is not None and first > 0 and first - 1 not in state.retired:
+        return state.report(
+            files,
+            BadLine(files[0], 1),
+            "head_truncated",
+            f"the trail starts at seq {first} and no retirement record says records "
+            f"0..{first - 1} were rotated away: lines were deleted from its head",
+            records=state.records,
+        )
     return state.report(files, None, None, "")
+
+
+def _only_segment(file: Path) -> bool:
+    siblings = [e for e in file.parent.iterdir() if _SEGMENT.fullmatch(e.name) and e.is_file()]
+    return len(siblings) == 1 and siblings[0].samefile(file)
 
 
 class _Chain:
@@ -190,6 +225,8 @@ class _Chain:
         self.first_seq: int | None = None
         self.seq = -1
         self.hash: str | None = None
+        self.notes: list[dict[str, Any]] = []
+        self.retired: set[int] = set()
 
     def link(self, record: dict[str, Any]) -> None:
         seq, prev = record["seq"], record["prev"]
@@ -214,13 +251,25 @@ class _Chain:
                 )
         self.seq, self.hash = seq, record["hash"]
         self.records += 1
+        note = record.get("note")
+        if note is not None:
+            self.notes.append(note)
+            through = note.get("through_seq")
+            if note.get("kind") == "retired" and type(through) is int:
+                self.retired.add(through)
 
     def report(
-        self, files: list[Path], bad: BadLine | None, reason: Reason | None, detail: str
+        self,
+        files: list[Path],
+        bad: BadLine | None,
+        reason: Reason | None,
+        detail: str,
+        *,
+        records: int | None = None,
     ) -> VerifyReport:
         return VerifyReport(
             ok=bad is None,
-            records=self.records,
+            records=self.records if records is None else records,
             segments=len(files),
             first_bad=bad,
             reason=reason,
@@ -229,15 +278,17 @@ class _Chain:
             last_seq=self.seq if self.hash is not None else None,
             last_hash=self.hash,
             files=tuple(files),
+            notes=tuple(self.notes),
         )
 
 
 def iter_records(path: str | os.PathLike[str]) -> Iterator[tuple[Path, int, dict[str, Any]]]:
-    """Every record of a trail as ``(file, line, record)``, oldest first.
+    """Every event record of a trail as ``(file, line, record)``, oldest first.
 
-    Hashes are not checked (use :func:`verify`). A torn last line is
-    skipped; any other line that is not JSON raises :class:`onlooker.AuditError`
-    naming the file and line.
+    The writer's notes (records with ``note`` instead of ``event``) are
+    skipped. Hashes are not checked (use :func:`verify`). A torn last line
+    is skipped; any other line that is not JSON raises
+    :class:`onlooker.AuditError` naming the file and line.
     """
     files = segments_of(path)
     for index, file in enumerate(files):
@@ -250,6 +301,15 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[tuple[Path, int, dict
                     if last_file and not raw.endswith(b"\n"):
                         return  # a torn tail: a crash mid-write
                     raise AuditError(f"{file}:{line_no}: not a JSON audit record") from None
+                if is_note(record):
+                    continue
                 if not isinstance(record, dict) or not isinstance(record.get("event"), dict):
                     raise AuditError(f"{file}:{line_no}: not an audit record (no event)")
                 yield file, line_no, record
+
+
+def is_note(record: object) -> bool:
+    """Whether a parsed record is one of the writer's notes (no event in it)."""
+    return (
+        isinstance(record, dict) and "event" not in record and isinstance(record.get("note"), dict)
+    )

@@ -13,6 +13,19 @@ A record is one line of compact JSON, members in this order::
 the first record of a session); ``seq`` counts records per session, with no
 gaps, across rotated segments.
 
+A few records are the writer's own notes, chained like the others, with a
+``note`` member in place of ``event``::
+
+    {"v":1,"seq":7,"at":"...Z","session_id":"...","prev":"<hex>","note":{"kind":"gap",...},"hash":"<hex>"}
+
+``{"kind":"retired","through_seq":N}`` follows a rotation that deleted the
+oldest segment: records up to seq ``N`` are gone on purpose (``verify``
+accepts a trail whose first record is ``N + 1`` only with this proof).
+``{"kind":"gap","since":...,"until":...,"attempts":...,"error":...,
+"dropped":...}`` is the first record written after the disk refused writes:
+the records that follow were written late (their ``at`` is when they were
+written), and ``dropped`` were given up on.
+
 Several processes may append to one session: each batch is written under an
 exclusive ``flock`` on ``<session>/.lock``, after re-reading the last record
 (its ``seq`` and ``hash``) from disk.
@@ -94,6 +107,10 @@ SESSION_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 """What a session id must match (whole): it becomes a directory name."""
 
 """``never``: leave it to the OS; ``batch``: one fsync per batch (group commit); ``always``: per record."""
+
+_EVENT: Final = '","event":'  # the member after ``prev``: an event, or the writer's note
+_NOTE: Final = '","note":'
+_MAX_UNREPORTED: Final = 1000  # sidecar lines held while the disk refuses them
 
 ERROR_NAME: Final = "audit.err"
 _LOCK_NAME: Final = ".lock"
@@ -231,8 +248,12 @@ class TrailWriter:
         self._seq = -1  # last seq written in this session, -1 before the first
         self._prev = GENESIS
         self._written = self._errors = self._batches = self._bytes = self._rotations = 0
+        self._notes = 0
         self._batch_written = 0
         self._closed = False
+        self._outage: dict[str, Any] | None = None  # since the first refused write
+        self._unreported: list[dict[str, Any]] = []  # sidecar lines the disk refused too
+        self._unreported_lost = 0
 
     # -- public ------------------------------------------------------------------
 
@@ -268,20 +289,46 @@ class TrailWriter:
                 written = self._batch_written
                 self._errors += 1
                 self._drop_files()
+                outage = self._outage
+                if outage is None:
+                    outage = self._outage = {"since": _timestamp(), "attempts": 0, "dropped": 0}
+                outage["attempts"] += 1
+                outage["error"] = f"{type(exc).__name__}: {exc}"
                 message = f"cannot append {len(texts) - written} record(s) to {self.path}: {exc}"
                 self.report(message, error=type(exc).__name__, records=len(texts) - written)
                 raise AuditWriteError(message, path=self.path, written=written) from exc
             self._batches += 1
+            if self._unreported:
+                self._report_late()
 
-    def report(self, message: str, **fields: object) -> None:
+    @property
+    def failing(self) -> bool:
+        """Whether the last write was refused (a gap record will follow the next one that works)."""
+        return self._outage is not None
+
+    def lost(self, records: int) -> None:
+        """Count ``records`` given up on by the caller during the current outage (gap record)."""
+        if self._outage is not None:
+            self._outage["dropped"] += records
+
+    def report(self, message: str, **fields: object) -> bool:
         """Append one problem to ``audit.err`` (JSON lines), falling back to ``<directory>/audit.err``.
 
-        Never raises: when no file can be written the problem is dropped
-        (the caller counts it).
+        Never raises. When no file can be written (a full disk), the problem
+        is kept (the last 1,000) and appended, marked ``"delayed": true``,
+        after the next write to the trail that works. Returns whether it was
+        written now.
         """
-        line = compact_json(
-            {"at": _timestamp(), "session_id": self.session_id, "message": message, **fields}
-        )
+        entry = {"at": _timestamp(), "session_id": self.session_id, "message": message, **fields}
+        if self._append_error(compact_json(entry)):
+            return True
+        self._unreported.append(entry)
+        if len(self._unreported) > _MAX_UNREPORTED:
+            del self._unreported[0]
+            self._unreported_lost += 1
+        return False
+
+    def _append_error(self, line: str) -> bool:
         for path in (self.error_path, os.path.join(self.directory, ERROR_NAME)):
             try:
                 os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
@@ -290,11 +337,29 @@ class TrailWriter:
                 continue
             try:
                 os.write(fd, (line + "\n").encode("utf-8", "backslashreplace"))
-                return
+                return True
             except OSError:
                 continue
             finally:
                 os.close(fd)
+        return False
+
+    def _report_late(self) -> None:
+        """The problems the disk refused to record when they happened, now that it takes writes."""
+        held, self._unreported = self._unreported, []
+        if self._unreported_lost:
+            held.insert(
+                0,
+                {
+                    "at": _timestamp(),
+                    "session_id": self.session_id,
+                    "message": f"{self._unreported_lost} older problem report(s) were lost",
+                },
+            )
+            self._unreported_lost = 0
+        lines = "\n".join(compact_json({**entry, "delayed": True}) for entry in held)
+        if not self._append_error(lines):
+            self._unreported = held + self._unreported
 
     def statistics(self) -> WriterStatistics:
         """The writer's counters."""
@@ -332,13 +397,18 @@ class TrailWriter:
         try:
             self._open_live()
             self._sync_tail()
-            self._append_locked(texts)
+            note = None
+            if self._outage is not None:
+                note = compact_json({"kind": "gap", **self._outage, "until": _timestamp()})
+            self._append_locked(texts, note)
+            self._outage = None
         finally:
             if self._lock_fd >= 0:
                 _flock(self._lock_fd, False)
         return self._batch_written
 
-    def _append_locked(self, texts: Sequence[str]) -> None:
+    def _append_locked(self, texts: Sequence[str], note: str | None = None) -> None:
+        """Chain and write ``texts`` (events), preceded by ``note`` if given."""
         head = f'{{"v":{RECORD_VERSION},"seq":'
         middle = f',"at":"{_timestamp()}","session_id":"{self.session_id}","prev":"'
         sha256 = _sha256
@@ -347,26 +417,44 @@ class TrailWriter:
         seq, prev = self._seq, self._prev
         lines: list[bytes] = []
         pending = 0  # bytes in ``lines``
-        for text in texts:
+        notes = 0  # note lines among ``lines``
+        count = len(texts)
+        index = 0
+        while True:
+            if note is not None:  # the writer's own record comes before the next event
+                member, text, note = _NOTE, note, None
+            elif index < count:
+                member, text = _EVENT, texts[index]
+                index += 1
+            else:
+                break
             seq += 1
-            body = (head + str(seq) + middle + prev + '","event":' + text + "}").encode(
+            body = (head + str(seq) + middle + prev + member + text + "}").encode(
                 "utf-8", "backslashreplace"
             )
             prev = sha256(body).hexdigest()
             line = body[:-1] + b',"hash":"' + prev.encode() + b'"}\n'
-            if self._size + pending > 0 and self._size + pending + len(line) > max_bytes:
-                self._flush(lines, pending, seq - 1)
-                lines, pending = [], 0
-                self._rotate()
+            if (
+                self._size + pending > 0
+                and self._size + pending + len(line) > max_bytes
+                and member is not _NOTE  # a note never rotates: that would write another note
+            ):
+                self._flush(lines, pending, seq - 1, notes)
+                lines, pending, notes = [], 0, 0
+                through = self._rotate()
+                if through is not None:
+                    note = compact_json({"kind": "retired", "through_seq": through})
             lines.append(line)
             pending += len(line)
+            if member is _NOTE:
+                notes += 1
             if always:
-                self._flush(lines, pending, seq)
-                lines, pending = [], 0
-        self._flush(lines, pending, seq)
+                self._flush(lines, pending, seq, notes)
+                lines, pending, notes = [], 0, 0
+        self._flush(lines, pending, seq, notes)
 
-    def _flush(self, lines: list[bytes], size: int, last_seq: int) -> None:
-        """Write whole record ``lines`` and commit their chain state."""
+    def _flush(self, lines: list[bytes], size: int, last_seq: int, notes: int = 0) -> None:
+        """Write whole record ``lines`` (``notes`` of them the writer's notes), commit the chain."""
         if not lines:
             return
         data = b"".join(lines) if len(lines) > 1 else lines[0]
@@ -385,8 +473,9 @@ class TrailWriter:
         self._size = start + size
         self._seq = last_seq
         self._prev = last[-(64 + 3) : -3].decode("ascii")
-        self._written += len(lines)
-        self._batch_written += len(lines)
+        self._written += len(lines) - notes
+        self._batch_written += len(lines) - notes
+        self._notes += notes
         self._bytes += size
 
     # -- files and chain state -----------------------------------------------------------
@@ -478,19 +567,30 @@ class TrailWriter:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def _rotate(self) -> None:
-        """Rename the live file to ``events.1.jsonl`` (shifting older ones), start a new one."""
+    def _rotate(self) -> int | None:
+        """Rename the live file to ``events.1.jsonl`` (shifting older ones), start a new one.
+
+        Returns the seq through which records were deleted (the oldest
+        segment, past ``keep``), or ``None`` when nothing was deleted.
+        """
         join = os.path.join
         directory = self.session_dir
         scratch = join(directory, _TAIL_NAME + ".tmp")
         with open(scratch, "w", encoding="utf-8") as handle:
             handle.write(json.dumps({"seq": self._seq, "hash": self._prev}))
         os.replace(scratch, join(directory, _TAIL_NAME))
+        through: int | None = None
         if self.keep == 0:
+            through = self._seq
             os.unlink(self.path)
         else:
+            oldest = join(directory, segment_name(self.keep))
+            if os.path.exists(oldest):
+                # the segment after it starts where the deleted records end
+                first = _first_seq(join(directory, segment_name(self.keep - 1)))
+                through = None if first is None else first - 1
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(join(directory, segment_name(self.keep)))
+                os.unlink(oldest)
             for index in range(self.keep - 1, 0, -1):
                 with contextlib.suppress(FileNotFoundError):
                     os.replace(
@@ -505,6 +605,16 @@ class TrailWriter:
         self._rotations += 1
         if self.fsync != "never":
             _fsync_directory(directory)
+        return through
+
+
+def _first_seq(path: str) -> int | None:
+    try:
+        with open(path, "rb") as handle:
+            state = _record_state(handle.readline().rstrip(b"\n"))
+    except OSError:
+        return None
+    return None if state is None else state[0]
 
 
 def _record_state(line: bytes) -> tuple[int, str] | None:

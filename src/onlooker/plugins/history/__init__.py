@@ -3,7 +3,7 @@
 >>> history = onlooker.plugins.history.plugin()          # .onlooker/history.db
 >>> async with onlooker.ExecutionEngine(tools=[...], plugins=[history]) as engine:
 ...     await engine.execute(program)
->>> async with onlooker.plugins.history.open() as store:  # any process, later
+>>> async with onlooker.plugins.history.open(read_only=True) as store:  # any process, later
 ...     page = await store.list_executions(status="failed", limit=20)
 ...     tree = await store.get_execution(page[0].execution_id)
 

@@ -6,9 +6,13 @@ runs them in a worker thread.
 
 from __future__ import annotations
 
+import logging
+import os
 import re
+import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -16,15 +20,33 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    DisconnectionError,
+    InterfaceError,
+    NoSuchModuleError,
+    OperationalError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.pool import QueuePool, StaticPool
 
 from onlooker import ExecutionEvent, HistoryError
 
 from ._rows import Flavor, build_rows
-from ._schema import events, setup_schema
+from ._schema import check_schema, events, setup_schema
 
-__all__ = ["Database", "default_url", "describe", "mask_url", "resolve_url"]
+__all__ = [
+    "Database",
+    "RowError",
+    "default_url",
+    "describe",
+    "is_transient",
+    "mask_url",
+    "resolve_url",
+]
+
+_logger: Final = logging.getLogger("onlooker.plugins.history")
 
 DEFAULT_PATH: Final = Path(".onlooker") / "history.db"
 _SQLITE_TIMEOUT: Final = 5.0
@@ -34,8 +56,36 @@ _PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")
 def describe(exc: BaseException) -> str:
     """A short account of a database error: the driver's message, not the SQL."""
     cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    if isinstance(cause, RowError) and cause.__cause__ is not None:
+        cause = cause.__cause__  # what could not be turned into a row, and why
     first = str(cause).strip().splitlines()[:1]
     return f"{type(cause).__name__}: {first[0] if first else ''}"
+
+
+class RowError(ValueError):
+    """Events that cannot be turned into rows (an unencodable string, say): a poison batch."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a failed write may succeed later unchanged (the database, not the data).
+
+    Connection trouble, a locked, full or read-only database, a missing
+    directory: retry, spill. Anything else (a value the driver cannot encode,
+    a constraint the data breaks) would fail again the same way: isolate it.
+    """
+    if isinstance(exc, RowError):
+        return False
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(
+        exc,
+        OperationalError
+        | InterfaceError
+        | DisconnectionError
+        | PoolTimeoutError
+        | HistoryError
+        | OSError,
+    )
 
 
 def default_url() -> str:
@@ -75,9 +125,28 @@ def _sqlite_file(url: URL) -> Path | None:
     return Path(database)
 
 
-def _create_engine(url: URL) -> Engine:
+def _read_only_sqlite(path: Path) -> Callable[[], sqlite3.Connection]:
+    # mode=ro: SQLite itself refuses to create the file or write to it
+    uri = "file:" + urllib.parse.quote(str(path.absolute())) + "?mode=ro"
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(uri, uri=True, timeout=_SQLITE_TIMEOUT, check_same_thread=False)
+
+    return connect
+
+
+def _create_engine(url: URL, read_only: bool) -> Engine:
     if url.get_backend_name() == "sqlite":
         path = _sqlite_file(url)
+        if read_only and path is not None:
+            if not path.is_file():
+                raise HistoryError(f"no history database at {str(path)!r}")
+            return sa.create_engine(
+                "sqlite://",
+                creator=_read_only_sqlite(path),
+                poolclass=QueuePool,  # as for any file: not one connection per thread
+                hide_parameters=True,
+            )
         if path is None:
             # one shared connection: the store's calls run in worker threads
             return sa.create_engine(
@@ -93,8 +162,14 @@ def _create_engine(url: URL) -> Engine:
         engine = sa.create_engine(url, connect_args=connect_args, hide_parameters=True)
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
+    connect_args = {"options": "-c default_transaction_read_only=on"} if read_only else {}
     return sa.create_engine(
-        url, pool_pre_ping=True, pool_size=4, max_overflow=4, hide_parameters=True
+        url,
+        pool_pre_ping=True,
+        pool_size=4,
+        max_overflow=4,
+        hide_parameters=True,
+        connect_args=connect_args,
     )
 
 
@@ -108,17 +183,30 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 
 class Database:
-    """One history database: schema setup, idempotent batch writes, connections for reads."""
+    """One history database: schema setup, idempotent batch writes, connections for reads.
 
-    def __init__(self, url: str | None) -> None:
+    ``read_only``: never create the file, its directory or the schema, and
+    refuse writes (what read commands use). A file database that is removed
+    or replaced while open is noticed before and after each write, reopened
+    (recreated, with its directory, when it is gone) and reported on the
+    ``onlooker.plugins.history`` logger; a batch that went into the removed
+    file is written again into the new one (writes are idempotent).
+    """
+
+    def __init__(self, url: str | None, *, read_only: bool = False) -> None:
         self.url = resolve_url(url)
         self.masked_url = mask_url(self.url)
         self.backend = self.url.get_backend_name()
         self.flavor = Flavor.for_backend(self.backend)
+        self.read_only: Final = read_only
         try:
-            self.engine = _create_engine(self.url)
+            self.engine = _create_engine(self.url, read_only)
         except (ArgumentError, NoSuchModuleError, ImportError, OSError) as exc:
             raise HistoryError(f"cannot use history database {self.masked_url}: {exc}") from None
+        self._file = _sqlite_file(self.url) if self.backend == "sqlite" else None
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the open file
+        self._reopen_lock = threading.Lock()
+        self.reopened = 0
         self._sql = self.flavor.statements()
         # an in-memory SQLite database is one shared connection: one caller at a time
         self._serial: AbstractContextManager[object] = (
@@ -133,11 +221,18 @@ class Database:
         return _sqlite_file(self.url) if self.backend == "sqlite" else None
 
     def setup(self, attempts: int = 3) -> None:
-        """Connect, create or migrate the schema; raises :class:`HistoryError`."""
+        """Connect, create or migrate the schema; raises :class:`HistoryError`.
+
+        Read-only: connect and check the schema, creating nothing.
+        """
         for attempt in range(attempts):
             try:
                 with self._serial, self.engine.begin() as conn:
-                    setup_schema(conn, self._rebuild)
+                    if self.read_only:
+                        check_schema(conn, self.masked_url)
+                    else:
+                        setup_schema(conn, self._rebuild)
+                self._identity = self._file_identity()
                 return
             except HistoryError:
                 raise
@@ -153,8 +248,9 @@ class Database:
                 if attempt + 1 < attempts:  # another process created the tables first
                     time.sleep(0.05 * (attempt + 1))
                     continue
+                doing = "read" if self.read_only else "set up"
                 raise HistoryError(
-                    f"cannot set up history database {self.masked_url}: "
+                    f"cannot {doing} history database {self.masked_url}: "
                     f"{self._scrub(exc.orig or exc)}"
                 ) from None
 
@@ -166,10 +262,27 @@ class Database:
         return message
 
     def write(self, batch: Sequence[ExecutionEvent]) -> int:
-        """Write events in one transaction; returns how many were new (by ``event_id``)."""
+        """Write events in one transaction; returns how many were new (by ``event_id``).
+
+        Raises :class:`RowError` when the events cannot be turned into rows.
+        """
         if not batch:
             return 0
-        rows = build_rows(batch, self.flavor)
+        if self.read_only:
+            raise HistoryError(f"history database {self.masked_url} was opened read-only")
+        try:
+            rows = build_rows(batch, self.flavor)
+        except Exception as exc:
+            raise RowError(str(exc)) from exc
+        self._check_file()
+        new = self._insert(rows)
+        if self._file is not None and self._file_identity() != self._identity:
+            # removed while we wrote: the batch went into the unlinked file
+            self._check_file()
+            new = self._insert(rows)
+        return new
+
+    def _insert(self, rows: Any) -> int:
         sql = self._sql
         with self._serial, self.engine.begin() as conn:
             new = conn.exec_driver_sql(sql.events, rows.events).rowcount
@@ -206,8 +319,51 @@ class Database:
 
     def run(self, fn: Callable[[Connection], Any]) -> Any:
         """Call ``fn`` with a connection in a read transaction."""
+        if not self.read_only:
+            try:
+                self._check_file()
+            except Exception as exc:  # reads go on from what the pool has open
+                _logger.warning("history: %s: %s", self.masked_url, describe(exc))
         with self._serial, self.engine.connect() as conn:
             return fn(conn)
+
+    def probe(self) -> None:
+        """Raise if the events table cannot be read (the database, not one event, is at fault)."""
+        self.run(lambda conn: conn.execute(sa.select(events.c.event_id).limit(0)).all())
+
+    # -- the file under an SQLite database -----------------------------------------------
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        if self._file is None:
+            return None
+        try:
+            stat = os.stat(self._file)
+        except OSError:
+            return None
+        return (stat.st_dev, stat.st_ino)
+
+    def _check_file(self) -> None:
+        """Reopen the file database if its file was removed or replaced since it was opened."""
+        if self._file is None or self._identity is None:
+            return
+        if self._file_identity() == self._identity:
+            return
+        with self._reopen_lock:
+            found = self._file_identity()
+            if found == self._identity:
+                return  # another thread reopened it
+            what = "removed" if found is None else "replaced by another file"
+            _logger.warning(
+                "history: the database file %s was %s while open; reopening it%s "
+                "(what was written to the old file is not in it)",
+                self._file,
+                what,
+                ", recreating it and its directory" if found is None else "",
+            )
+            self.engine.dispose()  # pooled connections hold the old file
+            self._file.parent.mkdir(parents=True, exist_ok=True)
+            self.setup()
+            self.reopened += 1
 
     def dispose(self) -> None:
         """Close every pooled connection."""

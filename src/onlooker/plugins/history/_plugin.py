@@ -9,7 +9,9 @@ from os import PathLike
 import anyio
 
 from onlooker import Plugin, PluginContext, define_plugin
+from onlooker.plugins.audit import Redactor
 
+from ._redaction import DEFAULT_MAX_VALUE_CHARS, Scrubber
 from ._store import HistoryStore, new_store
 from ._writer import DEFAULT_RETRY_DELAYS, BatchWriter
 
@@ -25,19 +27,33 @@ def plugin(
     flush_interval: float = 0.05,
     spill_path: str | PathLike[str] | None = None,
     retry_delays: Sequence[float] = DEFAULT_RETRY_DELAYS,
+    spill_fallback: str | PathLike[str] | None = None,
+    redactor: Redactor | None = None,
+    max_value_chars: int = DEFAULT_MAX_VALUE_CHARS,
 ) -> Plugin[HistoryStore]:
     """Record every execution in a history database.
 
     ``url`` is as for :func:`open` (default: ``.onlooker/history.db`` under
     the current directory). Events are written off the hot path in batches
     of up to ``batch_size`` events, or whatever arrived within
-    ``flush_interval`` seconds, one transaction per batch. A failed batch is
-    retried after each of ``retry_delays`` seconds; if it still fails, it
-    goes to the spill file (``spill_path``; default beside the SQLite file,
-    or under ``.onlooker/``) and is written on the next start, or as soon as
-    the database takes writes again. The extension is the
-    :class:`HistoryStore`; the engine fails to start with a ``HistoryError``
-    (naming the URL, password hidden) when the database cannot be reached.
+    ``flush_interval`` seconds, one transaction per batch.
+
+    Every event is redacted first by the audit trail's policy (``redactor``:
+    an :class:`onlooker.plugins.audit.Redactor`, default its default policy)
+    and strings longer than ``max_value_chars`` are cut with the trail's
+    marker, so neither the database nor a spill or dead-letter file holds a
+    secret in clear.
+
+    A failed batch is retried after each of ``retry_delays`` seconds; if it
+    still fails, it goes to the spill file (``spill_path``; default beside
+    the SQLite file, or under ``.onlooker/``), else to ``spill_fallback``
+    (default under the temp directory), else to a bounded buffer in memory,
+    and is written as soon as the database takes writes again, or on the
+    next start. A poison event (one the database can never take) goes to the
+    dead-letter file beside the spill file; the rest of its batch is
+    written. The extension is the :class:`HistoryStore`; the engine fails to
+    start with a ``HistoryError`` (naming the URL, password hidden) when the
+    database cannot be reached.
     """
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
@@ -46,14 +62,22 @@ def plugin(
     delays = tuple(float(delay) for delay in retry_delays)
     if any(delay < 0 for delay in delays):
         raise ValueError(f"retry_delays must not be negative: {retry_delays!r}")
+    Scrubber(redactor, max_value_chars)  # bad settings fail here, not when the engine starts
 
     @asynccontextmanager
     async def extension(ctx: PluginContext) -> AsyncIterator[HistoryStore]:
-        store = new_store(url, spill_path)
+        store = new_store(
+            url,
+            spill_path,
+            spill_fallback=spill_fallback,
+            redactor=redactor,
+            max_value_chars=max_value_chars,
+        )
         await store._start()
         store._writer = writer = BatchWriter(
             store._db,
             store._spill,
+            store._scrubber,
             ctx.logger,
             batch_size=batch_size,
             flush_interval=flush_interval,

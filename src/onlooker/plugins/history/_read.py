@@ -8,12 +8,13 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import sqlalchemy as sa
+from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import Connection, RowMapping
 
-from onlooker import ExecutionEvent, HistoryError, parse_event
+from onlooker import EventValidationError, ExecutionEvent, HistoryError, parse_event
 
 from ._records import (
     ExecutionList,
@@ -24,7 +25,7 @@ from ._records import (
     ToolCallRecord,
     ToolStats,
 )
-from ._schema import events, executions, interactions, tool_calls
+from ._schema import Json, events, executions, interactions, tool_calls
 
 __all__ = [
     "EXECUTION_STATUSES",
@@ -34,6 +35,8 @@ __all__ = [
     "list_executions",
     "stats",
 ]
+
+_M = TypeVar("_M", bound=BaseModel)
 
 EXECUTION_STATUSES: Final = frozenset({"running", "completed", "failed", "cancelled", "expired"})
 _CHUNK: Final = 500  # ids per IN (...) clause
@@ -58,12 +61,65 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     return moment, execution_id
 
 
-def _execution_fields(row: RowMapping) -> dict[str, Any]:
+def _select(table: sa.Table) -> sa.Select[Any]:
+    """``SELECT`` of every column, JSON ones as raw text (decoded by :func:`_fields`)."""
+    return sa.select(
+        *(
+            sa.cast(column, sa.Text).label(column.name) if isinstance(column.type, Json) else column
+            for column in table.c
+        )
+    )
+
+
+_JSON_COLUMNS: Final = {
+    table.name: frozenset(c.name for c in table.c if isinstance(c.type, Json))
+    for table in (executions, tool_calls, interactions)
+}
+
+
+def _corrupt(
+    what: str, execution_id: object, problem: str, *, event_id: str | None = None
+) -> HistoryError:
+    return HistoryError(
+        f"corrupt history row: {what} of execution {execution_id!r}: {problem}",
+        execution_id=execution_id if isinstance(execution_id, str) else None,
+        event_id=event_id,
+    )
+
+
+def _fields(row: RowMapping, table: str, what: str) -> dict[str, Any]:
     fields = dict(row)
+    for name in _JSON_COLUMNS[table]:
+        text = fields[name]
+        if isinstance(text, str):
+            try:
+                fields[name] = json.loads(text)
+            except ValueError as exc:
+                raise _corrupt(what, fields["execution_id"], f"{name} is not JSON: {exc}") from None
+    return fields
+
+
+def _model(cls: type[_M], fields: dict[str, Any], what: str) -> _M:
+    try:
+        return cls(**fields)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"])
+        problem = f"{where}: {first['msg']}"
+        raise _corrupt(what, fields.get("execution_id"), problem) from None
+
+
+def _execution_fields(row: RowMapping) -> dict[str, Any]:
+    fields = _fields(row, "executions", f"execution {row['execution_id']!r}")
     fields["status"] = fields["status"] or "running"
     fields["trigger_metadata"] = fields["trigger_metadata"] or {}
     del fields["sort_at"]
     return fields
+
+
+def _execution_record(row: RowMapping) -> ExecutionRecord:
+    what = f"execution {row['execution_id']!r}"
+    return _model(ExecutionRecord, _execution_fields(row), what)
 
 
 def list_executions(
@@ -78,7 +134,7 @@ def list_executions(
     cursor: str | None,
 ) -> ExecutionList:
     """A page of executions, newest first, with the cursor of the next page."""
-    query = sa.select(executions)
+    query = _select(executions)
     if status == "running":
         query = query.where(executions.c.status.is_(None))
     elif status is not None:
@@ -111,9 +167,7 @@ def list_executions(
     if len(rows) > limit:
         last = page[-1]
         next_cursor = encode_cursor(last["sort_at"], last["execution_id"])
-    return ExecutionList(
-        [ExecutionRecord(**_execution_fields(row)) for row in page], next_cursor=next_cursor
-    )
+    return ExecutionList([_execution_record(row) for row in page], next_cursor=next_cursor)
 
 
 def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -124,7 +178,7 @@ def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
 def execution_tree(conn: Connection, execution_id: str) -> ExecutionTree | None:
     """The execution, its tool calls, interactions and descendants; ``None`` if unknown."""
     root = conn.execute(
-        sa.select(executions).where(executions.c.execution_id == execution_id)
+        _select(executions).where(executions.c.execution_id == execution_id)
     ).mappings().first()  # fmt: skip
     if root is None:
         return None
@@ -135,7 +189,7 @@ def execution_tree(conn: Connection, execution_id: str) -> ExecutionTree | None:
         found: list[str] = []
         for ids in _chunks(level):
             query = (
-                sa.select(executions)
+                _select(executions)
                 .where(executions.c.parent_execution_id.in_(ids))
                 .order_by(executions.c.sort_at, executions.c.execution_id)
             )
@@ -152,31 +206,37 @@ def execution_tree(conn: Connection, execution_id: str) -> ExecutionTree | None:
     every = list(nodes)
     for ids in _chunks(every):
         query = (
-            sa.select(tool_calls)
+            _select(tool_calls)
             .where(tool_calls.c.execution_id.in_(ids))
             .order_by(tool_calls.c.execution_id, tool_calls.c.seq)
         )
         for row in conn.execute(query).mappings():
-            fields = dict(row)
+            what = f"tool call {row['tool_call_id']!r}"
+            fields = _fields(row, "tool_calls", what)
             fields["status"] = fields["status"] or "running"
             fields["metadata"] = fields["metadata"] or {}
-            calls[row["execution_id"]].append(ToolCallRecord(**fields))
+            calls[row["execution_id"]].append(_model(ToolCallRecord, fields, what))
         query = (
-            sa.select(interactions)
+            _select(interactions)
             .where(interactions.c.execution_id.in_(ids))
             .order_by(interactions.c.execution_id, interactions.c.seq)
         )
         for row in conn.execute(query).mappings():
-            fields = dict(row)
+            what = f"interaction {row['interaction_id']!r}"
+            fields = _fields(row, "interactions", what)
             fields["status"] = fields["status"] or "open"
-            asks[row["execution_id"]].append(InteractionRecord(**fields))
+            asks[row["execution_id"]].append(_model(InteractionRecord, fields, what))
 
     def build(node: str) -> ExecutionTree:
-        return ExecutionTree(
-            **_execution_fields(nodes[node]),
-            tool_calls=list(calls[node]),
-            interactions=list(asks[node]),
-            children=[build(child) for child in children[node]],
+        return _model(
+            ExecutionTree,
+            {
+                **_execution_fields(nodes[node]),
+                "tool_calls": list(calls[node]),
+                "interactions": list(asks[node]),
+                "children": [build(child) for child in children[node]],
+            },
+            f"execution {node!r}",
         )
 
     return build(execution_id)
@@ -185,11 +245,19 @@ def execution_tree(conn: Connection, execution_id: str) -> ExecutionTree | None:
 def event_list(conn: Connection, execution_id: str) -> list[ExecutionEvent]:
     """The stored events of one execution, parsed, in ``seq`` order."""
     query = (
-        sa.select(sa.cast(events.c.body, sa.Text))
+        sa.select(events.c.event_id, sa.cast(events.c.body, sa.Text))
         .where(events.c.execution_id == execution_id)
         .order_by(events.c.seq, events.c.event_id)
     )
-    return [parse_event(body) for body in conn.execute(query).scalars()]
+    parsed: list[ExecutionEvent] = []
+    for event_id, body in conn.execute(query):
+        try:
+            parsed.append(parse_event(body))
+        except EventValidationError as exc:
+            raise _corrupt(
+                f"event {event_id!r}", execution_id, str(exc), event_id=event_id
+            ) from None
+    return parsed
 
 
 def stats(conn: Connection, since: datetime | None) -> HistoryStats:

@@ -17,6 +17,7 @@ from pydantic_core import to_json
 
 from onlooker import (
     ErrorInfo,
+    EventValidationError,
     ExecutionEvent,
     ExecutionFinished,
     ExecutionStarted,
@@ -24,9 +25,14 @@ from onlooker import (
     InteractionStarted,
     ToolCallFinished,
     ToolCallStarted,
+    parse_event,
 )
+from onlooker.plugins.audit._redact import cap_record  # the trail's record cap, its markers
 
-__all__ = ["Flavor", "Rows", "Statements", "build_rows"]
+__all__ = ["MAX_RECORD_CHARS", "Flavor", "Rows", "Statements", "build_rows", "capped"]
+
+MAX_RECORD_CHARS: Final = 262_144
+"""The most characters one stored event may take; past it its largest values are cut."""
 
 EXECUTION_COLUMNS: Final = (
     "execution_id",
@@ -206,6 +212,9 @@ def build_rows(batch: Sequence[ExecutionEvent], flavor: Flavor) -> Rows:
     interactions: dict[str, tuple[Any, ...]] = {}
     for event in batch:
         body = _SERIALIZERS[event.kind](event).decode()
+        if len(body) > MAX_RECORD_CHARS:  # many small values: each under the cap, too many
+            event = capped(event)
+            body = _SERIALIZERS[event.kind](event).decode()
         at: Any = _sqlite_time_from(body, event.at) if sqlite else event.at
         execution_id = event.execution_id
         kind = event.kind
@@ -295,6 +304,15 @@ def build_rows(batch: Sequence[ExecutionEvent], flavor: Flavor) -> Rows:
         list(tool_calls.values()),
         list(interactions.values()),
     )
+
+
+def capped(event: ExecutionEvent) -> ExecutionEvent:
+    """``event`` with its largest values cut (the audit trail's way) to fit one record."""
+    data = cap_record(event.model_dump(mode="json"), MAX_RECORD_CHARS)
+    try:
+        return parse_event(data)
+    except EventValidationError as exc:  # a cut that breaks the event's schema: a poison event
+        raise ValueError(f"event {event.event_id} is too large to store: {exc}") from None
 
 
 _SERIALIZERS: Final[dict[str, Callable[[Any], bytes]]] = {

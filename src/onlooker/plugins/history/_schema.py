@@ -17,10 +17,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine, UserDefinedType
 
-from onlooker import SchemaVersionError
+from onlooker import HistoryError, SchemaVersionError
 
 __all__ = [
     "HISTORY_SCHEMA_VERSION",
+    "check_schema",
     "events",
     "executions",
     "interactions",
@@ -211,6 +212,31 @@ def setup_schema(conn: Connection, rebuild: Callable[[Connection], None]) -> int
     if found < HISTORY_SCHEMA_VERSION:
         _migrate(conn, found, rebuild)
     return int(found)
+
+
+def check_schema(conn: Connection, name: str) -> None:
+    """For a read-only store: the schema must be there, at this version; nothing is created.
+
+    ``name`` (the URL, password hidden) goes in the error messages.
+    """
+    inspector = sa.inspect(conn)
+    if not inspector.has_table("schema_version"):
+        raise HistoryError(
+            f"{name} is not an onlooker history database (it has no schema_version table)"
+        )
+    found = conn.execute(sa.select(sa.func.max(schema_version.c.version))).scalar()
+    if found is not None and found > HISTORY_SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"the history database has schema version {found}, newer than the version "
+            f"{HISTORY_SCHEMA_VERSION} this onlooker supports: upgrade onlooker",
+            found=found,
+            supported=HISTORY_SCHEMA_VERSION,
+        )
+    if found != HISTORY_SCHEMA_VERSION:
+        raise HistoryError(
+            f"the history database {name} has schema version {found} and needs a migration, "
+            "which a read-only open cannot do: open it once for writing (history.open(url))"
+        )
 
 
 def _migrate(conn: Connection, found: int, rebuild: Callable[[Connection], None]) -> None:

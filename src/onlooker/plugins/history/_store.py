@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
+import tempfile
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -15,15 +17,23 @@ from typing import Any, Final, TypeVar
 import anyio
 from sqlalchemy.engine import Connection
 
-from onlooker import EventBus, ExecutionEvent
+from onlooker import EventBus, ExecutionEvent, HistoryError
+from onlooker.plugins.audit import Redactor
 
 from . import _read
-from ._db import Database
+from ._db import Database, describe
 from ._records import ExecutionList, ExecutionTree, HistoryStats
-from ._spill import SpillFile
-from ._writer import BatchWriter, WriterStatistics
+from ._redaction import DEFAULT_MAX_VALUE_CHARS, Scrubber
+from ._spill import DeadLetters, Spill, SpillFile, dead_letter_path
+from ._writer import BatchWriter, WriterStatistics, isolate, scrub_batch
 
-__all__ = ["HistoryStore", "default_spill_path", "new_store", "open"]
+__all__ = [
+    "HistoryStore",
+    "default_spill_fallback",
+    "default_spill_path",
+    "new_store",
+    "open",
+]
 
 logger: Final = logging.getLogger("onlooker.plugins.history")
 
@@ -47,6 +57,17 @@ def default_spill_path(db: Database) -> Path:
     return Path.cwd() / ".onlooker" / f"spill-{digest}.jsonl"
 
 
+def default_spill_fallback(primary: Path) -> Path:
+    """The second spill location: ``<temp dir>/onlooker-<uid>/spill-<hash of the first>.jsonl``.
+
+    The temp directory is often another file system than the project's, so
+    it still takes writes when the database's disk is full or read-only.
+    """
+    digest = hashlib.sha256(str(primary.absolute()).encode()).hexdigest()[:16]
+    user = getattr(os, "getuid", lambda: "user")()
+    return Path(tempfile.gettempdir()) / f"onlooker-{user}" / f"spill-{digest}.jsonl"
+
+
 class HistoryStore:
     """Executions, tool calls and interactions in SQL: write events, read trees and stats.
 
@@ -57,9 +78,10 @@ class HistoryStore:
     has already accepted (``await engine.bus.flush()`` hands them over).
     """
 
-    def __init__(self, db: Database, spill: SpillFile) -> None:
+    def __init__(self, db: Database, spill: Spill, scrubber: Scrubber) -> None:
         self._db = db
         self._spill = spill
+        self._scrubber = scrubber
         # SQLite has one writer at a time anyway; PostgreSQL gets a few connections.
         self._limiter = anyio.CapacityLimiter(1 if db.backend == "sqlite" else 4)
         self._writer: BatchWriter | None = None
@@ -72,8 +94,23 @@ class HistoryStore:
 
     @property
     def spill_path(self) -> Path:
-        """Where events that cannot be written wait for the database."""
+        """Where events that cannot be written wait for the database (the first location)."""
         return self._spill.path
+
+    @property
+    def spill_paths(self) -> tuple[Path, ...]:
+        """Every spill location, in the order they are tried (memory comes after them)."""
+        return tuple(file.path for file in self._spill.files)
+
+    @property
+    def dead_letter_path(self) -> Path:
+        """Where poison events go, with the reason they could not be written."""
+        return self._spill.dead.path
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the store was opened with ``read_only=True``."""
+        return self._db.read_only
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
@@ -96,10 +133,31 @@ class HistoryStore:
 
         Idempotent by ``event_id``: writing events that are already stored
         changes nothing and counts 0. Used by audit replay and the CLI.
+        Events are redacted and capped first, as the plugin's are. An event
+        the database can never take (a poison event) goes to the dead-letter
+        file and every other event is written; when the database itself
+        refuses, :class:`onlooker.HistoryError` says why and nothing is
+        half-written. A store opened ``read_only`` raises ``HistoryError``.
         """
-        batch = list(events)
-        new: int = await self._call(self._db.write, batch)
+        if self._db.read_only:
+            raise HistoryError(f"history database {self.url} was opened read-only")
+        new: int = await self._call(self._write_now, list(events))
         return new
+
+    def _write_now(self, batch: list[ExecutionEvent]) -> int:
+        return self._write_clean(scrub_batch(self._scrubber, batch, self._spill.dead))
+
+    def _write_clean(self, batch: Sequence[ExecutionEvent]) -> int:
+        """Write events already redacted (spilled ones: redacting twice would cut twice)."""
+        dead = self._spill.dead
+        outcome = isolate(self._db, batch, dead)
+        if outcome.refused is not None:
+            error = outcome.error
+            raise HistoryError(
+                f"cannot write {len(outcome.refused)} of {len(batch)} events to history "
+                f"database {self.url}: {describe(error) if error is not None else '?'}"
+            ) from None
+        return outcome.new
 
     async def list_executions(
         self,
@@ -185,42 +243,83 @@ class HistoryStore:
         except BaseException:
             await self._call(self._db.dispose)
             raise
-        if self._spill.exists():
+        if not self._db.read_only and self._spill.pending():
             try:
-                new = await self._call(self._spill.drain, self._db.write)
-            except Exception as exc:  # the file stays; the next start tries again
-                logger.warning("history: spill file %s not loaded: %s", self._spill.path, exc)
+                new = await self._call(self._spill.drain, self._write_clean)
+            except Exception as exc:  # the files stay; the next start tries again
+                logger.warning("history: spill files not loaded: %s", describe(exc))
             else:
-                logger.info("history: loaded %d events from %s", new, self._spill.path)
+                logger.info(
+                    "history: loaded %d events from %s",
+                    new,
+                    ", ".join(map(str, self.spill_paths)),
+                )
 
     async def _aclose(self) -> None:
         with anyio.CancelScope(shield=True):
             await self._call(self._db.dispose)
 
 
-def new_store(url: str | None, spill_path: str | PathLike[str] | None) -> HistoryStore:
-    db = Database(url)
-    spill = SpillFile(
-        Path(spill_path) if spill_path is not None else default_spill_path(db), logger
+def new_store(
+    url: str | None,
+    spill_path: str | PathLike[str] | None,
+    *,
+    spill_fallback: str | PathLike[str] | None = None,
+    read_only: bool = False,
+    redactor: Redactor | None = None,
+    max_value_chars: int = DEFAULT_MAX_VALUE_CHARS,
+) -> HistoryStore:
+    scrubber = Scrubber(redactor, max_value_chars)
+    db = Database(url, read_only=read_only)
+    first = Path(spill_path) if spill_path is not None else default_spill_path(db)
+    second = Path(spill_fallback) if spill_fallback is not None else default_spill_fallback(first)
+    private = () if spill_fallback is not None else (dead_letter_path(second),)
+    dead = DeadLetters(
+        [dead_letter_path(first), dead_letter_path(second)],
+        logger,
+        private=private,
+        redact=scrubber.redactor.redact_text,
     )
-    return HistoryStore(db, spill)
+    files = [SpillFile(first, logger), SpillFile(second, logger, private=spill_fallback is None)]
+    return HistoryStore(db, Spill(files, dead, logger), scrubber)
 
 
 @asynccontextmanager
 async def open(  # the documented name: history.open(url)
-    url: str | None = None, *, spill_path: str | PathLike[str] | None = None
+    url: str | None = None,
+    *,
+    read_only: bool = False,
+    spill_path: str | PathLike[str] | None = None,
+    spill_fallback: str | PathLike[str] | None = None,
+    redactor: Redactor | None = None,
+    max_value_chars: int = DEFAULT_MAX_VALUE_CHARS,
 ) -> AsyncIterator[HistoryStore]:
-    """Open a history database for reading and writing without an engine.
+    """Open a history database without an engine.
 
     ``url``: ``sqlite:///path.db`` (default: ``.onlooker/history.db`` under
-    the current directory, created on first use) or
-    ``postgresql+psycopg://user:password@host/db``. Creates or migrates the
-    schema and loads a spill file left by an earlier run. Raises
-    :class:`onlooker.HistoryError` (naming the URL, password hidden) when the
-    database cannot be reached and :class:`onlooker.SchemaVersionError` when
-    a newer onlooker wrote it.
+    the current directory) or ``postgresql+psycopg://user:password@host/db``.
+
+    With ``read_only=True`` (what read commands use) nothing is created: a
+    missing SQLite file, a database without onlooker's tables or one that
+    needs a migration is a :class:`onlooker.HistoryError` naming it; SQLite
+    is opened in its read-only mode, PostgreSQL sessions are read-only, and
+    ``write_events`` raises. Otherwise the file and its directory are
+    created on first use, the schema is created or migrated, and events left
+    in the spill files by an earlier run are loaded. ``redactor`` and
+    ``max_value_chars`` apply to ``write_events`` as in :func:`plugin`.
+
+    Raises :class:`onlooker.HistoryError` (naming the URL, password hidden)
+    when the database cannot be reached and
+    :class:`onlooker.SchemaVersionError` when a newer onlooker wrote it.
     """
-    store = new_store(url, spill_path)
+    store = new_store(
+        url,
+        spill_path,
+        spill_fallback=spill_fallback,
+        read_only=read_only,
+        redactor=redactor,
+        max_value_chars=max_value_chars,
+    )
     await store._start()
     try:
         yield store

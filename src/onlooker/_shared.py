@@ -1,0 +1,356 @@
+"""One copy of the rules the library and the coding-agent hook share.
+
+``onlooker hook claude-code`` starts a fresh interpreter on every tool call a
+coding agent makes, so what it needs from the library lives here, in a
+module that imports only ``os`` and ``time`` when loaded (no ``typing``, no
+pydantic; ``re`` and ``fnmatch`` only inside the functions that compile a
+rule):
+
+- the event envelope: :data:`SCHEMA_VERSION`, :data:`ENVELOPE_FIELDS`,
+  :func:`envelope` and :func:`attribution` (the JSON form of the models in
+  ``_events.py``; a test keeps the two equal);
+- :func:`iso_time`, the ``at`` of events and audit records;
+- :func:`lock_file` / :func:`unlock_file`, the exclusive lock concurrent
+  writers of one file take;
+- the session-id rule: :func:`is_session_id`, :func:`safe_session_id`;
+- the audit switch: :data:`DISABLE_VARIABLE`, :func:`audit_disabled`;
+- deny rules for shell commands: :data:`DEFAULT_DENIED_COMMANDS` and
+  :func:`compile_command_rule`, used by ``policies.deny_commands()`` and by
+  the hook's rule files alike;
+- JSON without ``re``: :func:`json_loads` and :func:`json_dumps` (compact,
+  non-ASCII kept), CPython's own C scanner and encoder, as ``json`` uses
+  them; importing ``json`` would import ``re``, ``enum`` and more, half the
+  cost of a bare interpreter start, for a hook whose payload may need no
+  regular expression at all;
+- :func:`sha256`, CPython's own SHA-256 (``hashlib`` loads OpenSSL).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+TYPE_CHECKING = False  # not typing's: importing typing costs the hook milliseconds
+if TYPE_CHECKING:
+    import re
+    from collections.abc import Callable, Mapping
+    from typing import Any, Final, Literal
+
+__all__ = [
+    "ATTRIBUTION_FIELDS",
+    "DEFAULT_DENIED_COMMANDS",
+    "DISABLE_VARIABLE",
+    "ENVELOPE_FIELDS",
+    "SCHEMA_VERSION",
+    "SESSION_ID_RULE",
+    "attribution",
+    "audit_disabled",
+    "compile_command_rule",
+    "envelope",
+    "is_session_id",
+    "iso_time",
+    "json_dumps",
+    "json_loads",
+    "lock_file",
+    "safe_session_id",
+    "sha256",
+    "unlock_file",
+]
+
+# -- the event envelope ---------------------------------------------------------------------
+
+SCHEMA_VERSION: Final = 1
+"""The version of the event format written into every event's ``schema_version``."""
+
+ENVELOPE_FIELDS: Final = (
+    "kind",
+    "event_id",
+    "execution_id",
+    "seq",
+    "at",
+    "attribution",
+    "schema_version",
+)
+"""The fields every event carries besides its own (``_events._Envelope`` plus ``kind``)."""
+
+ATTRIBUTION_FIELDS: Final = (
+    "task_id",
+    "phase",
+    "parent_execution_id",
+    "parent_tool_call_id",
+    "depth",
+    "intent_id",
+)
+"""The fields of :class:`onlooker.Attribution`, in its order."""
+
+
+def attribution(
+    *,
+    parent_execution_id: str | None = None,
+    parent_tool_call_id: str | None = None,
+    depth: int = 0,
+    task_id: str | None = None,
+    phase: str | None = None,
+    intent_id: str | None = None,
+) -> dict[str, Any]:
+    """The JSON form of an :class:`onlooker.Attribution`."""
+    return {
+        "task_id": task_id,
+        "phase": phase,
+        "parent_execution_id": parent_execution_id,
+        "parent_tool_call_id": parent_tool_call_id,
+        "depth": depth,
+        "intent_id": intent_id,
+    }
+
+
+def envelope(
+    kind: str,
+    *,
+    execution_id: str,
+    seq: int,
+    at: str,
+    attribution: dict[str, Any] | None = None,
+    event_id: str | None = None,
+) -> dict[str, Any]:
+    """The JSON form of an event's envelope; add the event's own fields to it.
+
+    ``event_id`` defaults to 24 random hex digits (unique across processes).
+    """
+    return {
+        "kind": kind,
+        "event_id": event_id if event_id is not None else os.urandom(12).hex(),
+        "execution_id": execution_id,
+        "seq": seq,
+        "at": at,
+        "attribution": attribution if attribution is not None else _ROOT,
+        "schema_version": SCHEMA_VERSION,
+    }
+
+
+_ROOT: Final = {
+    "task_id": None,
+    "phase": None,
+    "parent_execution_id": None,
+    "parent_tool_call_id": None,
+    "depth": 0,
+    "intent_id": None,
+}
+
+
+def iso_time(moment: float | None = None) -> str:
+    """``moment`` (epoch seconds; now by default) as ISO 8601 UTC with microseconds and ``Z``.
+
+    Built with ``time`` alone: importing ``datetime`` costs the hook a
+    millisecond it does not need.
+    """
+    if moment is None:
+        moment = time.time()
+    micros = int(moment * 1_000_000) % 1_000_000
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(moment)) + f".{micros:06d}Z"
+
+
+# -- locks ----------------------------------------------------------------------------------
+
+if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+
+    def lock_file(fd: int) -> None:
+        """Wait for and take an exclusive lock on the open file ``fd``."""
+        import msvcrt
+
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+
+    def unlock_file(fd: int) -> None:
+        """Release the lock :func:`lock_file` took (closing ``fd`` releases it too)."""
+        import msvcrt
+
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+else:
+    import fcntl
+
+    def lock_file(fd: int) -> None:
+        """Wait for and take an exclusive lock on the open file ``fd``."""
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+    def unlock_file(fd: int) -> None:
+        """Release the lock :func:`lock_file` took (closing ``fd`` releases it too)."""
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+# -- session ids ----------------------------------------------------------------------------
+
+_ID_CHARS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+SESSION_ID_RULE: Final = "[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+"""What a session id must match, whole: it becomes a directory name."""
+
+
+def is_session_id(value: object) -> bool:
+    """Whether ``value`` is a safe session id: :data:`SESSION_ID_RULE`, no path separator."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= 128
+        and value[0] not in "._-"
+        and all(c in _ID_CHARS for c in value)
+    )
+
+
+def safe_session_id(raw: str) -> str | None:
+    """``raw`` made a safe session id (other characters become ``_``), or None if none is left."""
+    cleaned = "".join(c if c in _ID_CHARS else "_" for c in raw[:256]).lstrip("._-")[:128]
+    return cleaned if is_session_id(cleaned) else None
+
+
+# -- the audit switch -----------------------------------------------------------------------
+
+DISABLE_VARIABLE: Final = "ONLOOKER_AUDIT_DISABLE"
+"""The environment variable that turns audit recording off."""
+
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+
+
+def audit_disabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``ONLOOKER_AUDIT_DISABLE`` is ``1``, ``true``, ``yes`` or ``on`` (any case).
+
+    Any other value (``0``, ``false``, empty, unset) leaves recording on: an
+    audit trail is only switched off on purpose.
+    """
+    value = (environ if environ is not None else os.environ).get(DISABLE_VARIABLE, "")
+    return value.strip().lower() in _TRUE
+
+
+# -- deny rules for shell commands -----------------------------------------------------------
+
+_SEP: Final = r"(?:^|[;&|(`]|\$\()\s*"
+"""Command position: the start, or after a separator, a subshell or a substitution."""
+_END: Final = r"(?=$|[\s;&|)`])"
+
+DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
+    "rm-recursive-root": (
+        r"\brm\s+(?:-[\w-]+\s+)*(?:-[a-zA-Z]*[rR][a-zA-Z]*|--recursive)\s+"
+        r"(?:-[\w-]+\s+)*(?:--\s+)?[\"']?(?:/\*?|~/?\*?|\$\{?HOME\}?/?\*?)[\"']?" + _END
+    ),
+    "sudo": _SEP + r"(?:\S*/)?(?:sudo|doas)\b",
+    "su": _SEP + r"(?:\S*/)?su" + _END,
+    "mkfs": r"\bmkfs(?:\.\w+)?\b",
+    "dd-to-device": r"\bdd\b[^;&|]*\bof=/dev/",
+    "redirect-to-device": r">\s*/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk)\w*",
+    "fork-bomb": r"(?P<bomb>[^\s(){}|&;]+)\s*\(\)\s*\{\s*(?P=bomb)\s*\|\s*(?P=bomb)\s*&\s*\}",
+    "download-piped-to-shell": (
+        r"\b(?:curl|wget|fetch)\b[^;&|]*\|\s*(?:sudo\s+)?(?:\S*/)?(?:ba|z|k|da|fi)?sh\b"
+    ),
+    "chmod-recursive-root": (
+        r"\bchmod\s+(?:-\S+\s+)*-[a-zA-Z]*R[a-zA-Z]*\s+(?:-\S+\s+)*\S+\s+/" + _END
+    ),
+    "power": _SEP + r"(?:\S*/)?(?:shutdown|reboot|poweroff|halt)\b",
+}
+"""The built-in command rules: rule name -> regular expression (``re.search``).
+
+A floor against obvious accidents (``rm -rf /``, ``sudo``, ``mkfs``, writing
+to a disk device, fork bombs, ``curl ... | sh``, ``chmod -R ... /``,
+``shutdown``), not a sandbox: a determined program can spell a command in
+ways no pattern list foresees.
+"""
+
+
+def compile_command_rule(
+    name: str, pattern: str | re.Pattern[str], syntax: Literal["regex", "glob"] = "regex"
+) -> re.Pattern[str]:
+    """One command rule compiled; ``ValueError`` naming the rule when it is invalid.
+
+    ``syntax="regex"``: a regular expression found anywhere in the command
+    (use ``re.search`` on the result). ``syntax="glob"``: a shell-style glob
+    matched against the whole command (``*`` matches any text, ``/`` too).
+    A compiled ``re.Pattern`` is returned as it is.
+    """
+    import re
+
+    if isinstance(pattern, re.Pattern):
+        return pattern
+    if not isinstance(pattern, str) or not pattern:
+        raise ValueError(f"rule {name}: a pattern must be a non-empty string")
+    if syntax == "glob":
+        from fnmatch import translate
+
+        return re.compile(r"\A" + translate(pattern))
+    if syntax != "regex":
+        raise ValueError(f"rule {name}: syntax must be 'regex' or 'glob', not {syntax!r}")
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"rule {name}: invalid regular expression: {exc}") from None
+
+
+# -- JSON and SHA-256 without their heavy modules ---------------------------------------------
+
+
+def _codec() -> tuple[Callable[[str | bytes], Any], Callable[[Any], str]]:
+    """``loads`` and compact ``dumps`` built on ``_json``, or on ``json`` where it is missing."""
+    try:
+        from _json import encode_basestring, make_encoder, make_scanner
+
+        class _Decoding:  # what the C scanner reads from json.JSONDecoder
+            strict = True
+            object_hook = None
+            object_pairs_hook = None
+            parse_float = float
+            parse_int = int
+            parse_constant = {
+                "-Infinity": -1e999,
+                "Infinity": 1e999,
+                "NaN": 1e999 - 1e999,
+            }.__getitem__
+
+        scan = make_scanner(_Decoding())  # type: ignore[arg-type]  # typeshed: a JSONDecoder; these attributes are all it reads
+
+        def default(value: object) -> Any:
+            raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+        encode = make_encoder({}, default, encode_basestring, None, ":", ",", False, False, True)
+    except (ImportError, TypeError):  # pragma: no cover - another interpreter
+        import json
+
+        return json.loads, json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+    def loads(text: str | bytes) -> Any:
+        if not isinstance(text, str):
+            text = text.decode("utf-8")
+        start = len(text) - len(text.lstrip(" \t\n\r"))
+        try:
+            value, end = scan(text, start)
+        except StopIteration as stop:
+            raise ValueError(f"Expecting value: char {stop.value}") from None
+        except Exception:  # the C scanner reports errors through json.decoder,
+            import json  # which may not be loaded yet: let json itself say what is wrong
+
+            return json.loads(text)
+        rest = len(text) - len(text.rstrip(" \t\n\r"))
+        if end != len(text) - rest:
+            raise ValueError(f"Extra data: char {end}")
+        return value
+
+    def dumps(value: Any) -> str:
+        if isinstance(value, str):
+            return str(encode_basestring(value))
+        return "".join(encode(value, 0))
+
+    return loads, dumps
+
+
+json_loads, json_dumps = _codec()
+"""``json.loads`` (``ValueError`` on bad input) and ``json.dumps`` with ``separators=(",", ":")``
+and ``ensure_ascii=False``: the same C code, without importing ``json``."""
+
+if TYPE_CHECKING:
+    from hashlib import sha256
+else:  # CPython's own SHA-256: loading OpenSSL through hashlib costs ~2.5 ms per hook call
+    try:
+        from _sha2 import sha256  # 3.12+
+    except ImportError:
+        try:
+            from _sha256 import sha256  # 3.11
+        except ImportError:  # pragma: no cover - a build without them
+            from hashlib import sha256

@@ -1,0 +1,434 @@
+"""The UI's own reads: what the store's methods do not offer, in SQLAlchemy Core.
+
+Each function takes a connection (``store.query`` runs it in a worker
+thread, in a transaction rolled back afterwards) and only selects, over the
+public tables of :mod:`onlooker.plugins.history.tables`:
+
+- :func:`list_page`: a page of executions filtered by program too, and only
+  root executions if asked, with each one's tool-call count;
+- :func:`execution_node`: an execution and its descendants with only what
+  the timeline draws (``store.get_execution`` also parses every result and
+  hook metadata: three times slower on a 1,000-call execution);
+- :func:`call_record` / :func:`interaction_record`: one row of it, whole;
+- :func:`stats`: the store's per-tool statistics for a time range (the store
+  takes only a start);
+- :func:`item_events`: the stored events of one tool call or interaction.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, RowMapping
+
+from onlooker import ErrorInfo, ExecutionEvent, parse_event
+from onlooker.plugins.history import (
+    ExecutionRecord,
+    HistoryStats,
+    InteractionRecord,
+    ToolCallRecord,
+    ToolStats,
+)
+from onlooker.plugins.history.tables import events, executions, interactions, tool_calls
+
+__all__ = [
+    "Ask",
+    "BadCursorError",
+    "Call",
+    "ListFilters",
+    "Node",
+    "Page",
+    "Row",
+    "call_record",
+    "decode_cursor",
+    "execution_node",
+    "execution_record",
+    "interaction_record",
+    "item_events",
+    "list_page",
+    "stats",
+]
+
+EXECUTION_STATUSES: Final = ("running", "completed", "failed", "cancelled", "expired")
+
+
+class BadCursorError(ValueError):
+    """A ``cursor`` that is not one the UI made."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListFilters:
+    """What the executions list shows: filters, a page position and a page size."""
+
+    status: str | None = None
+    program: str | None = None
+    trigger: str | None = None
+    tool: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    roots: bool = False
+    cursor: str | None = None
+    limit: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of the executions list."""
+
+    record: ExecutionRecord
+    tool_calls: int
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A page of the list, newest first; ``next_cursor`` is ``None`` on the last one."""
+
+    rows: list[Row]
+    next_cursor: str | None
+
+
+def encode_cursor(sort_at: datetime, execution_id: str) -> str:
+    """An opaque keyset position: the last row's sort time and id."""
+    raw = json.dumps([sort_at.isoformat(), execution_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The position a cursor names; :class:`BadCursorError` if it is not one of ours."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, execution_id = json.loads(raw)
+        moment = datetime.fromisoformat(at)
+        if moment.tzinfo is None or not isinstance(execution_id, str):
+            raise ValueError(cursor)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise BadCursorError(f"invalid cursor {cursor!r}: follow the list's own links") from None
+    return moment, execution_id
+
+
+def _record(row: RowMapping) -> ExecutionRecord:
+    fields: dict[str, Any] = dict(row)
+    del fields["sort_at"]
+    fields["status"] = fields["status"] or "running"  # NULL: no ExecutionFinished stored yet
+    fields["trigger_metadata"] = fields["trigger_metadata"] or {}
+    return ExecutionRecord(**fields)
+
+
+def execution_record(conn: Connection, execution_id: str) -> ExecutionRecord | None:
+    """One execution without its calls; ``None`` if unknown."""
+    query = sa.select(executions).where(executions.c.execution_id == execution_id)
+    row = conn.execute(query).mappings().first()
+    return None if row is None else _record(row)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """What the timeline and the summary need of a tool call (no result, no hook metadata)."""
+
+    tool_call_id: str
+    execution_id: str
+    tool: str
+    status: str
+    args: dict[str, Any] | None
+    error: ErrorInfo | None
+    duration_ms: float | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What the timeline needs of a question."""
+
+    interaction_id: str
+    execution_id: str
+    message: str | None
+    status: str
+    started_at: datetime | None
+    resolved_at: datetime | None
+
+
+@dataclass(slots=True)
+class Node:
+    """An execution, its calls and questions (``seq`` order) and its children (oldest first)."""
+
+    record: ExecutionRecord
+    calls: list[Call] = field(default_factory=list)
+    asks: list[Ask] = field(default_factory=list)
+    children: list[Node] = field(default_factory=list)
+
+
+_CHUNK: Final = 500  # ids per IN (...) clause
+_CALL_COLUMNS: Final = (
+    tool_calls.c.tool_call_id,
+    tool_calls.c.execution_id,
+    tool_calls.c.tool,
+    tool_calls.c.status,
+    tool_calls.c.args,
+    tool_calls.c.error,
+    tool_calls.c.duration_ms,
+    tool_calls.c.started_at,
+    tool_calls.c.finished_at,
+)
+_ASK_COLUMNS: Final = (
+    interactions.c.interaction_id,
+    interactions.c.execution_id,
+    interactions.c.message,
+    interactions.c.status,
+    interactions.c.started_at,
+    interactions.c.resolved_at,
+)
+
+
+def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
+    for start in range(0, len(ids), _CHUNK):
+        yield ids[start : start + _CHUNK]
+
+
+def _error(value: Any) -> ErrorInfo | None:
+    return None if value is None else ErrorInfo.model_validate(value)
+
+
+def execution_node(conn: Connection, execution_id: str) -> Node | None:
+    """The execution and every descendant, with what the timeline draws; ``None`` if unknown."""
+    root = execution_record(conn, execution_id)
+    if root is None:
+        return None
+    nodes = {execution_id: Node(root)}
+    level = [execution_id]
+    while level:  # one query per generation, not per child
+        found: list[str] = []
+        for ids in _chunks(level):
+            query = (
+                sa.select(executions)
+                .where(executions.c.parent_execution_id.in_(ids))
+                .order_by(executions.c.sort_at, executions.c.execution_id)
+            )
+            for row in conn.execute(query).mappings():
+                child = row["execution_id"]
+                if child in nodes:  # a cycle in hand-edited data: draw each node once
+                    continue
+                nodes[child] = Node(_record(row))
+                nodes[row["parent_execution_id"]].children.append(nodes[child])
+                found.append(child)
+        level = found
+    for ids in _chunks(list(nodes)):
+        query = (
+            sa.select(*_CALL_COLUMNS)
+            .where(tool_calls.c.execution_id.in_(ids))
+            .order_by(tool_calls.c.execution_id, tool_calls.c.seq)
+        )
+        for call_id, owner, tool, status, args, error, duration, started, finished in conn.execute(
+            query
+        ):
+            nodes[owner].calls.append(
+                Call(
+                    call_id,
+                    owner,
+                    tool,
+                    status or "running",
+                    args,
+                    _error(error),
+                    duration,
+                    started,
+                    finished,
+                )
+            )
+        query = (
+            sa.select(*_ASK_COLUMNS)
+            .where(interactions.c.execution_id.in_(ids))
+            .order_by(interactions.c.execution_id, interactions.c.seq)
+        )
+        for ask_id, owner, message, status, started, resolved in conn.execute(query):
+            nodes[owner].asks.append(
+                Ask(ask_id, owner, message, status or "open", started, resolved)
+            )
+    return nodes[execution_id]
+
+
+def call_record(conn: Connection, execution_id: str, tool_call_id: str) -> ToolCallRecord | None:
+    """One tool call of the execution, whole; ``None`` if it has no such call."""
+    query = sa.select(tool_calls).where(
+        tool_calls.c.execution_id == execution_id, tool_calls.c.tool_call_id == tool_call_id
+    )
+    row = conn.execute(query).mappings().first()
+    if row is None:
+        return None
+    fields = dict(row)
+    fields["status"] = fields["status"] or "running"
+    fields["metadata"] = fields["metadata"] or {}
+    return ToolCallRecord(**fields)
+
+
+def interaction_record(
+    conn: Connection, execution_id: str, interaction_id: str
+) -> InteractionRecord | None:
+    """One question of the execution, whole; ``None`` if it has no such question."""
+    query = sa.select(interactions).where(
+        interactions.c.execution_id == execution_id,
+        interactions.c.interaction_id == interaction_id,
+    )
+    row = conn.execute(query).mappings().first()
+    if row is None:
+        return None
+    fields = dict(row)
+    fields["status"] = fields["status"] or "open"
+    return InteractionRecord(**fields)
+
+
+def list_page(conn: Connection, filters: ListFilters) -> Page:
+    """A page of executions, newest first (keyset pagination on the sort index)."""
+    query = sa.select(executions)
+    if filters.status == "running":
+        query = query.where(executions.c.status.is_(None))
+    elif filters.status is not None:
+        query = query.where(executions.c.status == filters.status)
+    if filters.program is not None:
+        query = query.where(executions.c.program == filters.program)
+    if filters.trigger is not None:
+        query = query.where(executions.c.trigger == filters.trigger)
+    if filters.since is not None:
+        query = query.where(executions.c.sort_at >= filters.since)
+    if filters.until is not None:
+        query = query.where(executions.c.sort_at < filters.until)
+    if filters.roots:
+        query = query.where(executions.c.parent_execution_id.is_(None))
+    if filters.tool is not None:
+        query = query.where(
+            sa.exists().where(
+                tool_calls.c.execution_id == executions.c.execution_id,
+                tool_calls.c.tool == filters.tool,
+            )
+        )
+    if filters.cursor is not None:
+        at, last_id = decode_cursor(filters.cursor)
+        query = query.where(
+            sa.or_(
+                executions.c.sort_at < at,
+                sa.and_(executions.c.sort_at == at, executions.c.execution_id < last_id),
+            )
+        )
+    query = query.order_by(executions.c.sort_at.desc(), executions.c.execution_id.desc())
+    found = conn.execute(query.limit(filters.limit + 1)).mappings().all()
+    page = found[: filters.limit]
+    counts: dict[str, int] = {}
+    ids = [row["execution_id"] for row in page]
+    if ids:
+        count_query = (
+            sa.select(tool_calls.c.execution_id, sa.func.count())
+            .where(tool_calls.c.execution_id.in_(ids))
+            .group_by(tool_calls.c.execution_id)
+        )
+        counts = {execution_id: int(n) for execution_id, n in conn.execute(count_query)}
+    next_cursor = None
+    if len(found) > filters.limit:
+        next_cursor = encode_cursor(page[-1]["sort_at"], page[-1]["execution_id"])
+    return Page(
+        [Row(_record(row), counts.get(row["execution_id"], 0)) for row in page], next_cursor
+    )
+
+
+def stats(conn: Connection, since: datetime | None, until: datetime | None) -> HistoryStats:
+    """``store.stats(since)`` with an end too: executions started, tool calls finished in range.
+
+    The same rules as the store's: a tool's calls are its finished calls,
+    ``failure_rate`` is ``failed / calls``, percentiles are nearest-rank.
+    """
+    status = sa.func.coalesce(executions.c.status, "running")
+    query = sa.select(status, sa.func.count()).group_by(status)
+    if since is not None:
+        query = query.where(executions.c.sort_at >= since)
+    if until is not None:
+        query = query.where(executions.c.sort_at < until)
+    by_execution_status = {str(s): int(n) for s, n in conn.execute(query)}
+
+    finished: list[sa.ColumnElement[bool]] = [
+        tool_calls.c.status.is_not(None),
+        tool_calls.c.duration_ms.is_not(None),
+    ]
+    if since is not None:
+        finished.append(tool_calls.c.finished_at >= since)
+    if until is not None:
+        finished.append(tool_calls.c.finished_at < until)
+    counts: defaultdict[str, dict[str, int]] = defaultdict(dict)
+    query = (
+        sa.select(tool_calls.c.tool, tool_calls.c.status, sa.func.count())
+        .where(*finished)
+        .group_by(tool_calls.c.tool, tool_calls.c.status)
+    )
+    for tool, tool_status, count in conn.execute(query):
+        counts[tool][tool_status] = int(count)
+
+    ranked = (
+        sa.select(
+            tool_calls.c.tool,
+            tool_calls.c.duration_ms,
+            sa.func.row_number()
+            .over(partition_by=tool_calls.c.tool, order_by=tool_calls.c.duration_ms)
+            .label("rank"),
+            sa.func.count().over(partition_by=tool_calls.c.tool).label("n"),
+        )
+        .where(*finished)
+        .subquery()
+    )
+
+    def percentile(p: float) -> sa.ColumnElement[Any]:
+        return sa.func.min(sa.case((ranked.c.rank >= p * ranked.c.n, ranked.c.duration_ms)))
+
+    query = sa.select(ranked.c.tool, percentile(0.5), percentile(0.95)).group_by(ranked.c.tool)
+    percentiles: dict[str, tuple[float | None, float | None]] = {
+        row[0]: (row[1], row[2]) for row in conn.execute(query)
+    }
+
+    tools = []
+    for tool, by_status in counts.items():
+        calls = sum(by_status.values())
+        failed = by_status.get("failed", 0)
+        p50, p95 = percentiles.get(tool, (None, None))
+        tools.append(
+            ToolStats(
+                tool=tool,
+                calls=calls,
+                by_status=by_status,
+                failed=failed,
+                failure_rate=failed / calls if calls else 0.0,
+                p50_ms=p50,
+                p95_ms=p95,
+            )
+        )
+    tools.sort(key=lambda t: (-t.calls, t.tool))
+    return HistoryStats(
+        since=since,
+        executions=sum(by_execution_status.values()),
+        executions_by_status=by_execution_status,
+        tool_calls=sum(t.calls for t in tools),
+        tools=tools,
+    )
+
+
+_KINDS: Final = {
+    "tool_call_id": ("ToolCallStarted", "ToolCallFinished"),
+    "interaction_id": ("InteractionStarted", "InteractionResolved"),
+}
+
+
+def item_events(
+    conn: Connection, execution_id: str, key: str, item_id: str
+) -> list[ExecutionEvent]:
+    """The events of one tool call (``key="tool_call_id"``) or interaction, in ``seq`` order."""
+    query = sa.select(sa.cast(events.c.body, sa.Text)).where(
+        events.c.execution_id == execution_id, events.c.kind.in_(_KINDS[key])
+    )
+    quoted = json.dumps(item_id)
+    if quoted == f'"{item_id}"':  # spelt as is in the JSON text: narrow by it in SQL first
+        query = query.where(sa.cast(events.c.body, sa.Text).contains(quoted, autoescape=True))
+    found = [parse_event(body) for body in conn.execute(query.order_by(events.c.seq)).scalars()]
+    return [event for event in found if getattr(event, key, None) == item_id]

@@ -1,0 +1,99 @@
+"""The per-record cap: an event's JSON form cut to a size, keeping its shape.
+
+Standard library only (the coding-agent hook imports it). The audit trail,
+the hook and history cut a record that is still too large after each string
+was capped, the same way, with the same markers as :func:`truncate`.
+"""
+
+from __future__ import annotations
+
+from onlooker._shared import json_dumps
+
+from ._secrets import ENVELOPE_FIELDS, truncate
+
+TYPE_CHECKING = False  # not typing's: the hook imports this module
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["cap_record"]
+
+
+def _size(value: Any) -> int:
+    return len(json_dumps(value))
+
+
+def cap_record(event: dict[str, Any], max_chars: int) -> dict[str, Any]:
+    """An event's JSON form cut so that its compact JSON holds about ``max_chars`` at most.
+
+    The fields of :data:`ENVELOPE_FIELDS` are kept; the largest of the
+    others is cut first, keeping its type, so the event still validates: a
+    string becomes its first characters and ``…[truncated N chars]``, a list
+    its first items and ``"…[truncated N items]"``, an object keeps its keys
+    and cuts its largest member. Returns ``event`` itself when it fits;
+    never mutates it. Run it after redaction, on what is about to be written.
+    """
+    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
+        raise ValueError(f"max_chars must be a positive integer, not {max_chars!r}")
+    size = _size(event)
+    if size <= max_chars:
+        return event
+    out = dict(event)
+    sizes = {key: _size(value) for key, value in out.items() if key not in ENVELOPE_FIELDS}
+    return _fit(out, sizes, size, max_chars)
+
+
+def _fit(out: dict[str, Any], sizes: dict[str, int], size: int, budget: int) -> dict[str, Any]:
+    """Cut the members of ``out`` named in ``sizes`` until ``out`` takes about ``budget``.
+
+    Water-filling: small members are kept whole and the others share what
+    is left equally; then, if escapes or markers overshoot, the largest is
+    cut again.
+    """
+    available = budget - (size - sum(sizes.values()))
+    remaining = len(sizes)
+    for key in sorted(sizes, key=sizes.__getitem__):
+        share = max(available // remaining, 0)
+        remaining -= 1
+        if sizes[key] > share:
+            new = _shrink(out[key], share)
+            new_size = _size(new)
+            size += new_size - sizes[key]
+            out[key], sizes[key] = new, new_size
+        available -= sizes[key]
+    while size > budget and sizes:
+        key = max(sizes, key=sizes.__getitem__)
+        new = _shrink(out[key], max(sizes[key] - (size - budget), 0))
+        new_size = _size(new)
+        if new_size >= sizes[key]:
+            del sizes[key]  # cannot get smaller: try the next largest
+            continue
+        size += new_size - sizes[key]
+        out[key], sizes[key] = new, new_size
+    return out
+
+
+def _shrink(value: Any, budget: int) -> Any:
+    """``value`` cut toward ``budget`` characters of JSON, keeping its type (best effort)."""
+    kind = type(value)
+    if kind is str:
+        return truncate(value, max(budget - 32, 0))
+    if kind is list:
+        kept: list[Any] = []
+        used = 2 + 32  # the brackets and the marker
+        for item in value:
+            item_size = _size(item) + 1
+            if used + item_size > budget:
+                if not kept and item_size > 64:  # one huge first item: cut it instead
+                    kept.append(_shrink(item, budget - used))
+                break
+            kept.append(item)
+            used += item_size
+        if len(kept) < len(value):
+            kept.append(f"…[truncated {len(value) - len(kept)} items]")
+        return kept
+    if kind is dict:
+        members = dict(value)
+        return _fit(
+            members, {key: _size(item) for key, item in members.items()}, _size(value), budget
+        )
+    return value

@@ -1,0 +1,302 @@
+"""What a secret looks like: the redaction rules, the secret key names, the markers.
+
+Standard library only, and neither ``re`` is imported nor a regular
+expression compiled before a text needs it: the coding-agent hook imports
+this in a fresh interpreter on every tool call, and most payloads hold no
+hint of a secret. :class:`~onlooker.plugins.audit.Redactor` applies these.
+"""
+
+from __future__ import annotations
+
+from onlooker._shared import ENVELOPE_FIELDS as _ENVELOPE
+
+TYPE_CHECKING = False  # not typing's: see _writer.py (the hook imports this module)
+if TYPE_CHECKING:
+    import re
+    from collections.abc import Callable, Iterable
+    from typing import Final, final
+
+    Replacement = Callable[[re.Match[str]], str]
+else:
+
+    def final(cls: type) -> type:
+        return cls
+
+
+__all__ = [
+    "DEFAULT_RULES",
+    "DEFAULT_SECRET_KEYS",
+    "ENVELOPE_FIELDS",
+    "Rule",
+    "is_secret_variable",
+    "marker",
+    "truncate",
+]
+
+
+def marker(rule: str) -> str:
+    """The text that replaces a secret: ``[REDACTED:<rule>]``."""
+    return f"[REDACTED:{rule}]"
+
+
+def truncate(text: str, max_chars: int) -> str:
+    """``text`` cut to ``max_chars`` characters plus ``…[truncated N chars]``, if longer."""
+    if len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]}…[truncated {len(text) - max_chars} chars]"
+
+
+@final
+class Rule:
+    """One redaction rule: a name (used in the marker) and a regular expression.
+
+    Whatever the pattern matches is replaced by ``[REDACTED:<name>]``; if the
+    pattern has a group named ``secret``, only that group is replaced and the
+    rest of the match is kept (``Bearer [REDACTED:bearer]``). ``replace``, a
+    function of the match, overrides both.
+
+    ``hints``, optional, are literal substrings at least one of which occurs
+    in any text the pattern matches, compared without regard to case; with
+    them the rule's regular expression is compiled and run only on texts
+    that contain one (most texts contain none).
+    """
+
+    __slots__ = ("_compiled", "_replace", "_source", "hints", "name")
+
+    def __init__(
+        self,
+        name: str,
+        pattern: str | re.Pattern[str],
+        replace: Replacement | None = None,
+        *,
+        hints: Iterable[str] | None = None,
+    ) -> None:
+        if (
+            not isinstance(name, str)
+            or not name
+            or not all(c.isalnum() or c in "_.:-" for c in name)
+        ):
+            raise ValueError(f"a rule name must be letters, digits, '_', '.', ':' or '-': {name!r}")
+        if not isinstance(pattern, str):
+            import re
+
+            if not isinstance(pattern, re.Pattern):
+                raise TypeError(f"rule {name!r}: the pattern must be a str or re.Pattern")
+        self.name: Final = name
+        self.hints: Final[tuple[str, ...] | None] = None if hints is None else tuple(hints)
+        if self.hints is not None and not all(isinstance(h, str) and h for h in self.hints):
+            raise ValueError(f"rule {name!r}: hints must be non-empty strings")
+        self._source = pattern
+        # Compiled on first use: the hook pays only for the rules a text needs.
+        self._compiled: re.Pattern[str] | None = None if isinstance(pattern, str) else pattern
+        self._replace = replace
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        """The compiled regular expression."""
+        compiled = self._compiled
+        if compiled is None:
+            import re
+
+            compiled = self._compiled = re.compile(self._source)
+        return compiled
+
+    @property
+    def replace(self) -> Replacement:
+        """The function of a match that gives its replacement."""
+        replace = self._replace
+        if replace is None:
+            replace = self._replace = self._default_replace()
+        return replace
+
+    def _default_replace(self) -> Replacement:
+        text = marker(self.name)
+        if "secret" not in self.pattern.groupindex:
+            return lambda _match: text
+
+        def keep_around(match: re.Match[str]) -> str:
+            whole = match.group(0)
+            start, end = match.start("secret") - match.start(), match.end("secret") - match.start()
+            return whole[:start] + text + whole[end:]
+
+        return keep_around
+
+    def apply(self, text: str) -> str:
+        """``text`` with every match of this rule replaced."""
+        return self.pattern.sub(self.replace, text)
+
+    def __repr__(self) -> str:
+        return f"Rule({self.name!r}, {self.pattern.pattern!r})"
+
+
+_ENV_ASSIGNMENT = r"""([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|'[^']*'|[^\s;&|]*)"""
+
+
+def _redact_env_run(match: re.Match[str]) -> str:
+    import re
+
+    text = marker("env")
+    return re.sub(_ENV_ASSIGNMENT, lambda m: f"{m.group(1)}={text}", match.group(0))
+
+
+# A name that holds a secret, inside an assignment: password, db_password,
+# "api_key", clientSecret, accessToken ... (not max_tokens, token_count).
+_SECRET_NAME = (
+    r"[A-Za-z0-9_.-]*(?i:pass(?:word|wd|phrase)|secret|api[_-]?key|access[_-]?key"
+    r"|private[_-]?key|credentials?|token(?![a-z]|_(?:count|usage|limit|budget|type)))"
+    r"[A-Za-z0-9_.-]*"
+)
+# What is assigned is not a secret when it is code or a placeholder: a call,
+# an index, an attribute chain, a variable reference, a type, a literal.
+_NOT_A_VALUE = (
+    r"(?!(?:None|null|nil|true|false|True|False|undefined|str|string|bytes|int|bool"
+    r"|number|any|Any|SecretStr|Optional)(?![\w.]))(?![$%<{=])"
+    r"(?![A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?![\w.-]))"
+)
+_QUOTED = r"\"(?P<dq>(?:[^\"\\\n]|\\.)+)\"|'(?P<sq>(?:[^'\\\n]|\\.)+)'"
+_BARE = _NOT_A_VALUE + r"[^\s,;'\"`(){}\[\]#]+(?![(\[.\w])"
+# The operator: a tight `=` (.env, shell, keyword arguments) or YAML's `: `
+# before any value; with spaces around (code), only before a quoted value.
+_SECRET_ASSIGNMENT = (
+    r"(?<![A-Za-z0-9_])[\"']?" + _SECRET_NAME + r"[\"']?"
+    r"(?:=|:[ \t]+|[ \t]*(?::=|=>|[:=])[ \t]*(?=[\"']))"
+    r"(?:" + _QUOTED + r"|(?P<bare>" + _BARE + r"))"
+)
+
+
+def _redact_assignment(match: re.Match[str]) -> str:
+    """The assignment with its value (inside its quotes, when quoted) replaced."""
+    group = next(name for name in ("dq", "sq", "bare") if match.group(name) is not None)
+    start, end = match.start(group) - match.start(), match.end(group) - match.start()
+    whole = match.group(0)
+    return whole[:start] + marker("secret_assignment") + whole[end:]
+
+
+_NAME_HINTS = (
+    "passw", "passphrase", "secret", "token", "api_key", "api-key", "apikey",
+    "access_key", "access-key", "accesskey", "private_key", "private-key", "privatekey",
+    "credential",
+)  # fmt: skip
+
+DEFAULT_RULES: Final[tuple[Rule, ...]] = (
+    Rule(
+        "private_key",
+        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
+        r"(?:[\s\S]*?-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|[\s\S]*)",
+        hints=["-----begin"],
+    ),
+    Rule("anthropic_key", r"sk-ant-[A-Za-z0-9_-]{8,}", hints=["sk-ant-"]),
+    Rule("openai_key", r"sk-(?<![A-Za-z0-9]sk-)[A-Za-z0-9_-]{16,}", hints=["sk-"]),
+    Rule(
+        "github_token",
+        r"gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}",
+        hints=["ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"],
+    ),
+    Rule("aws_access_key", r"(?:AKIA|ASIA)[0-9A-Z]{16}", hints=["akia", "asia"]),
+    Rule("google_api_key", r"AIza[0-9A-Za-z_-]{30,}", hints=["aiza"]),
+    Rule("npm_token", r"npm_[A-Za-z0-9]{20,}", hints=["npm_"]),
+    # A JSON Web Token: base64url JSON header, payload and (maybe no) signature.
+    Rule("jwt", r"eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]*)?", hints=["eyj"]),
+    Rule("slack_token", r"xox[a-z]-[A-Za-z0-9-]{6,}", hints=["xox"]),
+    Rule(
+        "authorization",
+        r"(?i:authorization)\"?\s*[:=]\s*\"?(?P<secret>(?:[A-Za-z]+\s+)?[^\s,;\"']+)",
+        hints=["authorization"],
+    ),
+    # A bearer token: 6+ token characters with a digit or symbol among them,
+    # or 20+ letters (so "the bearer shall" stays prose).
+    Rule(
+        "bearer",
+        r"(?:[Bb]earer|BEARER)\s+(?P<secret>(?=[A-Za-z]*[0-9._~+/=-])[A-Za-z0-9._~+/=-]{6,}"
+        r"|[A-Za-z]{20,})",
+        hints=["bearer"],
+    ),
+    Rule(
+        "url_credentials",
+        r"[A-Za-z][A-Za-z0-9+.-]*://(?P<secret>[^/\s:@\"']+:[^/\s@\"']+)@",
+        hints=["://"],
+    ),
+    # npm's per-registry credentials: //registry.example/:_authToken=...
+    Rule(
+        "npmrc_auth",
+        r":_(?:authToken|auth|password)\b(?:[ \t]*=[ \t]*|[ \t]+)(?!\[REDACTED:)"
+        r"(?P<secret>[^\s\"']+)",
+        hints=[":_"],
+    ),
+    Rule(
+        "secret_flag",
+        r"-(?i:-?(?:password|passwd|passphrase|token|secret|api[-_]?key|access[-_]?key))"
+        r"(?:=|\s+)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
+        hints=["-passw", "-passphrase", "-token", "-secret", "-api", "-access"],
+    ),
+    # X=Y before a shell command, at the start of the text or of a command
+    # after ; && || | ( $( or a backtick, optionally after `export`/`env`.
+    Rule(
+        "env",
+        r"""(?:^|[;|(`\n]|&&)[ \t]*(?:(?:export|env)[ \t]+)?"""
+        r"""(?:[A-Za-z_][A-Za-z0-9_]*=(?:"(?:[^"\\]|\\.)*"|'[^']*'|[^\s;&|]*)(?:[ \t]+|$))+""",
+        _redact_env_run,
+        hints=["="],
+    ),
+    # An environment-style assignment (upper-case name) anywhere, as when a
+    # command is quoted inside a message or a result.
+    Rule(
+        "env",
+        r"""(?<![A-Za-z0-9_$])[A-Z][A-Z0-9_]*=(?!\[REDACTED:)"""
+        r"""(?P<secret>"(?:[^"\\]|\\.)*"|'[^']*'|[^\s;&|"']+)""",
+        hints=["="],
+    ),
+    # password = "...", db_password=..., password: ... (YAML), "api_key": "..."
+    # (JSON), clientSecret := "..." in code, .env files and configuration.
+    Rule("secret_assignment", _SECRET_ASSIGNMENT, _redact_assignment, hints=_NAME_HINTS),
+)
+"""The secret shapes redacted by default, in the order they are applied."""
+
+DEFAULT_SECRET_KEYS: Final = (
+    r"password|passwd|passphrase|secret|api_?key|apikey|access_?key|private_?key"
+    r"|authori[sz]ation|cookie|credential|session_?token|(?:^|_)auth(?:$|_)"
+    r"|token(?![a-z]|_(?:count|usage|limit|budget|type))"
+)
+"""Key names whose values are secrets, searched in the key lower-cased with ``-`` as ``_``."""
+
+KEY_WORDS: Final = ("pass", "secret", "key", "auth", "cookie", "credential", "token")
+"""A key can match :data:`DEFAULT_SECRET_KEYS` only if it holds one of these (a cheap test first)."""
+
+_VARIABLE_WORDS: Final = frozenset(
+    {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE", "APIKEY", "CREDENTIALS"}
+)
+_KEY_WORDS: Final = frozenset({"KEY", "SECRETKEY", "PRIVATEKEY", "ACCESSKEY"})
+
+
+def is_secret_variable(name: str, value: str) -> bool:
+    """Whether an environment variable holds a secret worth scrubbing wherever it shows up.
+
+    Its name has a word (``_``-separated) ``TOKEN``, ``SECRET``, ``PASSWORD``,
+    ``PASS``, ``PASSWD``, ``PASSPHRASE``, ``APIKEY`` or ``CREDENTIALS``, or
+    its last word is ``KEY`` (``OPENAI_API_KEY``, ``STRIPE_KEY``); and its value is
+    worth the search: 8 characters or more, not only letters unless 16 or
+    more, and not a path (``GOOGLE_APPLICATION_CREDENTIALS=/path/key.json``
+    names a file, it is not the secret).
+    """
+    upper = name.upper()
+    words = upper.split("_")
+    if not (_VARIABLE_WORDS.intersection(words) or words[-1] in _KEY_WORDS):
+        return False
+    if len(value) < 8 or (len(value) < 16 and value.isalpha()):
+        return False
+    return not (value[0] in "/~." and ("/" in value or "\\" in value))
+
+
+ENVELOPE_FIELDS: Final = frozenset(_ENVELOPE) - {"attribution"} | {
+    "status",
+    "duration_ms",
+    "mode",
+    "tool_call_id",
+    "interaction_id",
+}
+"""Event fields onlooker itself produces (ids, timestamps, enums, numbers): never redacted.
+
+The envelope (``onlooker._shared.ENVELOPE_FIELDS``) but ``attribution``
+(whose task and phase are user text), plus the statuses, durations, modes
+and ids of the events' own fields.
+"""

@@ -1,0 +1,155 @@
+"""No secret reaches disk: every secret shape, through every field of every hook event.
+
+The hook records each payload (audit trail, state file, lock, audit.err),
+the trail is replayed into a history database, and then every byte under
+``.onlooker/`` is searched for every secret, raw and escaped: zero hits.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from onlooker import ToolCallStarted
+from onlooker._cli._app import app
+from onlooker._cli._claude_session import HOOK_EVENTS
+from test_cli_hook_support import Hook
+
+VARIABLE = "ACME_SERVICE_TOKEN"
+VARIABLE_VALUE = "acme-bare-value-98765"
+
+# (the text a payload carries, the secret in it)
+SHAPES: list[tuple[str, str]] = [
+    ("key sk-proj-Abcdefghijklmnop1234567890 here", "Abcdefghijklmnop1234567890"),
+    ("use sk-ant-api03-Zyxwvutsrq_9876-abc now", "Zyxwvutsrq_9876"),
+    ("token ghp_0123456789abcdefghijABCDEFGHIJ012345", "0123456789abcdefghijABCDEF"),
+    ("aws AKIAIOSFODNN7EXAMPLE ok", "AKIAIOSFODNN7EXAMPLE"),
+    ("slack xoxb-123456789012-abcdefABCDEF", "123456789012-abcdefABCDEF"),
+    ("fetched https://maps.example/?key=AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY",
+     "9tSrke72PouQMnMX-a7eZSW0jkFMBWY"),
+    ("session eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0",
+     "dozjgNryP4J3jVmNHl0w5N_XgL0"),
+    ("npm config set //registry.example/:_authToken npm_aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6",
+     "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6"),
+    ("curl -H 'Authorization: Bearer tok.en-value_123456'", "tok.en-value_123456"),
+    ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA"),
+    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7secretbody\n-----END RSA PRIVATE KEY-----",
+     "MIIEowIBAAKCAQEA7secretbody"),
+    ("git clone https://bob:hunter2pw@git.example.com/r.git", "hunter2pw"),
+    ("API_TOKEN=tok_live_123 DEBUG=1 python run.py", "tok_live_123"),
+    ("mysql --password=hunter3pw -u root", "hunter3pw"),
+    ('def connect():\n    password = "Tr0ub4dor&3"\n    return db(password)', "Tr0ub4dor&3"),
+    ("database:\n  user: app\n  password: correct-horse-battery\n", "correct-horse-battery"),
+    ("DEBUG=1\ndb_password=s3cr3t-env-value\n", "s3cr3t-env-value"),
+    ('{"user": "app", "api_token": "tok-json-12345"}', "tok-json-12345"),
+    (f"the service answered {VARIABLE_VALUE} alone", VARIABLE_VALUE),
+]  # fmt: skip
+
+
+def payloads(text: str, session: str, ids: str = "") -> list[dict[str, Any]]:
+    """One payload of every hook event, ``text`` in every field (and ``ids`` in the ids)."""
+    call, agent = f"toolu_1{ids}", f"agent-1{ids}"
+    tool_input = {"command": text, "file_path": text, "nested": {"note": text}, "password": text}
+    base: dict[str, Any] = {"session_id": session, "transcript_path": text, "cwd": text,
+            "permission_mode": text, "prompt_id": text, "effort": {"level": text}}  # fmt: skip
+    tool = {"tool_name": "Bash", "tool_input": tool_input, "tool_use_id": call}
+    in_agent = {"agent_id": agent, "agent_type": text}
+    task: dict[str, Any] = {
+        "id": text,
+        "type": "shell",
+        "status": text,
+        "description": text,
+        "command": text,
+    }
+    events: list[dict[str, Any]] = [
+        {"hook_event_name": "SessionStart", "source": text, "model": text},
+        {"hook_event_name": "UserPromptSubmit", "prompt": text},
+        {"hook_event_name": "PreToolUse", **tool},
+        {"hook_event_name": "PermissionRequest", "tool_name": "Bash", "tool_input": tool_input,
+         "permission_suggestions": [{"rules": [text]}]},
+        {"hook_event_name": "PostToolUse", **tool, "duration_ms": 5,
+         "tool_response": {"stdout": text, "lines": [text], text: text}},
+        {"hook_event_name": "PreToolUse", **tool, "tool_use_id": call + "b", **in_agent},
+        {"hook_event_name": "PostToolUseFailure", **tool, "tool_use_id": call + "b", "error": text,
+         "is_interrupt": False, **in_agent},
+        {"hook_event_name": "Notification", "message": text, "title": text,
+         "notification_type": text},
+        {"hook_event_name": "SubagentStart", "agent_id": agent + "c", "agent_type": text},
+        {"hook_event_name": "SubagentStop", "agent_id": agent + "c", "agent_type": text,
+         "stop_hook_active": False, "agent_transcript_path": text, "last_assistant_message": text,
+         "background_tasks": [task], "session_crons": [{"id": text, "schedule": text,
+                                                       "recurring": False, "prompt": text}]},
+        {"hook_event_name": "Stop", "stop_hook_active": False, "last_assistant_message": text,
+         "background_tasks": [task]},
+        {"hook_event_name": "PreCompact", "trigger": "manual", "custom_instructions": text},
+        {"hook_event_name": "SessionEnd", "reason": text},
+    ]  # fmt: skip
+    assert {e["hook_event_name"] for e in events} == set(HOOK_EVENTS)
+    return [{**base, **event} for event in events]
+
+
+def forms(secret: str) -> list[bytes]:
+    """The ways a secret could sit in a file: raw, JSON-escaped, unicode-escaped."""
+    return list(
+        {
+            secret.encode(),
+            json.dumps(secret)[1:-1].encode(),
+            secret.encode("unicode_escape"),
+        }
+    )
+
+
+def test_no_secret_reaches_any_byte_under_onlooker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(VARIABLE, VARIABLE_VALUE)
+    monkeypatch.chdir(tmp_path)
+    hook = Hook(tmp_path / ".onlooker" / "audit")
+    rules = tmp_path / "deny.txt"
+    rules.write_text("ask: tool:Bash\n")
+    for number, (text, _) in enumerate(SHAPES):
+        for payload in payloads(text, f"session-{number}"):
+            hook(payload, "--deny-commands", str(rules))
+    # secrets where ids belong, in a key, under a secret key, and in problems reported
+    secret_ids = SHAPES[2][0].split()[-1]
+    for payload in payloads("plain text", SHAPES[0][0], ids=secret_ids):
+        hook(payload)
+    hook({"hook_event_name": f"Unknown {SHAPES[1][0]}", "session_id": "s"})
+    hook(f'{{"broken": "{SHAPES[3][0]}"'.encode())
+    assert hook.errors()  # the problems were reported, redacted
+
+    replayed = CliRunner().invoke(
+        app, ["audit", "replay", ".onlooker/audit", "--db", ".onlooker/history.db"]
+    )
+    assert replayed.exit_code == 0, replayed.output
+    assert "new events" in replayed.output
+
+    files = [path for path in (tmp_path / ".onlooker").rglob("*") if path.is_file()]
+    names = {path.name for path in files}
+    assert {"events.jsonl", ".claude-hook-state.json", "audit.err", "history.db"} <= names
+    everything = b"\n".join(path.read_bytes() for path in files)
+    everything += "\n".join(str(path) for path in files).encode()  # file names too
+    for _, secret in SHAPES:
+        for form in forms(secret):
+            assert form not in everything, secret
+    assert secret_ids.encode() not in everything
+    # and the record is still evidence: the commands are there, redacted where secret
+    assert b"npm config set //registry.example/:_authToken [REDACTED:" in everything
+    assert b"[REDACTED:environment]" in everything
+
+
+def test_a_tool_calls_arguments_keep_their_shape(tmp_path: Path) -> None:
+    hook = Hook(tmp_path / "audit")
+    text = SHAPES[14][0]
+    for payload in payloads(text, "shape")[:3]:
+        hook(payload)
+    (started,) = [e for e in hook.events("shape") if isinstance(e, ToolCallStarted)]
+    assert set(started.args) == {"command", "file_path", "nested", "password"}
+    assert started.args["password"] == "[REDACTED:secret_field]"
+    assert started.args["command"] == (
+        'def connect():\n    password = "[REDACTED:secret_assignment]"\n    return db(password)'
+    )

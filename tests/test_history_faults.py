@@ -1,0 +1,777 @@
+"""The history store when things go wrong: poison events, odd values, lost or full disks.
+
+Each scenario counts what reached the database against what was emitted:
+zero events lost. Scenarios that need a read-only or full file system make
+one as root (``chattr +i``, a size-limited tmpfs); CI runs as root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import sqlite3
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import sqlalchemy as sa
+
+import onlooker
+from onlooker import Attribution, ExecutionContext, ExecutionEvent, ToolCallStarted
+from onlooker.plugins import audit, history
+from onlooker.plugins.history import tables
+from onlooker.plugins.history._spill import DeadLetters, Spill, SpillFile
+from test_history_support import T0, Outage, add, backend_url, execution_events, one_call
+
+pytestmark = pytest.mark.anyio
+
+FAST = (0.01, 0.02)
+ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def needs_root() -> None:
+    """chattr +i and mount: only root can; CI runs the suite as root."""
+    if not ROOT:
+        pytest.skip("needs root (chattr +i, mount -t tmpfs); CI runs as root")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from backend_url(str(request.param), tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def outage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Outage]:
+    backend = str(request.param)
+    for base in backend_url(backend, tmp_path):
+        failure = Outage(backend, base + "?timeout=0.05" if backend == "sqlite" else base)
+        try:
+            yield failure
+        finally:
+            failure.end()
+
+
+def poison(execution_id: str, seq: int, secret: str = "none") -> ToolCallStarted:
+    """A tool call whose argument holds a lone surrogate: no UTF-8 encoder takes it."""
+    return ToolCallStarted(
+        event_id=f"{execution_id}/poison",
+        execution_id=execution_id,
+        seq=seq,
+        at=T0,
+        attribution=Attribution(),
+        tool_call_id=f"{execution_id}/bad",
+        tool="echo",
+        args={"text": "bad \ud800 string", "password": secret},
+    )
+
+
+def many_executions(count: int) -> list[ExecutionEvent]:
+    return [
+        event
+        for index in range(count)
+        for event in execution_events(f"x{index}", tools=[("echo", "completed", 1.0)])
+    ]
+
+
+def dead_letters(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+async def stored(url: str, **options: Any) -> tuple[int, int, int]:
+    """(executions, tool calls, events) in the database, spill files loaded first."""
+    async with history.open(url, **options) as store:
+        counts: list[int] = await store.query(
+            lambda conn: [
+                int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+                for table in (tables.executions, tables.tool_calls, tables.events)
+            ]
+        )
+    return counts[0], counts[1], counts[2]
+
+
+class TestPoison:
+    """Issue 12, item 3: one bad string must not cost the other events of its batch."""
+
+    async def test_write_events_sets_the_poison_aside_and_writes_the_rest(
+        self, url: str, tmp_path: Path
+    ) -> None:
+        good = many_executions(20)
+        bad = poison("x7", 99, secret="hunter2hunter2")
+        batch = [*good[:40], bad, *good[40:]]
+        async with history.open(url, spill_path=tmp_path / "spill.jsonl") as store:
+            assert await store.write_events(batch) == len(good) == 80
+            for index in range(20):
+                events = await store.events(f"x{index}")
+                assert events == [e for e in good if e.execution_id == f"x{index}"]
+            (letter,) = dead_letters(store.dead_letter_path)
+        assert store.dead_letter_path == tmp_path / "spill.dead.jsonl"
+        assert (letter["event_id"], letter["execution_id"], letter["kind"]) == (
+            "x7/poison",
+            "x7",
+            "ToolCallStarted",
+        )
+        assert "surrogates not allowed" in letter["reason"]
+        # recoverable (the surrogate escaped in the file) and redacted like the rest
+        assert letter["event"]["args"] == {
+            "text": "bad \ud800 string",
+            "password": "[REDACTED:secret_field]",
+        }
+        assert "hunter2" not in (tmp_path / "spill.dead.jsonl").read_text()
+
+    async def test_the_plugin_isolates_the_poison_in_a_batch(
+        self, url: str, tmp_path: Path
+    ) -> None:
+        good = many_executions(20)
+        plugin = history.plugin(
+            url, spill_path=tmp_path / "spill.jsonl", flush_interval=0.5, retry_delays=FAST
+        )
+        async with onlooker.ExecutionEngine(plugins=[plugin]) as engine:
+            store = engine.extension(plugin)
+            for event in [*good[:41], poison("x10", 99), *good[41:]]:
+                await engine.bus.send(event)
+            await engine.bus.flush()
+            await store.flush()
+            statistics = store.statistics()
+            assert statistics is not None
+            assert (statistics.written, statistics.dead_letters, statistics.spilled) == (80, 1, 0)
+            assert statistics.dropped == 0
+            assert len(await store.list_executions(limit=100)) == 20
+        (letter,) = dead_letters(tmp_path / "spill.dead.jsonl")
+        assert letter["event_id"] == "x10/poison"
+        assert not (tmp_path / "spill.jsonl").exists()
+
+    async def test_a_poison_event_while_the_database_is_down(
+        self, outage: Outage, tmp_path: Path
+    ) -> None:
+        good = many_executions(10)
+        spill = tmp_path / "spill.jsonl"
+        plugin = history.plugin(outage.url, spill_path=spill, retry_delays=FAST)
+        async with onlooker.ExecutionEngine(plugins=[plugin]) as engine:
+            store = engine.extension(plugin)
+            await engine.bus.flush()
+            outage.begin()
+            for event in [*good[:20], poison("x5", 99), *good[20:]]:
+                await engine.bus.send(event)
+            await engine.bus.flush()
+            await store.flush()
+            statistics = store.statistics()
+            assert statistics is not None
+            assert (statistics.spilled, statistics.dead_letters, statistics.dropped) == (40, 1, 0)
+        outage.end()
+        assert await stored(outage.url, spill_path=spill) == (10, 10, 40)
+        assert [d["event_id"] for d in dead_letters(tmp_path / "spill.dead.jsonl")] == ["x5/poison"]
+
+
+class BadRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr for you")
+
+
+@onlooker.tool
+def take(x: Any, keep: int = 0) -> Any:
+    """Returns what it was given."""
+    return x
+
+
+async def odd_values(ctx: ExecutionContext) -> object:
+    loop: list[object] = []
+    loop.append(loop)
+    for value in (b"\xff\xfe", b"plain bytes", BadRepr(), loop, {"nested": BadRepr(), "ok": 1}):
+        await ctx.call("take", x=value, keep=1)
+    return BadRepr()
+
+
+class TestUnserializableValues:
+    """Issue 12, item 4: a value that cannot be serialized costs that value, not the execution."""
+
+    async def test_history_reads_every_execution_back_and_replay_goes_on(
+        self, url: str, tmp_path: Path
+    ) -> None:
+        recorder = onlooker.testing.RecordingObserver()
+        plugins: list[onlooker.Plugin[Any]] = [
+            history.plugin(url, spill_path=tmp_path / "spill.jsonl"),
+            audit.plugin(directory=tmp_path / "audit", session_id="s1"),
+        ]
+        async with onlooker.ExecutionEngine(tools=[take], plugins=plugins) as engine:
+            engine.bus.subscribe(recorder)
+            results = [await engine.execute(odd_values) for _ in range(3)]
+            store = engine.extension(plugins[0])
+            for result in results:
+                assert result.status == "completed"
+                tree = await store.get_execution(result.execution_id)
+                assert tree is not None and tree.status == "completed"
+                assert len(tree.tool_calls) == 5
+                for call in tree.tool_calls:  # still an object; the other value unharmed
+                    assert call.args is not None and call.args["keep"] == 1
+                *marked, nested = [call.args["x"] for call in tree.tool_calls if call.args]
+                assert all(isinstance(value, str) for value in marked)
+                assert nested == {  # only the value that cannot be copied is marked
+                    "nested": "<not JSON-serializable BadRepr: no repr for you>",
+                    "ok": 1,
+                }
+                assert await store.events(result.execution_id) == recorder.for_execution(
+                    result.execution_id
+                )
+        rebuilt = f"sqlite:///{tmp_path / 'rebuilt.db'}"
+        async with history.open(rebuilt) as copy:
+            assert await audit.replay(tmp_path / "audit" / "s1", copy) == len(recorder.events)
+            for result in results:
+                assert await copy.events(result.execution_id) == recorder.for_execution(
+                    result.execution_id
+                )
+
+
+def sqlite_url(directory: Path) -> str:
+    return f"sqlite:///{directory / 'history.db'}"
+
+
+class TestLostDatabaseFile:
+    """Issue 12, item 5: the SQLite file removed or replaced under a running writer."""
+
+    @pytest.mark.parametrize("how", ["directory removed", "file replaced"])
+    async def test_the_writer_reopens_and_loses_nothing(
+        self, how: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        data = tmp_path / "data"
+        url = sqlite_url(data)
+        plugin = history.plugin(url, spill_fallback=tmp_path / "fallback.jsonl")
+        async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin]) as engine:
+            store = engine.extension(plugin)
+            for _ in range(3):
+                await engine.execute(one_call)
+            await store.flush()
+            if how == "directory removed":
+                shutil.rmtree(data)
+            else:
+                other = tmp_path / "other.db"
+                async with history.open(f"sqlite:///{other}"):
+                    pass
+                for leftover in data.glob("history.db-*"):  # the old file's WAL goes with it
+                    leftover.unlink()
+                os.replace(other, data / "history.db")
+            with caplog.at_level(logging.WARNING, logger="onlooker"):
+                after = [await engine.execute(one_call) for _ in range(5)]
+                await engine.bus.flush()
+                await store.flush()
+            statistics = store.statistics()
+            assert statistics is not None
+            assert (statistics.reopened, statistics.spilled, statistics.dropped) == (1, 0, 0)
+            assert any(
+                "history.db was" in record.getMessage() and "reopening" in record.getMessage()
+                for record in caplog.records
+            )
+            for result in after:  # reads see the new file too
+                tree = await store.get_execution(result.execution_id)
+                assert tree is not None and tree.status == "completed"
+        assert await stored(url) == (5, 5, 20)
+
+
+def chattr(flag: str, *paths: Path) -> None:
+    subprocess.run(["chattr", flag, *map(str, paths)], check=True, capture_output=True)
+
+
+@contextlib.contextmanager
+def immutable(*paths: Path) -> Iterator[None]:
+    """Paths even root cannot write (the SQLite -shm file is left alone: it is mapped)."""
+    present = [path for path in paths if path.exists()]
+    chattr("+i", *present)
+    try:
+        yield
+    finally:
+        chattr("-i", *present)
+
+
+@contextlib.contextmanager
+def small_disk(mount: Path, size: str) -> Iterator[Path]:
+    """A size-limited tmpfs at ``mount``."""
+    mount.mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(mount)],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False, capture_output=True)
+
+
+def fill(disk: Path) -> Path:
+    """Fill ``disk`` up; returns the filler file (remove it for space again)."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for size in (1 << 20, 65536, 4096, 512, 1):  # big blocks, then what is left
+            with contextlib.suppress(OSError):
+                while os.write(fd, b"\0" * size) == size:
+                    pass
+    finally:
+        os.close(fd)
+    return filler
+
+
+@onlooker.tool
+def write_note(text: str) -> int:
+    """Pretends to write ``text``; returns its length."""
+    return len(text)
+
+
+async def noted(ctx: ExecutionContext) -> int:
+    result: int = await ctx.call("write_note", text="n" * 3000)
+    return result
+
+
+class TestRefusingDisks:
+    """Issue 12, item 5: a read-only directory, a full disk, spill locations that refuse."""
+
+    async def test_a_read_only_database_directory_loses_nothing(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        needs_root()
+        data = tmp_path / "data"
+        url = sqlite_url(data)
+        fallback = tmp_path / "fallback" / "spill.jsonl"
+        plugin = history.plugin(url, spill_fallback=fallback, retry_delays=FAST)
+        async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin]) as engine:
+            store = engine.extension(plugin)
+            before = [await engine.execute(one_call) for _ in range(3)]
+            await store.flush()
+            db = data / "history.db"
+            with (
+                caplog.at_level(logging.WARNING, logger="onlooker"),
+                immutable(data, db, db.with_name("history.db-wal")),
+            ):
+                during = [await engine.execute(one_call) for _ in range(5)]
+                await engine.bus.flush()
+                await store.flush()
+                statistics = store.statistics()
+                assert statistics is not None
+                assert (statistics.spilled, statistics.dropped) == (20, 0)
+                assert fallback.is_file() and not (data / "history.db.spill.jsonl").exists()
+            after = [await engine.execute(one_call) for _ in range(2)]
+        assert any("spill file" in r.getMessage() for r in caplog.records if r.levelname == "ERROR")
+        assert len(before + during + after) == 10
+        assert await stored(url, spill_fallback=fallback) == (10, 10, 40)
+        assert not fallback.exists()
+
+    async def test_a_full_disk_loses_nothing_and_says_so(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        needs_root()
+        fallback = tmp_path / "fallback" / "spill.jsonl"
+        with small_disk(tmp_path / "disk", "3m") as disk:
+            url = sqlite_url(disk / "data")
+            plugins: list[onlooker.Plugin[Any]] = [
+                history.plugin(url, spill_fallback=fallback, retry_delays=FAST),
+                audit.plugin(directory=disk / "audit", session_id="s1"),
+            ]
+            async with onlooker.ExecutionEngine(tools=[write_note], plugins=plugins) as engine:
+                store = engine.extension(plugins[0])
+                trail = engine.extension(plugins[1])
+                await engine.execute(noted)
+                await store.flush()
+                await trail.flush()
+                filler = fill(disk)
+                with caplog.at_level(logging.WARNING, logger="onlooker"):
+                    for _ in range(40):
+                        await engine.execute(noted)
+                    await engine.bus.flush()
+                    await store.flush()
+                    await trail.flush()
+                statistics = store.statistics()
+                assert statistics is not None
+                assert statistics.spilled > 0 and statistics.dropped == 0
+                assert trail.statistics().pending > 0 and trail.statistics().dropped == 0
+                messages = [r.getMessage() for r in caplog.records]
+                assert any("audit: cannot write the trail" in m for m in messages)
+                assert any("spill file" in m and "cannot be written" in m for m in messages)
+                filler.unlink()  # space again
+                await engine.execute(noted)
+                await trail.flush()
+                assert trail.statistics().pending == 0
+            assert await stored(url, spill_fallback=fallback) == (42, 42, 168)
+            report = audit.verify(disk / "audit" / "s1")
+            assert report.ok and report.records == 168 + 1
+            (gap,) = report.notes
+            assert gap["kind"] == "gap" and "No space left" in gap["error"]
+            problems = [json.loads(line) for line in trail.error_path.read_text().splitlines()]
+            assert problems and all(p["delayed"] for p in problems)
+            assert "No space left" in problems[0]["message"]
+
+    async def test_an_unwritable_spill_location_falls_back(
+        self, outage: Outage, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        (tmp_path / "blocked").write_text("a file where a directory should be")
+        spill = tmp_path / "blocked" / "spill.jsonl"  # unwritable, even as root
+        fallback = tmp_path / "fallback" / "spill.jsonl"
+        plugin = history.plugin(
+            outage.url, spill_path=spill, spill_fallback=fallback, retry_delays=FAST
+        )
+        async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin]) as engine:
+            store = engine.extension(plugin)
+            outage.begin()
+            with caplog.at_level(logging.ERROR, logger="onlooker"):
+                for _ in range(4):
+                    await engine.execute(one_call)
+                await engine.bus.flush()
+                await store.flush()
+            statistics = store.statistics()
+            assert statistics is not None
+            assert (statistics.spilled, statistics.in_memory, statistics.dropped) == (16, 0, 0)
+            assert fallback.is_file()
+            assert any(str(spill) in r.getMessage() for r in caplog.records)
+        outage.end()
+        assert await stored(outage.url, spill_path=spill, spill_fallback=fallback) == (4, 4, 16)
+
+    async def test_no_spill_location_at_all_holds_events_in_memory(
+        self, outage: Outage, tmp_path: Path
+    ) -> None:
+        (tmp_path / "blocked").write_text("a file where a directory should be")
+        plugin = history.plugin(
+            outage.url,
+            spill_path=tmp_path / "blocked" / "one.jsonl",
+            spill_fallback=tmp_path / "blocked" / "two.jsonl",
+            retry_delays=FAST,
+        )
+        async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin]) as engine:
+            store = engine.extension(plugin)
+            outage.begin()
+            for _ in range(4):
+                await engine.execute(one_call)
+            await engine.bus.flush()
+            await store.flush()
+            statistics = store.statistics()
+            assert statistics is not None and statistics.in_memory == 16
+            outage.end()
+            await anyio.sleep(0.6)  # the writer's cool-down after a failed batch
+            await engine.execute(one_call)
+            await engine.bus.flush()
+            await store.flush()
+            statistics = store.statistics()
+            assert statistics is not None
+            assert (statistics.in_memory, statistics.dropped) == (0, 0)
+        assert await stored(outage.url) == (5, 5, 20)
+
+    async def test_held_events_are_written_at_close(self, tmp_path: Path) -> None:
+        base = f"sqlite:///{tmp_path / 'h.db'}?timeout=0.05"
+        failure = Outage("sqlite", base)
+        (tmp_path / "blocked").write_text("in the way")
+        plugin = history.plugin(
+            base,
+            spill_path=tmp_path / "blocked" / "one.jsonl",
+            spill_fallback=tmp_path / "blocked" / "two.jsonl",
+            retry_delays=FAST,
+        )
+        try:
+            async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin]) as engine:
+                store = engine.extension(plugin)
+                failure.begin()
+                await engine.execute(one_call)
+                await engine.bus.flush()
+                await store.flush()
+                failure.end()  # back, but the writer is cooling down: the close writes them
+        finally:
+            failure.end()
+        statistics = store.statistics()
+        assert statistics is not None and (statistics.in_memory, statistics.dropped) == (0, 0)
+        assert await stored(base) == (1, 1, 4)
+
+
+class TestSpillChain:
+    def test_the_memory_buffer_is_bounded_and_counts_what_it_drops(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        logger = logging.getLogger("onlooker.plugins.history")
+        (tmp_path / "blocked").write_text("in the way")
+        dead = DeadLetters([tmp_path / "blocked" / "dead.jsonl"], logger)
+        spill = Spill(
+            [SpillFile(tmp_path / "blocked" / "spill.jsonl", logger)], dead, logger, memory_limit=6
+        )
+        events = many_executions(2)  # 8 events
+        with caplog.at_level(logging.CRITICAL, logger="onlooker"):
+            spill.append(events)
+        assert (spill.in_memory, spill.dropped) == (6, 2)
+        assert any("2 events lost" in r.getMessage() for r in caplog.records)
+        written: list[ExecutionEvent] = []
+
+        def write(batch: Sequence[ExecutionEvent]) -> int:
+            written.extend(batch)
+            return len(batch)
+
+        assert spill.drain(write) == 6
+        assert written == events[2:] and spill.in_memory == 0
+
+    def test_a_shared_fallback_directory_must_be_private(self, tmp_path: Path) -> None:
+        logger = logging.getLogger("onlooker.plugins.history")
+        shared = tmp_path / "shared"
+        shared.mkdir(mode=0o777)
+        shared.chmod(0o777)
+        file = SpillFile(shared / "spill.jsonl", logger, private=True)
+        with pytest.raises(PermissionError, match="not a private directory"):
+            file.append("{}\n")
+        shared.chmod(0o700)
+        file.append("{}\n")
+        assert (shared / "spill.jsonl").read_text() == "{}\n"
+
+
+SECRETS = {
+    "aws": "AKIAIOSFODNN7EXAMPLE",
+    "github": "ghp_" + "a1B2c3D4e5F6g7H8i9J0" * 2,
+    "slack": "xoxb-123456789012-abcdefghijkl",
+    "openai": "sk-" + "Zx9" * 16,
+    "jwt": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+    "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+    "bearer": "Bearer abc123def456ghi789jkl",
+    "pem": "MIIEowIBAAKCAQEAsecretPEMbodyQWERTY",
+    "url": "hunter2hunter2",
+    "env": "s3cr3t-env-value-42",
+    "bare_env": "q8Zr-bare-environment-value-7731",
+}
+SECRET_VARIABLE = "ONLOOKER_TEST_SERVICE_TOKEN"
+
+
+@onlooker.tool
+def leaky(query: str, api_key: str, config: dict[str, str]) -> str:
+    """Echoes secrets in its result, and fails with one in the message."""
+    if query == "fail":
+        raise onlooker.ToolError(f"upstream said: token {SECRETS['github']} rejected")
+    bare = os.environ.get(SECRET_VARIABLE, "")  # a secret variable's value, echoed bare
+    return f"ran {query} with {api_key}; {SECRETS['bearer']}; {config['dsn']}; {bare}"
+
+
+async def leaking(ctx: ExecutionContext) -> str:
+    text = (
+        f"aws {SECRETS['aws']} slack {SECRETS['slack']} key {SECRETS['openai']} "
+        f"jwt {SECRETS['jwt']} export API_TOKEN={SECRETS['env']} "
+        f"-----BEGIN RSA PRIVATE KEY-----\n{SECRETS['pem']}\n-----END RSA PRIVATE KEY-----"
+    )
+    config = {"dsn": f"postgresql://admin:{SECRETS['url']}@db.example.com/prod"}
+    result: str = await ctx.call("leaky", query=text, api_key=SECRETS["openai"], config=config)
+    with contextlib.suppress(onlooker.ToolError):
+        await ctx.call("leaky", query="fail", api_key="x", config=config)
+    return result
+
+
+class TestSecrets:
+    """Issue 12, item 6: every store under the data directory goes through one redaction policy."""
+
+    async def test_no_secret_reaches_any_byte_under_the_data_directory(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv(SECRET_VARIABLE, SECRETS["bare_env"])
+        data = tmp_path / ".onlooker"
+        url = f"sqlite:///{data / 'history.db'}?timeout=0.05"
+        failure = Outage("sqlite", url)
+        spill, fallback = data / "spill" / "h.jsonl", data / "fallback" / "h.jsonl"
+        plugins: list[onlooker.Plugin[Any]] = [
+            history.plugin(url, spill_path=spill, spill_fallback=fallback, retry_delays=FAST),
+            audit.plugin(directory=data / "audit", session_id="s1"),
+        ]
+        try:
+            async with onlooker.ExecutionEngine(tools=[leaky], plugins=plugins) as engine:
+                store = engine.extension(plugins[0])
+                await engine.execute(leaking, input={"secret": SECRETS["url"]})  # the database
+                await store.flush()
+                failure.begin()
+                await engine.execute(leaking)  # the spill file
+                await store.flush()
+                (data / "spill").rename(data / "spill-kept")  # kept aside, then made unwritable
+                (data / "spill").write_text("in the way")
+                await engine.execute(leaking, trigger=onlooker.Trigger(kind="t", metadata={
+                    "auth": SECRETS["jwt"]}))  # the fallback spill file  # fmt: skip
+                await engine.bus.send(poison("p1", 0, secret=SECRETS["aws"]))  # a dead letter
+                await engine.bus.flush()
+                await store.flush()
+                stats = store.statistics()
+                assert stats is not None and (stats.spilled, stats.dead_letters) == (12, 1)
+        finally:
+            failure.end()
+        files = {p.relative_to(data).as_posix() for p in data.rglob("*") if p.is_file()}
+        assert {"spill-kept/h.jsonl", "fallback/h.jsonl", "fallback/h.dead.jsonl"} <= files
+        everything = b"".join(p.read_bytes() for p in data.rglob("*") if p.is_file())
+        assert everything.count(b"[REDACTED:") > 20
+        leaks = {name for name, secret in SECRETS.items() if secret.encode() in everything}
+        assert leaks == set()
+        async with history.open(url, spill_path=spill, spill_fallback=fallback) as reopened:
+            page = await reopened.list_executions()  # the redacted events read back
+            assert [record.status for record in page] == ["completed", "completed"]
+
+
+class TestReadOnly:
+    """Issue 12, item 9: reading never creates a database or a directory."""
+
+    async def test_a_missing_file_is_a_clear_error_and_nothing_is_created(
+        self, tmp_path: Path
+    ) -> None:
+        missing = tmp_path / "typo" / "histroy.db"
+        with pytest.raises(onlooker.HistoryError, match=r"no history database at .*histroy\.db"):
+            async with history.open(f"sqlite:///{missing}", read_only=True):
+                pass
+        assert not (tmp_path / "typo").exists()
+        assert os.listdir(tmp_path) == []
+
+    async def test_a_file_that_is_not_a_history_database(self, tmp_path: Path) -> None:
+        other = tmp_path / "other.db"
+        sqlite3.connect(other).close()
+        with pytest.raises(onlooker.HistoryError, match="not an onlooker history database"):
+            async with history.open(f"sqlite:///{other}", read_only=True):
+                pass
+
+    async def test_reads_work_writes_are_refused_spill_left_alone(
+        self, url: str, tmp_path: Path
+    ) -> None:
+        events = execution_events("r1", tools=[("echo", "completed", 1.0)])
+        async with history.open(url) as store:
+            await store.write_events(events)
+        spill = tmp_path / "spill.jsonl"
+        spill.write_text(execution_events("r2")[0].model_dump_json() + "\n")
+        async with history.open(url, read_only=True, spill_path=spill) as store:
+            assert store.read_only
+            assert await store.events("r1") == events
+            assert [r.execution_id for r in await store.list_executions()] == ["r1"]
+            with pytest.raises(onlooker.HistoryError, match="read-only"):
+                await store.write_events(execution_events("r3"))
+            if store.url.startswith("postgresql"):  # the session itself refuses to write
+                with pytest.raises(sa.exc.InternalError, match="read-only transaction"):
+                    await store.query(lambda conn: conn.exec_driver_sql("DELETE FROM events"))
+        assert spill.exists()  # loading it is a write: not on a read-only open
+
+
+class TestCorruptRows:
+    """Issue 12, item 9: an error about a corrupt row names the row and its execution."""
+
+    async def test_a_corrupt_event_body(self, url: str) -> None:
+        async with history.open(url) as store:
+            await store.write_events(execution_events("c1", tools=[("echo", "completed", 1.0)]))
+            await store.query(_corrupt("UPDATE events SET body = '{\"kind\": \"Nope\"}' "
+                                       "WHERE event_id = 'c1/1'"))  # fmt: skip
+            with pytest.raises(onlooker.HistoryError) as caught:
+                await store.events("c1")
+        assert "'c1/1'" in str(caught.value) and "execution 'c1'" in str(caught.value)
+        assert (caught.value.event_id, caught.value.execution_id) == ("c1/1", "c1")
+
+    @pytest.mark.parametrize(
+        ("statement", "named"),
+        [
+            ("UPDATE tool_calls SET args = '\"a string\"'", "tool call 'c1/call0'"),
+            ("UPDATE executions SET status = 'exploded'", "execution 'c1'"),
+        ],
+    )
+    async def test_a_corrupt_projection_row(self, url: str, statement: str, named: str) -> None:
+        async with history.open(url) as store:
+            await store.write_events(execution_events("c1", tools=[("echo", "completed", 1.0)]))
+            await store.query(_corrupt(statement))
+            with pytest.raises(onlooker.HistoryError, match="corrupt history row") as caught:
+                await store.get_execution("c1")
+        assert named in str(caught.value) and "execution 'c1'" in str(caught.value)
+        assert caught.value.execution_id == "c1"
+
+    async def test_a_json_column_that_is_not_json(self, tmp_path: Path) -> None:
+        # SQLite only: PostgreSQL's json type refuses such text in the first place
+        async with history.open(sqlite_url(tmp_path)) as store:
+            await store.write_events(execution_events("c1", tools=[("echo", "completed", 1.0)]))
+            await store.query(_corrupt("UPDATE tool_calls SET result = 'not json {'"))
+            with pytest.raises(onlooker.HistoryError, match="result is not JSON") as caught:
+                await store.get_execution("c1")
+        assert "tool call 'c1/call0' of execution 'c1'" in str(caught.value)
+
+
+def _corrupt(statement: str) -> Any:
+    def run(conn: sa.Connection) -> None:
+        conn.exec_driver_sql(statement)
+        conn.commit()
+
+    return run
+
+
+class TestValueCap:
+    """Issue 12, item 9: history caps a stored value as the audit trail does, with its marker."""
+
+    async def test_a_huge_argument_is_cut_with_the_marker(self, url: str) -> None:
+        @onlooker.tool
+        def swallow(blob: str) -> int:
+            return len(blob)
+
+        async def program(ctx: ExecutionContext) -> int:
+            result: int = await ctx.call("swallow", blob="y" * 1_000_000)
+            return result
+
+        plugin = history.plugin(url, max_value_chars=5000)
+        async with onlooker.ExecutionEngine(tools=[swallow], plugins=[plugin]) as engine:
+            result = await engine.execute(program)
+            store = engine.extension(plugin)
+            tree = await store.get_execution(result.execution_id)
+            size = await store.query(
+                lambda conn: conn.execute(
+                    sa.select(sa.func.sum(sa.func.length(sa.cast(tables.events.c.body, sa.Text))))
+                ).scalar_one()
+            )
+        assert result.value == 1_000_000  # the tool got the whole value; history keeps a cut
+        assert tree is not None and tree.tool_calls[0].args is not None
+        blob = tree.tool_calls[0].args["blob"]
+        assert isinstance(blob, str) and blob.startswith("y" * 5000)
+        assert "…[truncated " in blob and len(blob) < 5100
+        assert size < 20_000
+
+    async def test_many_small_values_are_capped_as_one_record(self, url: str) -> None:
+        from onlooker.plugins.history._rows import MAX_RECORD_CHARS
+
+        @onlooker.tool
+        def count(items: list[int]) -> int:
+            return len(items)
+
+        async def program(ctx: ExecutionContext) -> int:
+            result: int = await ctx.call("count", items=list(range(200_000)))
+            return result
+
+        plugin = history.plugin(url)
+        async with onlooker.ExecutionEngine(tools=[count], plugins=[plugin]) as engine:
+            result = await engine.execute(program)
+            store = engine.extension(plugin)
+            (started,) = [
+                e for e in await store.events(result.execution_id) if isinstance(e, ToolCallStarted)
+            ]
+        items = started.args["items"]
+        assert isinstance(items, list) and items[:3] == [0, 1, 2]
+        assert isinstance(items[-1], str) and items[-1].startswith("…[truncated ")
+        assert len(started.model_dump_json()) <= MAX_RECORD_CHARS
+
+    async def test_a_cut_value_is_not_cut_again_when_the_spill_is_loaded(
+        self, outage: Outage, tmp_path: Path
+    ) -> None:
+        @onlooker.tool
+        def echo(text: str) -> str:
+            return text
+
+        async def program(ctx: ExecutionContext) -> str:
+            result: str = await ctx.call("echo", text="y" * 150)
+            return result
+
+        spill = tmp_path / "spill.jsonl"
+        plugin = history.plugin(
+            outage.url, spill_path=spill, max_value_chars=100, retry_delays=FAST
+        )
+        async with onlooker.ExecutionEngine(tools=[echo], plugins=[plugin]) as engine:
+            outage.begin()
+            result = await engine.execute(program)
+            await engine.bus.flush()
+            await engine.extension(plugin).flush()
+        outage.end()
+        assert spill.is_file()
+        async with history.open(outage.url, spill_path=spill, max_value_chars=100) as store:
+            tree = await store.get_execution(result.execution_id)
+        assert tree is not None and tree.tool_calls[0].args == {
+            "text": "y" * 100 + "…[truncated 50 chars]"
+        }
+
+    def test_bad_cap_settings_fail_when_the_plugin_is_made(self) -> None:
+        with pytest.raises(ValueError, match="max_value_chars"):
+            history.plugin(max_value_chars=0)
+        with pytest.raises(TypeError, match="Redactor"):
+            history.plugin(redactor="yes")  # type: ignore[arg-type]
