@@ -28,7 +28,7 @@ from ._records import (
 )
 from ._schema import HISTORY_SCHEMA_VERSION
 from ._store import HistoryStore, open
-from ._writer import WriterStatistics
+from ._writer import HistoryWriterStatistics
 
 __all__ = [
     "HISTORY_SCHEMA_VERSION",
@@ -37,13 +37,13 @@ __all__ = [
     "ExecutionTree",
     "HistoryStats",
     "HistoryStore",
+    "HistoryWriterStatistics",
     "InteractionRecord",
     "RecordedExecutionStatus",
     "RecordedInteractionStatus",
     "RecordedToolCallStatus",
     "ToolCallRecord",
     "ToolStats",
-    "WriterStatistics",
     "open",
     "plugin",
 ]

@@ -33,13 +33,9 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from onlooker import EventValidationError, ExecutionEvent, parse_event
+from onlooker._shared import lock_file
 
 from ._db import describe
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: no cross-process locking
-    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT",
@@ -68,8 +64,7 @@ def _locked(path: Path, mode: str) -> Iterator[IO[str]]:
     while True:
         handle = path.open(mode, encoding="utf-8")
         try:
-            if fcntl is not None:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            lock_file(handle.fileno())  # closing the handle releases it
             if os.fstat(handle.fileno()).st_nlink == 0:  # drained and removed meanwhile
                 continue
             yield handle

@@ -25,7 +25,7 @@ from ._db import Database, describe
 from ._records import ExecutionList, ExecutionTree, HistoryStats
 from ._redaction import DEFAULT_MAX_VALUE_CHARS, Scrubber
 from ._spill import DeadLetters, Spill, SpillFile, dead_letter_path
-from ._writer import BatchWriter, WriterStatistics, isolate, scrub_batch
+from ._writer import BatchWriter, HistoryWriterStatistics, isolate, scrub_batch
 
 __all__ = [
     "HistoryStore",
@@ -231,7 +231,7 @@ class HistoryStore:
         """
         await self._catch_up()
 
-    def statistics(self) -> WriterStatistics | None:
+    def statistics(self) -> HistoryWriterStatistics | None:
         """The plugin writer's counters; ``None`` for a store from :func:`open`."""
         return None if self._writer is None else self._writer.statistics()
 

@@ -43,14 +43,20 @@ from ._db import Database, RowError, describe, is_transient
 from ._redaction import Scrubber
 from ._spill import DeadLetters, Spill
 
-__all__ = ["DEFAULT_RETRY_DELAYS", "BatchWriter", "WriterStatistics", "isolate", "scrub_batch"]
+__all__ = [
+    "DEFAULT_RETRY_DELAYS",
+    "BatchWriter",
+    "HistoryWriterStatistics",
+    "isolate",
+    "scrub_batch",
+]
 
 DEFAULT_RETRY_DELAYS: Final = (0.05, 0.2, 0.5, 1.0)
 _MAX_COOLDOWN: Final = 30.0
 
 
 @dataclass(frozen=True, slots=True)
-class WriterStatistics:
+class HistoryWriterStatistics:
     """The history writer's counters (``store.statistics()``)."""
 
     accepted: int
@@ -210,9 +216,9 @@ class BatchWriter:
         if self._handled < target:
             await anyio.to_thread.run_sync(self._wait_handled, target, abandon_on_cancel=True)
 
-    def statistics(self) -> WriterStatistics:
+    def statistics(self) -> HistoryWriterStatistics:
         """The writer's counters, as a frozen snapshot."""
-        return WriterStatistics(
+        return HistoryWriterStatistics(
             accepted=self._accepted,
             written=self._written,
             spilled=self._spilled,
