@@ -26,6 +26,7 @@ from pydantic import (
 from pydantic_core import to_jsonable_python
 
 from ._errors import EventValidationError
+from ._shared import SCHEMA_VERSION
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -49,9 +50,6 @@ __all__ = [
     "snapshot",
     "snapshot_object",
 ]
-
-SCHEMA_VERSION: Final = 1
-"""The version of the event format written into every event's ``schema_version``."""
 
 ToolCallStatus: TypeAlias = Literal["completed", "failed", "skipped", "blocked", "cancelled"]
 InteractionStatus: TypeAlias = Literal["accepted", "declined", "cancelled", "expired", "failed"]

@@ -309,7 +309,6 @@ def _codec() -> tuple[Callable[[str | bytes], Any], Callable[[Any], str]]:
         def default(value: object) -> Any:
             raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
-        encode = make_encoder({}, default, encode_basestring, None, ":", ",", False, False, True)
     except (ImportError, TypeError):  # pragma: no cover - another interpreter
         import json
 
@@ -335,6 +334,9 @@ def _codec() -> tuple[Callable[[str | bytes], Any], Callable[[Any], str]]:
     def dumps(value: Any) -> str:
         if isinstance(value, str):
             return str(encode_basestring(value))
+        # A new encoder per call: its table of containers being encoded (the
+        # circular-reference check) must not outlive a call that failed.
+        encode = make_encoder({}, default, encode_basestring, None, ":", ",", False, False, True)
         return "".join(encode(value, 0))
 
     return loads, dumps

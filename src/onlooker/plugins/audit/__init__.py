@@ -14,8 +14,6 @@ append to a trail without paying for pydantic or anyio. See docs/audit.md.
 
 from __future__ import annotations
 
-import importlib
-
 TYPE_CHECKING = False  # not typing's: `import onlooker.plugins.audit` must stay cheap for the hook
 if TYPE_CHECKING:
     from typing import Any
@@ -64,7 +62,8 @@ if not TYPE_CHECKING:  # hidden from mypy, so a misspelt name is an error, not A
         module = _LAZY.get(name)
         if module is None:
             raise AttributeError(f"module 'onlooker.plugins.audit' has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        # __import__, not importlib.import_module: importing importlib costs the hook ~1 ms
+        value = getattr(__import__(f"{__name__}.{module}", fromlist=[name]), name)
         globals()[name] = value
         return value
 

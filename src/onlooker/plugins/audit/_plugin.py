@@ -24,6 +24,8 @@ from pydantic import BaseModel
 
 import onlooker
 from onlooker import ExecutionEvent, Plugin, PluginContext
+from onlooker._shared import DISABLE_VARIABLE as DISABLE_VARIABLE  # re-exported by the package
+from onlooker._shared import audit_disabled
 
 from ._redact import ENVELOPE_FIELDS, Redactor, cap_record
 from ._types import FsyncMode
@@ -37,7 +39,6 @@ from ._writer import (
 
 __all__ = ["AuditStatistics", "AuditTrail", "plugin"]
 
-DISABLE_VARIABLE: Final = "ONLOOKER_AUDIT_DISABLE"
 _MAX_BATCH: Final = 4096
 _MAX_PENDING: Final = 16384  # events waiting for the thread before emitters wait for it
 _MAX_RETRY: Final = 100_000  # records kept for a retry while the disk refuses
@@ -326,8 +327,6 @@ class AuditTrail:
 
 def _disabled() -> bool:
     """The switch the coding-agent hook reads too: ``1``, ``true``, ``yes`` or ``on``."""
-    from onlooker._shared import audit_disabled
-
     return audit_disabled()
 
 

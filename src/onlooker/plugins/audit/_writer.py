@@ -33,29 +33,29 @@ exclusive ``flock`` on ``<session>/.lock``, after re-reading the last record
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import re
-import sys
-import threading
 import time
+from _thread import allocate_lock
 
 from onlooker._errors import AuditError
+from onlooker._shared import (
+    SESSION_ID_RULE,
+    is_session_id,
+    iso_time,
+    json_dumps,
+    json_loads,
+    lock_file,
+    sha256,
+    unlock_file,
+)
 
 from ._redact import Redactor
 
-try:  # CPython's own SHA-256: loading OpenSSL through hashlib costs ~2.5 ms per hook call
-    from _sha2 import sha256 as _sha256  # type: ignore[import-not-found,unused-ignore]  # 3.12+
-except ImportError:
-    try:
-        from _sha256 import sha256 as _sha256  # type: ignore[import-not-found,unused-ignore]  # 3.11
-    except ImportError:  # pragma: no cover - a build without them
-        from hashlib import sha256 as _sha256
-
-# Not `from typing import ...` at run time: this module is imported by the
-# coding-agent hook in a fresh interpreter on every tool call, and typing
-# costs milliseconds there. Type checkers treat any TYPE_CHECKING as true.
+# Neither `from typing import ...` nor json, re, threading or contextlib at run
+# time: this module is imported by the coding-agent hook in a fresh interpreter
+# on every tool call, where each of them costs a millisecond or more (json
+# alone brings re and enum). onlooker._shared has what it needs from them.
+# Type checkers treat any TYPE_CHECKING as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -69,23 +69,10 @@ else:
         return cls
 
 
-if sys.platform == "win32":  # pragma: no cover - no flock: one process per session there
-
-    def _flock(fd: int, exclusive: bool) -> None:
-        pass
-
-else:
-    import fcntl
-
-    def _flock(fd: int, exclusive: bool) -> None:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_UN)
-
-
 __all__ = [
     "GENESIS",
     "LIVE_NAME",
     "RECORD_VERSION",
-    "SESSION_ID",
     "AuditWriteError",
     "TrailWriter",
     "WriterStatistics",
@@ -103,11 +90,6 @@ GENESIS: Final = "0" * 64
 LIVE_NAME: Final = "events.jsonl"
 """The live segment's file name; rotated ones are ``events.1.jsonl`` (newest) ... ``events.<keep>.jsonl``."""
 
-SESSION_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-"""What a session id must match (whole): it becomes a directory name."""
-
-"""``never``: leave it to the OS; ``batch``: one fsync per batch (group commit); ``always``: per record."""
-
 _EVENT: Final = '","event":'  # the member after ``prev``: an event, or the writer's note
 _NOTE: Final = '","note":'
 _MAX_UNREPORTED: Final = 1000  # sidecar lines held while the disk refuses them
@@ -116,8 +98,12 @@ ERROR_NAME: Final = "audit.err"
 _LOCK_NAME: Final = ".lock"
 _TAIL_NAME: Final = ".tail"  # the last record's seq and hash, saved at each rotation
 _HASH_SUFFIX_LEN: Final = len(',"hash":"') + 64 + len('"}')
-compact_json: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-"""Compact JSON, non-ASCII kept: how events are serialized into records."""
+compact_json: Final = json_dumps
+"""Compact JSON, non-ASCII kept: how events are serialized into records.
+
+``json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode``, byte for
+byte (the hash chain depends on it), without importing ``json``.
+"""
 _FSYNC_MODES: Final = ("never", "batch", "always")
 
 
@@ -128,10 +114,10 @@ def segment_name(index: int) -> str:
 
 def validate_session_id(session_id: object) -> str:
     """``session_id`` if it is a safe directory name, else :class:`onlooker.AuditError`."""
-    if not isinstance(session_id, str) or not SESSION_ID.fullmatch(session_id):
+    if not isinstance(session_id, str) or not is_session_id(session_id):
         raise AuditError(
             f"invalid audit session id {session_id!r}: it must match "
-            "[A-Za-z0-9][A-Za-z0-9._-]{0,127} (no path separators, no leading dot)"
+            f"{SESSION_ID_RULE} (no path separators, no leading dot)"
         )
     return session_id
 
@@ -139,12 +125,6 @@ def validate_session_id(session_id: object) -> str:
 def new_session_id() -> str:
     """A new session id that sorts by creation time: ``20250101T120000Z-3f2a9c``."""
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(3).hex()
-
-
-def _timestamp() -> str:
-    now = time.time()
-    micros = int(now % 1 * 1_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{micros:06d}Z"
 
 
 class AuditWriteError(AuditError):
@@ -240,7 +220,7 @@ class TrailWriter:
         self.fsync: Final[FsyncMode] = fsync
         self.redactor: Final = redactor if redactor is not None else Redactor()
         self.max_value_chars: Final = max_value_chars
-        self._mutex = threading.Lock()
+        self._mutex = allocate_lock()
         self._fd = -1
         self._lock_fd = -1
         self._ino = -1
@@ -291,7 +271,7 @@ class TrailWriter:
                 self._drop_files()
                 outage = self._outage
                 if outage is None:
-                    outage = self._outage = {"since": _timestamp(), "attempts": 0, "dropped": 0}
+                    outage = self._outage = {"since": iso_time(), "attempts": 0, "dropped": 0}
                 outage["attempts"] += 1
                 outage["error"] = f"{type(exc).__name__}: {exc}"
                 message = f"cannot append {len(texts) - written} record(s) to {self.path}: {exc}"
@@ -319,7 +299,7 @@ class TrailWriter:
         after the next write to the trail that works. Returns whether it was
         written now.
         """
-        entry = {"at": _timestamp(), "session_id": self.session_id, "message": message, **fields}
+        entry = {"at": iso_time(), "session_id": self.session_id, "message": message, **fields}
         if self._append_error(compact_json(entry)):
             return True
         self._unreported.append(entry)
@@ -351,7 +331,7 @@ class TrailWriter:
             held.insert(
                 0,
                 {
-                    "at": _timestamp(),
+                    "at": iso_time(),
                     "session_id": self.session_id,
                     "message": f"{self._unreported_lost} older problem report(s) were lost",
                 },
@@ -399,19 +379,18 @@ class TrailWriter:
             self._sync_tail()
             note = None
             if self._outage is not None:
-                note = compact_json({"kind": "gap", **self._outage, "until": _timestamp()})
+                note = compact_json({"kind": "gap", **self._outage, "until": iso_time()})
             self._append_locked(texts, note)
             self._outage = None
         finally:
             if self._lock_fd >= 0:
-                _flock(self._lock_fd, False)
+                unlock_file(self._lock_fd)
         return self._batch_written
 
     def _append_locked(self, texts: Sequence[str], note: str | None = None) -> None:
         """Chain and write ``texts`` (events), preceded by ``note`` if given."""
         head = f'{{"v":{RECORD_VERSION},"seq":'
-        middle = f',"at":"{_timestamp()}","session_id":"{self.session_id}","prev":"'
-        sha256 = _sha256
+        middle = f',"at":"{iso_time()}","session_id":"{self.session_id}","prev":"'
         always = self.fsync == "always"
         max_bytes = self.max_bytes
         seq, prev = self._seq, self._prev
@@ -466,8 +445,10 @@ class TrailWriter:
             if self.fsync != "never":
                 os.fsync(self._fd)
         except OSError:
-            with contextlib.suppress(OSError):  # never leave half a record behind
+            try:  # noqa: SIM105  # never leave half a record behind; contextlib would cost an import
                 os.ftruncate(self._fd, start)
+            except OSError:
+                pass
             raise
         last = lines[-1]
         self._size = start + size
@@ -489,10 +470,10 @@ class TrailWriter:
             if self._lock_fd < 0:
                 os.makedirs(self.session_dir, mode=0o700, exist_ok=True)
                 self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-            _flock(self._lock_fd, True)
+            lock_file(self._lock_fd)
             if _same_file(self._lock_fd, lock):
                 return
-            _flock(self._lock_fd, False)  # the directory was replaced meanwhile
+            unlock_file(self._lock_fd)  # the directory was replaced meanwhile
 
     def _open_live(self) -> None:
         """Under the lock: (re-)open the live file if another process rotated it."""
@@ -506,8 +487,10 @@ class TrailWriter:
     def _drop_files(self) -> None:
         for fd in (self._fd, self._lock_fd):
             if fd >= 0:
-                with contextlib.suppress(OSError):
+                try:  # noqa: SIM105  # contextlib.suppress would cost an import
                     os.close(fd)
+                except OSError:
+                    pass
         self._fd = self._lock_fd = -1
         self._ino = -1
 
@@ -562,7 +545,7 @@ class TrailWriter:
     def _saved_tail(self) -> tuple[int, str] | None:
         try:
             with open(os.path.join(self.session_dir, _TAIL_NAME), "rb") as handle:
-                saved = json.loads(handle.read())
+                saved = json_loads(handle.read())
             return int(saved["seq"]), str(saved["hash"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -577,7 +560,8 @@ class TrailWriter:
         directory = self.session_dir
         scratch = join(directory, _TAIL_NAME + ".tmp")
         with open(scratch, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps({"seq": self._seq, "hash": self._prev}))
+            # json.dumps's default spacing: the bytes .tail files have always had
+            handle.write(f'{{"seq": {self._seq}, "hash": "{self._prev}"}}')
         os.replace(scratch, join(directory, _TAIL_NAME))
         through: int | None = None
         if self.keep == 0:
@@ -589,14 +573,18 @@ class TrailWriter:
                 # the segment after it starts where the deleted records end
                 first = _first_seq(join(directory, segment_name(self.keep - 1)))
                 through = None if first is None else first - 1
-            with contextlib.suppress(FileNotFoundError):
+            try:  # noqa: SIM105  # contextlib.suppress would cost an import
                 os.unlink(oldest)
+            except FileNotFoundError:
+                pass
             for index in range(self.keep - 1, 0, -1):
-                with contextlib.suppress(FileNotFoundError):
+                try:  # noqa: SIM105  # contextlib.suppress would cost an import
                     os.replace(
                         join(directory, segment_name(index)),
                         join(directory, segment_name(index + 1)),
                     )
+                except FileNotFoundError:
+                    pass
             os.replace(self.path, join(directory, segment_name(1)))
         os.close(self._fd)
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
@@ -620,7 +608,7 @@ def _first_seq(path: str) -> int | None:
 def _record_state(line: bytes) -> tuple[int, str] | None:
     """The seq and hash of one record line, or None if it is not one."""
     try:
-        record = json.loads(line)
+        record = json_loads(line.decode("utf-8", "surrogatepass"))  # as json.loads decodes
         seq, digest = record["seq"], record["hash"]
     except (ValueError, KeyError, TypeError):
         return None
@@ -642,7 +630,8 @@ def _fsync_directory(directory: str) -> None:
     except OSError:
         return
     try:
-        with contextlib.suppress(OSError):
-            os.fsync(fd)
+        os.fsync(fd)
+    except OSError:
+        pass
     finally:
         os.close(fd)
