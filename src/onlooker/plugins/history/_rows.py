@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 from pydantic_core import to_json
 
@@ -220,66 +220,63 @@ def build_rows(batch: Sequence[ExecutionEvent], flavor: Flavor) -> Rows:
         kind = event.kind
         a = event.attribution
         row: tuple[Any, ...]
-        if kind == "ToolCallStarted":
-            assert isinstance(event, ToolCallStarted)
-            row = (
-                event.tool_call_id, execution_id, event.tool, None, _json(event.args), None,
-                None, None, None, at, None, event.seq, a.phase, a.task_id, a.intent_id,
-            )  # fmt: skip
-            table = tool_calls
-        elif kind == "ToolCallFinished":
-            assert isinstance(event, ToolCallFinished)
-            key = event.tool_call_id
-            started = tool_calls.get(key)
-            if started is not None and started[10] is None:  # the usual pair, merged directly
+        match event:
+            case ToolCallStarted():
                 row = (
-                    key, execution_id, event.tool, event.status, started[4],
-                    _json(event.result), _error(event.error), _json(event.metadata),
-                    event.duration_ms, started[9], at, started[11], a.phase, a.task_id,
-                    a.intent_id,
+                    event.tool_call_id, execution_id, event.tool, None, _json(event.args), None,
+                    None, None, None, at, None, event.seq, a.phase, a.task_id, a.intent_id,
                 )  # fmt: skip
-                if not sqlite and _NUL in body:
-                    row = _sanitize(row)
-                tool_calls[key] = row
-                event_rows.append((event.event_id, execution_id, event.seq, kind, at, body))
-                continue
-            row = (
-                key, execution_id, event.tool, event.status, None, _json(event.result),
-                _error(event.error), _json(event.metadata), event.duration_ms, None, at,
-                event.seq, a.phase, a.task_id, a.intent_id,
-            )  # fmt: skip
-            table = tool_calls
-        elif kind == "ExecutionStarted":
-            assert isinstance(event, ExecutionStarted)
-            trigger = event.trigger
-            row = (
-                execution_id, event.program, trigger.kind, _json(trigger.metadata), event.owner,
-                _json(event.input), None, None, None, at, None, None, a.parent_execution_id,
-                a.parent_tool_call_id, a.depth, a.task_id, a.phase, a.intent_id, at,
-            )  # fmt: skip
-            table = executions
-        elif kind == "ExecutionFinished":
-            assert isinstance(event, ExecutionFinished)
-            row = (
-                execution_id, None, None, None, None, None, event.status, _json(event.result),
-                _error(event.error), None, at, event.duration_ms, a.parent_execution_id,
-                a.parent_tool_call_id, a.depth, a.task_id, a.phase, a.intent_id, at,
-            )  # fmt: skip
-            table = executions
-        elif kind == "InteractionStarted":
-            assert isinstance(event, InteractionStarted)
-            row = (
-                event.interaction_id, execution_id, event.message, _json(event.requested_schema),
-                event.mode, None, None, None, at, None, event.seq,
-            )  # fmt: skip
-            table = interactions
-        else:
-            assert isinstance(event, InteractionResolved)
-            row = (
-                event.interaction_id, execution_id, None, None, None, event.status,
-                _json(event.response), _error(event.error), None, at, event.seq,
-            )  # fmt: skip
-            table = interactions
+                table = tool_calls
+            case ToolCallFinished():
+                key = event.tool_call_id
+                started = tool_calls.get(key)
+                if started is not None and started[10] is None:  # the usual pair, merged directly
+                    row = (
+                        key, execution_id, event.tool, event.status, started[4],
+                        _json(event.result), _error(event.error), _json(event.metadata),
+                        event.duration_ms, started[9], at, started[11], a.phase, a.task_id,
+                        a.intent_id,
+                    )  # fmt: skip
+                    if not sqlite and _NUL in body:
+                        row = _sanitize(row)
+                    tool_calls[key] = row
+                    event_rows.append((event.event_id, execution_id, event.seq, kind, at, body))
+                    continue
+                row = (
+                    key, execution_id, event.tool, event.status, None, _json(event.result),
+                    _error(event.error), _json(event.metadata), event.duration_ms, None, at,
+                    event.seq, a.phase, a.task_id, a.intent_id,
+                )  # fmt: skip
+                table = tool_calls
+            case ExecutionStarted():
+                trigger = event.trigger
+                row = (
+                    execution_id, event.program, trigger.kind, _json(trigger.metadata), event.owner,
+                    _json(event.input), None, None, None, at, None, None, a.parent_execution_id,
+                    a.parent_tool_call_id, a.depth, a.task_id, a.phase, a.intent_id, at,
+                )  # fmt: skip
+                table = executions
+            case ExecutionFinished():
+                row = (
+                    execution_id, None, None, None, None, None, event.status, _json(event.result),
+                    _error(event.error), None, at, event.duration_ms, a.parent_execution_id,
+                    a.parent_tool_call_id, a.depth, a.task_id, a.phase, a.intent_id, at,
+                )  # fmt: skip
+                table = executions
+            case InteractionStarted():
+                row = (
+                    event.interaction_id, execution_id, event.message, _json(event.requested_schema),
+                    event.mode, None, None, None, at, None, event.seq,
+                )  # fmt: skip
+                table = interactions
+            case InteractionResolved():
+                row = (
+                    event.interaction_id, execution_id, None, None, None, event.status,
+                    _json(event.response), _error(event.error), None, at, event.seq,
+                )  # fmt: skip
+                table = interactions
+            case _:
+                assert_never(event)
         if not sqlite and _NUL in body:
             row = _sanitize(row)
             event_rows.append(_sanitize((event.event_id, execution_id, event.seq, kind, at, body)))
