@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -269,6 +269,12 @@ class TestQueries:
             await store.write_events(execution_events("s3")[:1])
             stats = await store.stats()
             later = await store.stats(since=T0 + timedelta(days=1))
+            earlier = await store.stats(until=T0)
+            whole = await store.stats(since=T0, until=T0 + timedelta(days=1))
+            with pytest.raises(ValueError, match="until"):
+                await store.stats(until=datetime(2026, 1, 1))  # naive
+        assert whole == stats.model_copy(update={"since": T0})
+        assert earlier.executions == 0 and earlier.tools == []
         assert stats.executions == 3
         assert stats.executions_by_status == {"completed": 1, "failed": 1, "running": 1}
         assert stats.tool_calls == 23

@@ -494,16 +494,7 @@ class TestEscaping:
 
 
 class TestStats:
-    def test_matches_the_store(self, ui: TestClient, recorded: dict[str, Any]) -> None:
-        async def expected() -> history.HistoryStats:
-            async with history.open(recorded["url"]) as store:
-                return await store.stats()
-
-        async def ours() -> history.HistoryStats:
-            async with history.open(recorded["url"]) as store:
-                return await store.query(lambda conn: _queries.stats(conn, None, None))
-
-        assert anyio.run(ours) == anyio.run(expected)
+    def test_shows_the_stores_figures(self, ui: TestClient, recorded: dict[str, Any]) -> None:
         page = ui.get("/stats")
         assert page.status_code == 200
         row = re.search(r'<td class="name">explode</td>(.*?)</tr>', page.text, re.S)

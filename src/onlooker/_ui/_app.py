@@ -436,7 +436,7 @@ async def execution_stream(request: Request) -> Response:
 async def stats_page(request: Request) -> Response:
     """``/stats``: calls, failures and p50/p95 durations per tool for a time range."""
     since, until = time_range(request.query_params)
-    stats = await _store(request).query(lambda conn: _queries.stats(conn, since, until))
+    stats = await _store(request).stats(since, until)
     return _page(request, "stats.html", nav="stats", stats=stats, raw=dict(request.query_params))
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,10 +31,8 @@ from sqlalchemy.engine import Connection, RowMapping
 from onlooker import ErrorInfo, ExecutionEvent, parse_event
 from onlooker.plugins.history import (
     ExecutionRecord,
-    HistoryStats,
     InteractionRecord,
     ToolCallRecord,
-    ToolStats,
 )
 from onlooker.plugins.history.tables import events, executions, interactions, tool_calls
 
@@ -54,7 +51,6 @@ __all__ = [
     "interaction_record",
     "item_events",
     "list_page",
-    "stats",
 ]
 
 EXECUTION_STATUSES: Final = ("running", "completed", "failed", "cancelled", "expired")
@@ -333,84 +329,6 @@ def list_page(conn: Connection, filters: ListFilters) -> Page:
         next_cursor = encode_cursor(page[-1]["sort_at"], page[-1]["execution_id"])
     return Page(
         [Row(_record(row), counts.get(row["execution_id"], 0)) for row in page], next_cursor
-    )
-
-
-def stats(conn: Connection, since: datetime | None, until: datetime | None) -> HistoryStats:
-    """``store.stats(since)`` with an end too: executions started, tool calls finished in range.
-
-    The same rules as the store's: a tool's calls are its finished calls,
-    ``failure_rate`` is ``failed / calls``, percentiles are nearest-rank.
-    """
-    status = sa.func.coalesce(executions.c.status, "running")
-    query = sa.select(status, sa.func.count()).group_by(status)
-    if since is not None:
-        query = query.where(executions.c.sort_at >= since)
-    if until is not None:
-        query = query.where(executions.c.sort_at < until)
-    by_execution_status = {str(s): int(n) for s, n in conn.execute(query)}
-
-    finished: list[sa.ColumnElement[bool]] = [
-        tool_calls.c.status.is_not(None),
-        tool_calls.c.duration_ms.is_not(None),
-    ]
-    if since is not None:
-        finished.append(tool_calls.c.finished_at >= since)
-    if until is not None:
-        finished.append(tool_calls.c.finished_at < until)
-    counts: defaultdict[str, dict[str, int]] = defaultdict(dict)
-    query = (
-        sa.select(tool_calls.c.tool, tool_calls.c.status, sa.func.count())
-        .where(*finished)
-        .group_by(tool_calls.c.tool, tool_calls.c.status)
-    )
-    for tool, tool_status, count in conn.execute(query):
-        counts[tool][tool_status] = int(count)
-
-    ranked = (
-        sa.select(
-            tool_calls.c.tool,
-            tool_calls.c.duration_ms,
-            sa.func.row_number()
-            .over(partition_by=tool_calls.c.tool, order_by=tool_calls.c.duration_ms)
-            .label("rank"),
-            sa.func.count().over(partition_by=tool_calls.c.tool).label("n"),
-        )
-        .where(*finished)
-        .subquery()
-    )
-
-    def percentile(p: float) -> sa.ColumnElement[Any]:
-        return sa.func.min(sa.case((ranked.c.rank >= p * ranked.c.n, ranked.c.duration_ms)))
-
-    query = sa.select(ranked.c.tool, percentile(0.5), percentile(0.95)).group_by(ranked.c.tool)
-    percentiles: dict[str, tuple[float | None, float | None]] = {
-        row[0]: (row[1], row[2]) for row in conn.execute(query)
-    }
-
-    tools = []
-    for tool, by_status in counts.items():
-        calls = sum(by_status.values())
-        failed = by_status.get("failed", 0)
-        p50, p95 = percentiles.get(tool, (None, None))
-        tools.append(
-            ToolStats(
-                tool=tool,
-                calls=calls,
-                by_status=by_status,
-                failed=failed,
-                failure_rate=failed / calls if calls else 0.0,
-                p50_ms=p50,
-                p95_ms=p95,
-            )
-        )
-    tools.sort(key=lambda t: (-t.calls, t.tool))
-    return HistoryStats(
-        since=since,
-        executions=sum(by_execution_status.values()),
-        executions_by_status=by_execution_status,
-        tool_calls=sum(t.calls for t in tools),
-        tools=tools,
     )
 
 

@@ -260,12 +260,17 @@ def event_list(conn: Connection, execution_id: str) -> list[ExecutionEvent]:
     return parsed
 
 
-def stats(conn: Connection, since: datetime | None) -> HistoryStats:
-    """Counts, failure rates and nearest-rank p50/p95 durations per tool."""
+def stats(conn: Connection, since: datetime | None, until: datetime | None = None) -> HistoryStats:
+    """Counts, failure rates and nearest-rank p50/p95 durations per tool.
+
+    Executions started, and tool calls finished, in ``[since, until)``.
+    """
     status = sa.func.coalesce(executions.c.status, "running")
     query = sa.select(status, sa.func.count()).group_by(status)
     if since is not None:
         query = query.where(executions.c.sort_at >= since)
+    if until is not None:
+        query = query.where(executions.c.sort_at < until)
     by_execution_status = {str(s): int(n) for s, n in conn.execute(query)}
 
     finished: list[sa.ColumnElement[bool]] = [
@@ -274,6 +279,8 @@ def stats(conn: Connection, since: datetime | None) -> HistoryStats:
     ]
     if since is not None:
         finished.append(tool_calls.c.finished_at >= since)
+    if until is not None:
+        finished.append(tool_calls.c.finished_at < until)
     counts: defaultdict[str, dict[str, int]] = defaultdict(dict)
     query = (
         sa.select(tool_calls.c.tool, tool_calls.c.status, sa.func.count())

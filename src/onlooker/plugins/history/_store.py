@@ -209,10 +209,17 @@ class HistoryStore:
         """The execution's events as emitted, in ``seq`` order; ``[]`` if unknown."""
         return await self._read(lambda conn: _read.event_list(conn, execution_id))
 
-    async def stats(self, since: datetime | None = None) -> HistoryStats:
-        """Per-tool counts, failure rate and p50/p95 durations (calls finished since ``since``)."""
+    async def stats(
+        self, since: datetime | None = None, until: datetime | None = None
+    ) -> HistoryStats:
+        """Per-tool counts, failure rate and p50/p95 durations.
+
+        Counts executions started, and tool calls finished, from ``since``
+        (inclusive) to ``until`` (exclusive); either end may be left open.
+        """
         _aware(since, "since")
-        return await self._read(lambda conn: _read.stats(conn, since))
+        _aware(until, "until")
+        return await self._read(lambda conn: _read.stats(conn, since, until))
 
     async def query(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(connection)`` in a worker thread and return its result.
