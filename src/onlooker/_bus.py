@@ -211,13 +211,14 @@ class EventBus:
 
     # -- emitting ----------------------------------------------------------------
 
-    def emit(self, event: ExecutionEvent) -> None:
-        """Send ``event`` to every observer.
+    def emit(self, event: ExecutionEvent, scoped: tuple[Subscriber, ...] = ()) -> None:
+        """Send ``event`` to every observer, then to ``scoped`` (an ``observing()`` scope's).
 
         Never blocks: a full ``block`` queue takes the event anyway and the
         emitter is expected to ``await bus.wait_for_space()`` (the engine
-        does). An observer's ``Exception`` is logged; anything else
-        propagates, once every observer has the event.
+        does). An observer's ``Exception`` is logged and counted; anything
+        else propagates, once every observer, scoped ones included, has the
+        event.
         """
         self._emitted += 1
         sync = self._sync
@@ -229,6 +230,9 @@ class EventBus:
             if self._rx_failure is not None:
                 failure = failure or self._rx_failure
                 self._rx_failure = None
+        if scoped:
+            scoped_failure = deliver(scoped, event, self._tally)
+            failure = failure or scoped_failure
         if failure is not None:
             raise failure
 

@@ -34,7 +34,6 @@ from ._events import (
     _now,
     new_id,
 )
-from ._observer import deliver
 from ._scope import _attribution, _observers, _Scoped
 
 __all__ = ["Emitter"]
@@ -188,24 +187,9 @@ class Emitter:
             "schema_version": SCHEMA_VERSION,
             **fields,
         }
-        event = _build(cls, values)
-        try:
-            self._bus.emit(event)
-        except BaseException:
-            # An observer's cancellation or KeyboardInterrupt: raised only once the scope
-            # has the event too, so the pair its caller then closes stays whole for it.
-            self._to_scope(event)
-            raise
-        scoped = _observers.get() if self._scope is None else self._scope
-        if scoped:
-            failure = deliver(scoped, event, self._bus._tally)
-            if failure is not None:
-                raise failure
-
-    def _to_scope(self, event: ExecutionEvent) -> None:
-        """Deliver to the scope while another observer's exception is on its way out."""
-        scoped = _observers.get() if self._scope is None else self._scope
-        deliver(scoped, event, self._bus._tally)  # that exception wins over a second one
+        self._bus.emit(
+            _build(cls, values), _observers.get() if self._scope is None else self._scope
+        )
 
     # -- one typed method per kind ---------------------------------------------------
 
