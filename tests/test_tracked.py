@@ -1612,3 +1612,22 @@ class TestErrorsOfRunsAndCalls:
             async with engine.track("bot") as run:
                 with records_nothing(recorder), pytest.raises(TypeError, match="mutating"):
                     await run.tool_started("t", {}, mutating="false")  # type: ignore[arg-type]  # the point
+
+
+class TestSynchronousFinishAndParents:
+    async def test_finish_nowait_closes_the_run_and_what_is_open(self) -> None:
+        async with ExecutionEngine() as engine:
+            recorder = record(engine)
+            run = engine.track("bot")
+            await run.start()
+            child = run.child("sub")
+            assert child.parent is run and run.parent is None
+            await child.start()
+            call = await run.tool_started("t", {})
+            run.finish_nowait("failed", error="the framework gave up")  # a sync callback
+            run.finish_nowait()  # twice: harmless
+            assert run.finished and run.status == "failed" and call.status == "cancelled"
+            assert child.finished and child.status == "cancelled"
+        well_formed(recorder.events)
+        finish = [e for e in recorder.of(ExecutionFinished) if e.execution_id == run.execution_id]
+        assert finish[0].error is not None and finish[0].error.message == "the framework gave up"
