@@ -2,59 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, final
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from prometheus_client.metrics_core import Metric
 
 from ._exposed import Exposed
-from ._names import (
-    EXECUTION_BUCKETS,
-    EXECUTION_DURATION,
-    EXECUTIONS,
-    INTERACTIONS_OPEN,
-    OTHER,
-    TOOL_CALL_BUCKETS,
-    TOOL_CALL_DURATION,
-    TOOL_CALLS,
-)
+from ._families import MetricsSnapshot, families
+from ._names import EXECUTION_BUCKETS, OTHER, TOOL_CALL_BUCKETS
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
     from onlooker.plugins.history import HistoryStore
-
-
-class _Snapshot:
-    def __init__(self) -> None:
-        self.executions: list[tuple[str, str, int]] = []
-        self.tool_calls: list[tuple[str, str, int]] = []
-        self.tool_histograms: list[tuple[str, list[int], float, int]] = []
-        self.execution_histogram: tuple[list[int], float, int] = (
-            [0] * len(EXECUTION_BUCKETS),
-            0,
-            0,
-        )
-        self.interactions_open = 0
-
-
-def _histogram(
-    family: HistogramMetricFamily,
-    labels: list[str],
-    bounds: Sequence[float],
-    cumulative: list[int],
-    total: float,
-    count: int,
-) -> None:
-    buckets = [(repr(float(b)), c) for b, c in zip(bounds, cumulative, strict=True)]
-    buckets.append(("+Inf", count))
-    family.add_metric(labels, buckets, total)
 
 
 @final
@@ -78,19 +39,19 @@ class HistoryMetrics(Exposed):
         super().__init__(registry)
         self._store = store
         self._max_tools = max_tools
-        self._snapshot = _Snapshot()
+        self._snapshot = MetricsSnapshot()
         self.registry.register(self)
 
     async def refresh(self) -> None:
         """Re-read the aggregates from the database."""
         self._snapshot = await self._store.query(self._read)
 
-    def _read(self, conn: Connection) -> _Snapshot:
+    def _read(self, conn: Connection) -> MetricsSnapshot:
         import sqlalchemy as sa
 
         from onlooker.plugins.history.tables import executions, interactions, tool_calls
 
-        snapshot = _Snapshot()
+        snapshot = MetricsSnapshot()
         status = executions.c.status
         trigger = sa.func.coalesce(executions.c.trigger, OTHER)
         rows = conn.execute(
@@ -164,33 +125,7 @@ class HistoryMetrics(Exposed):
 
     def collect(self) -> Iterator[Metric]:
         """The prometheus-client collector protocol: the last snapshot as metric families."""
-        snapshot = self._snapshot
-        executions = CounterMetricFamily(
-            EXECUTIONS.name, EXECUTIONS.help, labels=list(EXECUTIONS.labels)
-        )
-        for status, trigger, count in snapshot.executions:
-            executions.add_metric([status, trigger], count)
-        yield executions
-        calls = CounterMetricFamily(
-            TOOL_CALLS.name, TOOL_CALLS.help, labels=list(TOOL_CALLS.labels)
-        )
-        for tool, status, count in snapshot.tool_calls:
-            calls.add_metric([tool, status], count)
-        yield calls
-        durations = HistogramMetricFamily(
-            TOOL_CALL_DURATION.name, TOOL_CALL_DURATION.help, labels=list(TOOL_CALL_DURATION.labels)
-        )
-        for tool, cumulative, total, count in snapshot.tool_histograms:
-            _histogram(durations, [tool], TOOL_CALL_BUCKETS, cumulative, total, count)
-        yield durations
-        execution_durations = HistogramMetricFamily(
-            EXECUTION_DURATION.name, EXECUTION_DURATION.help, labels=list(EXECUTION_DURATION.labels)
-        )
-        _histogram(execution_durations, [], EXECUTION_BUCKETS, *snapshot.execution_histogram)
-        yield execution_durations
-        yield GaugeMetricFamily(
-            INTERACTIONS_OPEN.name, INTERACTIONS_OPEN.help, snapshot.interactions_open
-        )
+        return families(self._snapshot)
 
 
 async def metrics_from_history(

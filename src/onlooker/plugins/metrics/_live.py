@@ -1,11 +1,13 @@
-"""The live plugin: a synchronous observer feeding prometheus-client counters."""
+"""The live plugin: a synchronous observer counting events, exposed through prometheus-client."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, assert_never, final
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+from itertools import accumulate
+from typing import assert_never, final
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 
 from onlooker import (
@@ -24,18 +26,14 @@ from onlooker import (
 )
 
 from ._exposed import Exposed
+from ._families import MetricsSnapshot, families
 from ._names import (
     EVENTS_DROPPED,
     EXECUTION_BUCKETS,
-    EXECUTION_DURATION,
-    EXECUTIONS,
-    INTERACTIONS_OPEN,
     MAX_TRIGGERS,
     OBSERVER_ERRORS,
     OTHER,
     TOOL_CALL_BUCKETS,
-    TOOL_CALL_DURATION,
-    TOOL_CALLS,
     MetricSpec,
 )
 
@@ -65,13 +63,33 @@ def _family(spec: MetricSpec) -> CounterMetricFamily:
 
 
 @final
-class Metrics(Exposed):
-    """The metrics plugin's extension: a synchronous observer feeding prometheus-client.
+class _Histogram:
+    """One histogram's counts: per bucket (not cumulative), the sum and the count."""
 
-    ``tools`` bounds the ``tool`` label: tool names, or the engine's
-    ``ToolRegistry``, whose foreign tools declared later (``engine.declare_tool``)
-    are labelled by name too; ``bus`` feeds the observer-health counters
-    (both come from the engine when the plugin builds it).
+    __slots__ = ("buckets", "count", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.buckets = [0] * (len(bounds) + 1)  # the last one is +Inf only
+        self.total = 0.0
+        self.count = 0
+
+    def cumulative(self) -> list[int]:
+        """Cumulative counts of the bounded buckets (prometheus's ``le`` buckets)."""
+        return list(accumulate(self.buckets[:-1]))
+
+
+@final
+class Metrics(Exposed):
+    """The metrics plugin's extension: a synchronous observer counting events.
+
+    It counts in plain dicts, on the execution's own thread, and builds the
+    prometheus metric families only when scraped: a prometheus-client
+    ``Counter.labels(...).inc()`` takes a lock per update, which a tool call
+    would pay twice. ``tools`` bounds the ``tool`` label: tool names, or the
+    engine's ``ToolRegistry``, whose foreign tools declared later
+    (``engine.declare_tool``) are labelled by name too; ``bus`` feeds the
+    observer-health counters (both come from the engine when the plugin
+    builds it).
     """
 
     def __init__(
@@ -82,46 +100,45 @@ class Metrics(Exposed):
         registry: CollectorRegistry | None = None,
     ) -> None:
         super().__init__(registry)
-        registry = self.registry
         self._registry = tools if isinstance(tools, ToolRegistry) else None
         self._tools = frozenset(tools)
-        self._executions = Counter(*_spec(EXECUTIONS), registry=registry)
-        self._tool_calls = Counter(*_spec(TOOL_CALLS), registry=registry)
-        self._tool_duration = Histogram(
-            *_spec(TOOL_CALL_DURATION), buckets=TOOL_CALL_BUCKETS, registry=registry
-        )
-        self._execution_duration = Histogram(
-            *_spec(EXECUTION_DURATION), buckets=EXECUTION_BUCKETS, registry=registry
-        )
-        self._interactions_open = Gauge(*_spec(INTERACTIONS_OPEN), registry=registry)
-        if bus is not None:
-            registry.register(_BusCollector(bus))
-        self._call_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._executions: dict[tuple[str, str], int] = {}
+        self._tool_calls: dict[tuple[str, str], int] = {}
+        self._labels: dict[str, str] = {}
+        """Tool name → its ``tool`` label."""
+        self._tool_durations: dict[str, _Histogram] = {}
+        self._execution_duration = _Histogram(EXECUTION_BUCKETS)
         self._triggers: set[str] = set()
         self._running: dict[str, str] = {}
         self._open: set[str] = set()
+        self.registry.register(self)
+        if bus is not None:
+            self.registry.register(_BusCollector(bus))
 
     def _tool_label(self, tool: str) -> str:
+        label = self._labels.get(tool)
+        if label is not None:
+            return label
         if tool in self._tools:
-            return tool
-        if self._registry is not None and self._registry.declaration(tool) is not None:
-            return tool  # a foreign tool the engine was told about: a bounded set too
-        return OTHER
+            label = tool
+        elif self._registry is not None and self._registry.declaration(tool) is not None:
+            label = tool  # a foreign tool the engine was told about: a bounded set too
+        else:
+            return OTHER  # not cached: a tool declared later gets its own label
+        self._labels[tool] = label
+        return label
 
     def handle(self, event: ExecutionEvent) -> None:
         """Count one event (the plugin's synchronous observer)."""
         match event:
             case ToolCallFinished():
-                key = (event.tool, event.status)
-                children = self._call_children.get(key)
-                if children is None:
-                    label = self._tool_label(event.tool)
-                    children = self._call_children[key] = (
-                        self._tool_calls.labels(label, event.status),
-                        self._tool_duration.labels(label),
-                    )
-                children[0].inc()
-                children[1].observe(event.duration_ms / 1000)
+                label = self._tool_label(event.tool)
+                key = (label, event.status)
+                self._tool_calls[key] = self._tool_calls.get(key, 0) + 1
+                histogram = self._tool_durations.get(label)
+                if histogram is None:
+                    histogram = self._tool_durations[label] = _Histogram(TOOL_CALL_BUCKETS)
+                _observe(histogram, TOOL_CALL_BUCKETS, event.duration_ms / 1000)
             case ToolCallStarted():
                 pass  # counted when it finishes
             case ExecutionStarted():
@@ -133,22 +150,39 @@ class Metrics(Exposed):
                         self._triggers.add(trigger)
                 self._running[event.execution_id] = trigger
             case ExecutionFinished():
-                trigger = self._running.pop(event.execution_id, OTHER)
-                self._executions.labels(event.status, trigger).inc()
-                self._execution_duration.observe(event.duration_ms / 1000)
+                ended = (event.status, self._running.pop(event.execution_id, OTHER))
+                self._executions[ended] = self._executions.get(ended, 0) + 1
+                _observe(self._execution_duration, EXECUTION_BUCKETS, event.duration_ms / 1000)
             case InteractionStarted():
                 self._open.add(event.interaction_id)
-                self._interactions_open.set(len(self._open))
             case InteractionResolved():
                 self._open.discard(event.interaction_id)
-                self._interactions_open.set(len(self._open))
             case _:
                 assert_never(event)
 
+    def collect(self) -> Iterator[Metric]:
+        """The prometheus-client collector protocol: the counts as metric families."""
+        # Copies first: a scrape runs in the HTTP server's thread while events arrive.
+        executions = self._executions.copy()
+        tool_calls = self._tool_calls.copy()
+        durations = self._tool_durations.copy()
+        execution = self._execution_duration
+        snapshot = MetricsSnapshot(
+            executions=[(s, t, n) for (s, t), n in sorted(executions.items())],
+            tool_calls=[(tool, s, n) for (tool, s), n in sorted(tool_calls.items())],
+            tool_histograms=[
+                (tool, h.cumulative(), h.total, h.count) for tool, h in sorted(durations.items())
+            ],
+            execution_histogram=(execution.cumulative(), execution.total, execution.count),
+            interactions_open=len(self._open),
+        )
+        return families(snapshot)
 
-def _spec(spec: MetricSpec) -> tuple[str, str, tuple[str, ...]]:
-    """A live metric's ``(name, documentation, labelnames)``."""
-    return spec.name, spec.help, spec.labels
+
+def _observe(histogram: _Histogram, bounds: tuple[float, ...], seconds: float) -> None:
+    histogram.buckets[bisect_left(bounds, seconds)] += 1  # the first bound >= seconds: ``le``
+    histogram.total += seconds
+    histogram.count += 1
 
 
 def plugin(*, registry: CollectorRegistry | None = None) -> Plugin[Metrics]:
