@@ -15,7 +15,7 @@ from onlooker import (
     ExecutionStarted,
     ToolCallStarted,
 )
-from onlooker.testing import RecordingObserver
+from running import run
 
 pytestmark = pytest.mark.anyio
 
@@ -55,16 +55,6 @@ async def delegated_child(ctx: ExecutionContext) -> str:
 TOOLS: list[onlooker.Tool[..., Any]] = [ping, delegate]
 
 
-async def run(
-    program: Callable[[ExecutionContext], Any], **execute: Any
-) -> tuple[onlooker.ExecutionResult[Any], RecordingObserver]:
-    recorder = RecordingObserver()
-    async with onlooker.ExecutionEngine(tools=TOOLS) as engine:
-        with onlooker.observing(recorder):
-            result = await engine.execute(program, **execute)
-    return result, recorder
-
-
 class TestScopes:
     def test_nesting_inherits_unset_fields(self) -> None:
         assert onlooker.current_attribution() == Attribution()
@@ -99,7 +89,7 @@ class TestScopes:
             await ctx.call("ping")
 
         with onlooker.attribution(task_id="root-task"):
-            result, recorder = await run(program)
+            result, recorder = await run(program, tools=TOOLS)
         assert result.status == "completed"
         check_stream(recorder.events)
         seen = [(e.kind, e.attribution.task_id, e.attribution.phase) for e in recorder]
@@ -131,7 +121,7 @@ class TestSpawnTree:
             assert result.status == "completed" and result.value == "middle"
             return ctx.execution_id
 
-        result, recorder = await run(root)
+        result, recorder = await run(root, tools=TOOLS)
         check_stream(recorder.events)
         starts = recorder.of(ExecutionStarted)
         assert [s.program.rsplit(".", 1)[-1] for s in starts] == ["root", "middle", "leaf"]
@@ -164,7 +154,7 @@ class TestSpawnTree:
         async def root(ctx: ExecutionContext) -> Any:
             return await ctx.call("delegate", task="top")
 
-        result, recorder = await run(root)
+        result, recorder = await run(root, tools=TOOLS)
         assert result.status == "completed"
         assert result.value == "top:completed:deeper-1:completed:bottom"
         check_stream(recorder.events)
@@ -188,7 +178,7 @@ class TestSpawnTree:
             await ctx.call("ping")
             await ctx.spawn(leaf)
 
-        _, recorder = await run(root)
+        _, recorder = await run(root, tools=TOOLS)
         child = recorder.of(ExecutionStarted)[1]
         assert child.attribution.parent_tool_call_id is None
         assert child.attribution.depth == 1
@@ -203,7 +193,7 @@ class TestSpawnTree:
             assert result.error is not None and result.error.message == "child broke"
             return "parent fine"
 
-        result, _ = await run(root)
+        result, _ = await run(root, tools=TOOLS)
         assert result.status == "completed" and result.value == "parent fine"
 
     async def test_current_context(self) -> None:
@@ -220,7 +210,7 @@ class TestSpawnTree:
             await ctx.spawn(child)
             assert onlooker.current_context() is ctx  # restored after the child
 
-        result, _ = await run(root)
+        result, _ = await run(root, tools=TOOLS)
         assert result.status == "completed" and len(seen) == 1
         with pytest.raises(RuntimeError):
             onlooker.current_context()
@@ -243,7 +233,7 @@ class TestIntent:
             await ctx.call("ping")
             await ctx.spawn(child)
 
-        result, recorder = await run(root)
+        result, recorder = await run(root, tools=TOOLS)
         assert result.status == "completed"
         root_id = recorder.events[0].execution_id
         intents = [e.attribution.intent_id for e in recorder.for_execution(root_id)]
@@ -263,7 +253,7 @@ class TestIntent:
             await ctx.spawn(child)
             return ctx.intent_id
 
-        result, recorder = await run(root)
+        result, recorder = await run(root, tools=TOOLS)
         assert result.value is None
         assert recorder.events[-1].attribution.intent_id is None
 
@@ -272,5 +262,5 @@ class TestIntent:
             with pytest.raises(ValueError, match="non-empty"):
                 ctx.select_intent("")
 
-        result, _ = await run(root)
+        result, _ = await run(root, tools=TOOLS)
         assert result.status == "completed"

@@ -28,6 +28,7 @@ from onlooker import (
     UnknownToolError,
 )
 from onlooker.testing import RecordingObserver
+from running import run
 
 pytestmark = pytest.mark.anyio
 
@@ -75,16 +76,6 @@ async def hang() -> None:
 TOOLS: list[onlooker.Tool[..., Any]] = [add, fetch_page, explode, refuse, hang]
 
 
-async def run(
-    program: onlooker.Program[Any], **kwargs: Any
-) -> tuple[onlooker.ExecutionResult[Any], RecordingObserver]:
-    recorder = RecordingObserver()
-    async with ExecutionEngine(tools=TOOLS) as engine:
-        with onlooker.observing(recorder):
-            result = await engine.execute(program, **kwargs)
-    return result, recorder
-
-
 class TestLifecycle:
     async def test_order_and_seq(self, check_stream: Check) -> None:
         async def program(ctx: ExecutionContext) -> int:
@@ -98,7 +89,9 @@ class TestLifecycle:
             assert question.requested_schema == {"type": "object"}
             return InteractionResponse.accept({"ok": True})
 
-        result, recorder = await run(program, on_elicitation=yes, input={"n": 1}, owner="ann")
+        result, recorder = await run(
+            program, tools=TOOLS, on_elicitation=yes, input={"n": 1}, owner="ann"
+        )
         assert result.status == "completed" and result.ok
         assert result.value == 14
         assert result.error is None
@@ -142,11 +135,11 @@ class TestLifecycle:
         async def program(ctx: ExecutionContext) -> str:
             return ctx.trigger.kind
 
-        result, recorder = await run(program, trigger="cli")
+        result, recorder = await run(program, tools=TOOLS, trigger="cli")
         assert result.value == "cli"
         assert recorder.of(ExecutionStarted)[0].trigger == Trigger(kind="cli", metadata={})
         full = Trigger(kind="schedule", metadata={"cron": "* * * * *"})
-        _, recorder = await run(program, trigger=full)
+        _, recorder = await run(program, tools=TOOLS, trigger=full)
         assert recorder.of(ExecutionStarted)[0].trigger == full
 
     @pytest.mark.parametrize("trigger", ["", 3, None])
@@ -166,7 +159,7 @@ class TestLifecycle:
                 await ctx.call("add", a=1),
             ]
 
-        result, recorder = await run(program)
+        result, recorder = await run(program, tools=TOOLS)
         assert result.value == ["<a>", "<b>", 2]
         assert [e.tool for e in recorder.of(ToolCallStarted)] == ["fetch", "fetch", "add"]
 
@@ -174,7 +167,7 @@ class TestLifecycle:
         async def program(ctx: ExecutionContext) -> str:
             return (await ctx.elicit("hello?")).action
 
-        result, recorder = await run(program)
+        result, recorder = await run(program, tools=TOOLS)
         assert result.value == "decline"
         resolved = recorder.of(InteractionResolved)[0]
         assert (resolved.status, resolved.response) == ("declined", None)
@@ -190,7 +183,7 @@ class TestLifecycle:
         async def handler(_: Elicitation) -> InteractionResponse:
             return response
 
-        result, recorder = await run(program, on_elicitation=handler)
+        result, recorder = await run(program, tools=TOOLS, on_elicitation=handler)
         assert result.value == response.action
         assert recorder.of(InteractionResolved)[0].status == status
 
@@ -201,7 +194,7 @@ class TestLifecycle:
         async def handler(_: Elicitation) -> InteractionResponse:
             raise Oops("handler broke")
 
-        result, recorder = await run(program, on_elicitation=handler)
+        result, recorder = await run(program, tools=TOOLS, on_elicitation=handler)
         assert result.status == "failed"
         resolved = recorder.of(InteractionResolved)[0]
         assert resolved.status == "failed"
@@ -215,7 +208,7 @@ class TestLifecycle:
         async def handler(_: Elicitation) -> InteractionResponse:
             return "yes"  # type: ignore[return-value]
 
-        result, recorder = await run(program, on_elicitation=handler)
+        result, recorder = await run(program, tools=TOOLS, on_elicitation=handler)
         assert result.status == "failed"
         assert result.error is not None and "InteractionResponse" in result.error.message
         assert recorder.of(InteractionResolved)[0].status == "failed"
@@ -276,7 +269,7 @@ class TestToolFailures:
                 caught.append(exc)
             return "survived"
 
-        result, recorder = await run(program)
+        result, recorder = await run(program, tools=TOOLS)
         assert result.value == "survived"
         assert type(caught[0]) is Oops and str(caught[0]) == "kaput"
         finished = recorder.of(ToolCallFinished)[0]
@@ -294,7 +287,7 @@ class TestToolFailures:
         async def program(ctx: ExecutionContext) -> None:
             await ctx.call("refuse")
 
-        result, recorder = await run(program)
+        result, recorder = await run(program, tools=TOOLS)
         assert result.status == "failed"
         assert result.error is not None
         assert (result.error.type, result.error.cause) == ("ToolError", "failure")
@@ -305,7 +298,7 @@ class TestToolFailures:
             await ctx.call("add", a=1)
             raise KeyError("missing")
 
-        result, recorder = await run(program)
+        result, recorder = await run(program, tools=TOOLS)
         assert result.status == "failed" and not result.ok
         assert result.value is None
         assert result.error is not None
@@ -366,7 +359,7 @@ class TestToolFailures:
         async def program(ctx: ExecutionContext) -> None:
             await ctx.call("add", a=[1])
 
-        result, _ = await run(program)
+        result, _ = await run(program, tools=TOOLS)
         assert result.status == "failed"
         assert result.error is not None and result.error.type == "ToolInputError"
 
@@ -380,7 +373,7 @@ class TestToolFailures:
                 errors.append(exc)
             await ctx.call("teleport")
 
-        result, recorder = await run(program)
+        result, recorder = await run(program, tools=TOOLS)
         assert errors[0].tool == "teleport"
         assert "teleport" in str(errors[0]) and "add" in str(errors[0])
         assert result.status == "failed"
@@ -620,7 +613,7 @@ class TestChildren:
             assert outcome.error is not None
             return outcome.status
 
-        result, recorder = await run(parent)
+        result, recorder = await run(parent, tools=TOOLS)
         assert result.value == "failed"
         assert [e.status for e in recorder.of(ExecutionFinished)] == ["failed", "completed"]
 
@@ -637,7 +630,7 @@ class TestChildren:
             asked.append(question.execution_id)
             return InteractionResponse.accept({"a": 1})
 
-        result, recorder = await run(parent, on_elicitation=handler)
+        result, recorder = await run(parent, tools=TOOLS, on_elicitation=handler)
         assert result.value == {"a": 1}
         child_id = recorder.of(ExecutionStarted)[1].execution_id
         assert asked == [child_id]
@@ -749,7 +742,7 @@ class TestProgramOwnScopes:
                     tg.start_soon(one, n)
             return len(results)
 
-        result, recorder = await run(program)
+        result, recorder = await run(program, tools=TOOLS)
         assert result.value == 20
         assert len(recorder) == 42
         assert [e.seq for e in recorder] == list(range(42))
@@ -761,7 +754,7 @@ class TestProgramOwnScopes:
                 await ctx.call("hang")
             return str(await ctx.call("fetch", url="after"))
 
-        result, recorder = await run(program)
+        result, recorder = await run(program, tools=TOOLS)
         assert (result.status, result.value) == ("completed", "<after>")
         assert [f.status for f in recorder.of(ToolCallFinished)] == ["cancelled", "completed"]
         check_stream(recorder.events)
@@ -775,7 +768,7 @@ class TestProgramOwnScopes:
                 await ctx.spawn(child)
             return "parent goes on"
 
-        result, recorder = await run(program)
+        result, recorder = await run(program, tools=TOOLS)
         assert result.value == "parent goes on"
         assert [e.status for e in recorder.of(ExecutionFinished)] == ["cancelled", "completed"]
         check_stream(recorder.events)

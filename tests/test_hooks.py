@@ -27,6 +27,7 @@ from onlooker import (
     ToolUseContext,
 )
 from onlooker.testing import RecordingObserver
+from running import run
 
 pytestmark = pytest.mark.anyio
 
@@ -60,18 +61,6 @@ TOOLS: list[onlooker.Tool[..., Any]] = [echo, add, write]
 @pytest.fixture(autouse=True)
 def _reset_ran() -> None:
     ran.clear()
-
-
-async def run(
-    program: Callable[[ExecutionContext], Awaitable[Any]],
-    hooks: list[HookMatcher],
-    plugins: list[onlooker.Plugin[Any]] | None = None,
-) -> tuple[onlooker.ExecutionResult[Any], RecordingObserver]:
-    recorder = RecordingObserver()
-    async with onlooker.ExecutionEngine(tools=TOOLS, hooks=hooks, plugins=plugins or []) as engine:
-        with onlooker.observing(recorder):
-            result = await engine.execute(program)
-    return result, recorder
 
 
 def finished(recorder: RecordingObserver) -> list[ToolCallFinished]:
@@ -144,7 +133,7 @@ class TestMatching:
             await ctx.call("add", a=3, b=4)
 
         hooks = [HookMatcher(pattern="a*", phases=("review",), pre=[spy])]
-        result, _ = await run(program, hooks)
+        result, _ = await run(program, tools=TOOLS, hooks=hooks)
         assert result.status == "completed"
         assert seen == [("add", "review"), ("add", "review")]
 
@@ -181,7 +170,7 @@ class TestOrderAndInput:
             return await ctx.call("echo", text="in")
 
         hooks = [HookMatcher(pre=[first], post=[post_a]), HookMatcher(pattern="echo", pre=[second])]
-        result, recorder = await run(program, hooks, [from_plugin])
+        result, recorder = await run(program, tools=TOOLS, hooks=hooks, plugins=[from_plugin])
         assert result.value == "IN-1-2"
         assert log == [
             "first saw in",
@@ -202,7 +191,7 @@ class TestOrderAndInput:
         async def program(ctx: ExecutionContext) -> Any:
             return await ctx.call("add", a=1, b=2)
 
-        result, recorder = await run(program, [HookMatcher(pre=[coerce])])
+        result, recorder = await run(program, tools=TOOLS, hooks=[HookMatcher(pre=[coerce])])
         assert result.value == 42
         assert recorder.of(ToolCallStarted)[0].args == {"a": 40, "b": 2}
 
@@ -219,7 +208,7 @@ class TestOrderAndInput:
                 caught.append(exc)
             return "went on"
 
-        result, recorder = await run(program, [HookMatcher(pre=[breaks_input])])
+        result, recorder = await run(program, tools=TOOLS, hooks=[HookMatcher(pre=[breaks_input])])
         assert result.status == "completed" and result.value == "went on"
         assert ran == []
         (exc,) = caught
@@ -244,7 +233,9 @@ class TestOrderAndInput:
                 await ctx.call("write", path="a.txt")
             return ctx.execution_id
 
-        result, recorder = await run(program, [HookMatcher(pre=[spy], post=[post_spy])])
+        result, recorder = await run(
+            program, tools=TOOLS, hooks=[HookMatcher(pre=[spy], post=[post_spy])]
+        )
         pre_use, post_use = seen
         (event,) = finished(recorder)
         for use in (pre_use, post_use):
@@ -267,7 +258,7 @@ class TestOrderAndInput:
             with pytest.raises(onlooker.UnknownToolError):
                 await ctx.call("nope")
 
-        result, recorder = await run(program, [HookMatcher(pre=[spy])])
+        result, recorder = await run(program, tools=TOOLS, hooks=[HookMatcher(pre=[spy])])
         assert result.status == "completed" and calls == []
         assert finished(recorder)[0].status == "failed"
 
@@ -280,7 +271,7 @@ class TestActions:
         async def program(ctx: ExecutionContext) -> Any:
             return await ctx.call("add", a=2, b=3)
 
-        result, recorder = await run(program, hooks)
+        result, recorder = await run(program, tools=TOOLS, hooks=hooks)
         assert result.value == 5 and ran == ["add:2+3"]
         assert finished(recorder)[0].status == "completed"
 
@@ -295,7 +286,7 @@ class TestActions:
         async def program(ctx: ExecutionContext) -> Any:
             return await ctx.call("add", a=2, b=3)
 
-        result, recorder = await run(program, hooks)
+        result, recorder = await run(program, tools=TOOLS, hooks=hooks)
         assert result.status == "completed" and result.value is None
         assert ran == []
         (event,) = finished(recorder)
@@ -319,7 +310,7 @@ class TestActions:
                 caught.append(exc)
             return await ctx.call("add", a=1, b=1)
 
-        result, recorder = await run(program, hooks)
+        result, recorder = await run(program, tools=TOOLS, hooks=hooks)
         assert result.status == "completed" and result.value == 2
         (exc,) = caught
         assert exc.reason == "read-only day" and "read-only day" in str(exc)
@@ -336,7 +327,7 @@ class TestActions:
         async def program(ctx: ExecutionContext) -> None:
             await ctx.call("echo", text="x")
 
-        result, _ = await run(program, hooks)
+        result, _ = await run(program, tools=TOOLS, hooks=hooks)
         assert result.status == "failed"
         assert result.error is not None and result.error.type == "ToolBlockedError"
 
@@ -348,10 +339,7 @@ class TestActions:
                 await ctx.call("echo", text="x")
             return "caught it"
 
-        result, recorder = await run(
-            program,
-            hooks,
-        )
+        result, recorder = await run(program, tools=TOOLS, hooks=hooks)
         assert ran == []
         assert result.status == "failed" and result.value is None
         assert result.error is not None and result.error.type == "HookAbortError"
@@ -376,7 +364,7 @@ class TestActions:
                 assert exc.reason == "leaked secret"
             return "caught"
 
-        result, recorder = await run(program, hooks)
+        result, recorder = await run(program, tools=TOOLS, hooks=hooks)
         assert ran == ["echo:secret"]
         assert result.status == "failed"
         (event,) = finished(recorder)
@@ -394,7 +382,7 @@ class TestActions:
             return await ctx.call("echo", text="password=hunter2")
 
         result, recorder = await run(
-            program, [HookMatcher(post=[async_post if is_async else sync_post])]
+            program, tools=TOOLS, hooks=[HookMatcher(post=[async_post if is_async else sync_post])]
         )
         assert result.value == "[redacted]"
         assert finished(recorder)[0].result == "[redacted]"
@@ -416,7 +404,7 @@ class TestActions:
             return "went on"
 
         hook = broken_async if is_async else broken_sync
-        result, recorder = await run(program, [HookMatcher(pre=[hook])])
+        result, recorder = await run(program, tools=TOOLS, hooks=[HookMatcher(pre=[hook])])
         assert result.status == "completed" and ran == []
         (exc,) = caught
         assert exc.hook is not None and hook.__name__ in exc.hook
@@ -440,7 +428,9 @@ class TestActions:
                 caught.append(exc)
 
         hook = slow_async if is_async else slow_sync
-        result, recorder = await run(program, [HookMatcher(pre=[hook], timeout=0.01)])
+        result, recorder = await run(
+            program, tools=TOOLS, hooks=[HookMatcher(pre=[hook], timeout=0.01)]
+        )
         assert result.status == "completed" and ran == []
         (exc,) = caught
         assert exc.hook is not None and hook.__name__ in exc.hook
@@ -467,7 +457,8 @@ class TestActions:
         with caplog.at_level(logging.ERROR, logger="onlooker"):
             result, recorder = await run(
                 program,
-                [HookMatcher(post=[hook]), HookMatcher(post=[slow], timeout=0.01)],
+                tools=TOOLS,
+                hooks=[HookMatcher(post=[hook]), HookMatcher(post=[slow], timeout=0.01)],
             )
         assert result.status == "completed" and result.value == "intact"
         (event,) = finished(recorder)
@@ -488,7 +479,7 @@ class TestActions:
                 await ctx.call("echo", text="x")
 
         hook = async_garbage if is_async else sync_garbage
-        result, _ = await run(program, [HookMatcher(pre=[hook])])
+        result, _ = await run(program, tools=TOOLS, hooks=[HookMatcher(pre=[hook])])
         assert result.status == "completed" and ran == []
 
 
@@ -508,7 +499,7 @@ class TestMetadata:
             await ctx.call("add", a=1, b=1)
 
         hooks = [HookMatcher(pre=[tag, retag]), HookMatcher(pattern="echo", post=[post])]
-        _, recorder = await run(program, hooks)
+        _, recorder = await run(program, tools=TOOLS, hooks=hooks)
         echo_event, add_event = finished(recorder)
         assert echo_event.metadata == {"checked_by": "tag", "risk": "medium", "output_len": 3}
         assert add_event.metadata == {"checked_by": "tag", "risk": "medium"}
@@ -522,7 +513,9 @@ class TestMetadata:
                 await ctx.call("write", path="x")
             await ctx.call("echo", text="x")
 
-        _, recorder = await run(program, [HookMatcher(pattern="write", pre=[deny])])
+        _, recorder = await run(
+            program, tools=TOOLS, hooks=[HookMatcher(pattern="write", pre=[deny])]
+        )
         blocked, plain = finished(recorder)
         assert blocked.metadata == {"rule": "r1"}
         assert plain.metadata == {}
@@ -537,7 +530,7 @@ class TestMetadata:
             await ctx.call("echo", text="x")
             shared["items"].append(2)
 
-        _, recorder = await run(program, [HookMatcher(pre=[tag])])
+        _, recorder = await run(program, tools=TOOLS, hooks=[HookMatcher(pre=[tag])])
         metadata: Mapping[str, Any] = finished(recorder)[0].metadata
         assert metadata == {"items": [1]}
 
@@ -555,7 +548,7 @@ async def test_stream_stays_well_formed_under_every_action(
             with contextlib.suppress(onlooker.ToolError):
                 await ctx.call("echo", text=text)
 
-    result, recorder = await run(program, [HookMatcher(pre=[decide])])
+    result, recorder = await run(program, tools=TOOLS, hooks=[HookMatcher(pre=[decide])])
     check_stream(recorder.events)
     assert [e.status for e in finished(recorder)] == [
         "skipped",
@@ -589,7 +582,9 @@ async def test_hook_shapes_async_objects_and_sync_functions_returning_awaitables
     async def program(ctx: ExecutionContext) -> Any:
         return await ctx.call("echo", text="x")
 
-    result, _ = await run(program, [HookMatcher(pre=[obj], post=[returns_awaitable])])
+    result, _ = await run(
+        program, tools=TOOLS, hooks=[HookMatcher(pre=[obj], post=[returns_awaitable])]
+    )
     assert result.value == "from object!"
     assert obj.seen == ["echo"]
 
@@ -610,7 +605,7 @@ async def test_abort_in_a_child_fails_the_child_and_its_parent() -> None:
             await ctx.call("echo", text="refused: the run was aborted")
         return "parent done"
 
-    result, recorder = await run(parent, [HookMatcher(pre=[abort_writes])])
+    result, recorder = await run(parent, tools=TOOLS, hooks=[HookMatcher(pre=[abort_writes])])
     assert ran == []  # ABORT ends the whole run: no tool runs after it, in any execution
     assert result.status == "failed"
     assert result.error is not None and result.error.type == "HookAbortError"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from onlooker import (
     ToolUseContext,
     policies,
 )
-from onlooker.testing import RecordingObserver
+from running import run
 
 pytestmark = pytest.mark.anyio
 
@@ -57,16 +56,6 @@ def _reset() -> None:
     executed.clear()
 
 
-async def run(
-    program: Callable[[ExecutionContext], Awaitable[Any]], hooks: list[HookMatcher]
-) -> tuple[onlooker.ExecutionResult[Any], RecordingObserver]:
-    recorder = RecordingObserver()
-    async with onlooker.ExecutionEngine(tools=TOOLS, hooks=hooks) as engine:
-        with onlooker.observing(recorder):
-            result = await engine.execute(program)
-    return result, recorder
-
-
 def decide(matcher: HookMatcher, tool: str = "shell", **input: Any) -> PreHookResult | None:
     """Ask a policy's pre-hook directly, without an engine."""
     (hook,) = matcher.pre
@@ -90,7 +79,7 @@ class TestRequireIntent:
             await ctx.call("write_file", path="a.md", content="y")
             return "done"
 
-        result, recorder = await run(program, [policies.require_intent()])
+        result, recorder = await run(program, tools=TOOLS, hooks=[policies.require_intent()])
         assert result.status == "completed" and result.value == "done"
         assert executed == ["read a.md", "write a.md"]
         (exc,) = caught
@@ -115,7 +104,9 @@ class TestRequireIntent:
             with pytest.raises(ToolBlockedError, match="'rogue' is not allowed"):
                 await ctx.call("write_file", path="a", content="")
 
-        result, _ = await run(program, [policies.require_intent(intents=["fix", "docs"])])
+        result, _ = await run(
+            program, tools=TOOLS, hooks=[policies.require_intent(intents=["fix", "docs"])]
+        )
         assert result.status == "completed" and executed == []
         with pytest.raises(ValueError, match="non-empty"):
             policies.require_intent(intents=[""])
@@ -126,14 +117,16 @@ class TestRequireIntent:
             with pytest.raises(ToolBlockedError):
                 await ctx.call("write_file", path="a", content="")
 
-        result, _ = await run(program, [policies.require_intent(pattern="*_file")])
+        result, _ = await run(
+            program, tools=TOOLS, hooks=[policies.require_intent(pattern="*_file")]
+        )
         assert result.status == "completed" and executed == ["shell ls"]
 
     async def test_uncaught_block_fails_only_that_execution(self) -> None:
         async def program(ctx: ExecutionContext) -> None:
             await ctx.call("write_file", path="a", content="")
 
-        result, _ = await run(program, [policies.require_intent()])
+        result, _ = await run(program, tools=TOOLS, hooks=[policies.require_intent()])
         assert result.status == "failed"
         assert result.error is not None and "intent" in result.error.message
 
@@ -251,7 +244,7 @@ class TestDenyCommands:
             await ctx.call("write_file", path="sudo.txt", content="x")  # no command field
             return "went on"
 
-        result, recorder = await run(program, [policies.deny_commands()])
+        result, recorder = await run(program, tools=TOOLS, hooks=[policies.deny_commands()])
         assert result.status == "completed" and result.value == "went on"
         assert executed == ["shell ls -la", "write sudo.txt"]
         (exc,) = caught
@@ -271,13 +264,13 @@ class TestDenyCommands:
                 await ctx.call("shell", command="mkfs /dev/sda")
 
         matcher = policies.deny_commands(action=HookAction.ABORT, tools="shell")
-        result, _ = await run(program, [matcher])
+        result, _ = await run(program, tools=TOOLS, hooks=[matcher])
         assert result.status == "failed" and executed == []
 
         async def other(ctx: ExecutionContext) -> None:
             await ctx.call("shell", command="mkfs /dev/sda")
 
-        result, _ = await run(other, [policies.deny_commands(tools="bash")])
+        result, _ = await run(other, tools=TOOLS, hooks=[policies.deny_commands(tools="bash")])
         assert result.status == "completed" and executed == ["shell mkfs /dev/sda"]
 
     async def test_policies_compose_in_order(self) -> None:
@@ -290,5 +283,5 @@ class TestDenyCommands:
             await ctx.call("shell", command="ls")
 
         hooks = [policies.require_intent(), policies.deny_commands()]
-        result, _ = await run(program, hooks)
+        result, _ = await run(program, tools=TOOLS, hooks=hooks)
         assert result.status == "completed" and executed == ["shell ls"]

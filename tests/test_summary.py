@@ -24,6 +24,7 @@ from onlooker import (
 )
 from onlooker.plugins import summary
 from onlooker.plugins.summary import ExecutionSummary, SummaryStore, ToolCallError
+from running import run
 
 pytestmark = pytest.mark.anyio
 
@@ -57,16 +58,6 @@ TOOLS: list[onlooker.Tool[..., Any]] = [read_file, write_file, patch, think]
 Program = Callable[[ExecutionContext], Awaitable[Any]]
 
 
-async def run(
-    program: Program, *, hooks: list[HookMatcher] | None = None, keep: int = 100
-) -> tuple[onlooker.ExecutionResult[Any], SummaryStore]:
-    plugin = summary.plugin(keep=keep)
-    async with onlooker.ExecutionEngine(tools=TOOLS, plugins=[plugin], hooks=hooks or []) as engine:
-        result = await engine.execute(program)
-        store = engine.extension(plugin)
-    return result, store
-
-
 def get(store: SummaryStore, execution_id: object) -> ExecutionSummary:
     assert isinstance(execution_id, str)
     found = store.get(execution_id)
@@ -94,7 +85,12 @@ class TestCounts:
             await ctx.call("think", topic="x")
             return ctx.execution_id
 
-        result, store = await run(program, hooks=[HookMatcher(pre=[block_secrets])])
+        result, store = await run(
+            program,
+            tools=TOOLS,
+            extension=summary.plugin(),
+            hooks=[HookMatcher(pre=[block_secrets])],
+        )
         report = get(store, result.value)
         assert report.execution_id == result.value
         assert report.status == "completed" and report.error is None
@@ -128,7 +124,7 @@ class TestCounts:
         async def empty(ctx: ExecutionContext) -> str:
             return ctx.execution_id
 
-        result, store = await run(empty)
+        result, store = await run(empty, tools=TOOLS, extension=summary.plugin())
         report = get(store, result.value)
         assert (report.tool_calls, report.success_rate, report.tool_usage) == (0, 1.0, {})
         assert report.files_read == report.files_modified == []
@@ -140,7 +136,9 @@ class TestCounts:
             await ctx.call("write_file", path="never.txt")
             return ctx.execution_id
 
-        result, store = await run(skipped, hooks=[HookMatcher(pre=[skip])])
+        result, store = await run(
+            skipped, tools=TOOLS, extension=summary.plugin(), hooks=[HookMatcher(pre=[skip])]
+        )
         report = get(store, result.value)
         assert report.tool_calls == 1 and report.success_rate == 1.0 and report.errors == []
         assert report.files_written == []  # the tool never ran
@@ -149,7 +147,7 @@ class TestCounts:
         async def empty(ctx: ExecutionContext) -> None:
             pass
 
-        _, store = await run(empty)
+        _, store = await run(empty, tools=TOOLS, extension=summary.plugin())
         assert store.get("no-such-id") is None
         assert "no-such-id" not in store
 
