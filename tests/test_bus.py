@@ -198,10 +198,14 @@ class TestSyncObservers:
             EventBus().subscribe(42)  # type: ignore[arg-type]
 
     async def test_flush_without_async_observers_returns(self) -> None:
-        bus = EventBus()
-        bus.subscribe(lambda e: None)
+        bus = EventBus()  # no engine: flush() would raise if it had anything to wait for
+        seen: list[int] = []
+        bus.subscribe(lambda e: seen.append(e.seq))
         bus.emit(event(0))
         await bus.flush()
+        assert seen == [0]
+        stats = bus.statistics()
+        assert (stats.emitted, stats.delivered, stats.queued) == (1, 1, 0)
 
 
 class TestRx:
@@ -273,6 +277,11 @@ class TestRx:
             bus.emit(event(0))
             bus.emit(event(1))
         assert others == [0, 1]
+        # the failed pipeline detaches after its first error: one failure, logged and counted
+        (record,) = records_naming(caplog, "bus.events#1", "in an operator")
+        assert record.levelno == logging.ERROR
+        assert record.exc_info is not None and isinstance(record.exc_info[1], Boom)
+        assert bus.statistics().errors_by_observer == {"bus.events#1": 1}
 
     def test_dispose_rx_subscription(self) -> None:
         bus = EventBus()

@@ -9,7 +9,9 @@ The database is opened with ``history.open(url, read_only=True)``. Modules:
 ``_queries`` holds the UI's own SQL (over the public ``tables``);
 ``_filters`` parses query strings; ``_timeline`` draws the waterfall and
 rebuilds the summary; ``_audit`` finds and verifies trails; ``_render`` is
-the Jinja2 environment; ``_app`` the routes; ``_server`` runs uvicorn.
+the Jinja2 environment; ``_app`` builds the app (routes, lifespan, guard
+middleware); ``_pages`` holds the pages and error pages, ``_streams`` the
+live streams, ``_state`` what they share; ``_server`` runs uvicorn.
 """
 
 from __future__ import annotations

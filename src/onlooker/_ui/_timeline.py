@@ -255,6 +255,30 @@ def _paths(value: JsonValue) -> Iterable[str]:
     return (str(value),)
 
 
+def _call_error(call: Call) -> ToolCallError:
+    """A finished call that neither completed nor was skipped, as the summary lists it."""
+    error = call.error
+    return ToolCallError.model_validate(
+        {
+            "tool": call.tool,
+            "status": call.status,  # failed, blocked or cancelled
+            "type": error.type if error is not None else "unknown",
+            "message": error.message if error is not None else "",
+        }
+    )
+
+
+def _duration_ms(record: ExecutionRecord, now: datetime | None) -> float:
+    """The execution's duration; a running one's so far (to ``now``)."""
+    if record.duration_ms is not None:
+        duration = record.duration_ms
+    elif record.started_at is not None:
+        duration = ((now or datetime.now(UTC)) - record.started_at).total_seconds() * 1000
+    else:
+        duration = 0.0
+    return max(duration, 0.0)
+
+
 def summarize(
     node: Node,
     declarations: Mapping[str, ToolDeclaration],
@@ -285,30 +309,14 @@ def summarize(
                     if arg is not None:
                         files[role].update(_paths(call.args.get(arg)))
         elif call.status != "skipped":
-            error = call.error
-            errors.append(
-                ToolCallError.model_validate(
-                    {
-                        "tool": call.tool,
-                        "status": call.status,  # failed, blocked or cancelled
-                        "type": error.type if error is not None else "unknown",
-                        "message": error.message if error is not None else "",
-                    }
-                )
-            )
+            errors.append(_call_error(call))
     record = node.record
-    if record.duration_ms is not None:
-        duration = record.duration_ms
-    elif record.started_at is not None:
-        duration = ((now or datetime.now(UTC)) - record.started_at).total_seconds() * 1000
-    else:
-        duration = 0.0
     written, edited = files["writes"], files["edits"]
     return ExecutionSummary(
         execution_id=record.execution_id,
         program=record.program or "?",
         status=record.status,
-        duration_ms=max(duration, 0.0),
+        duration_ms=_duration_ms(record, now),
         error=record.error,
         files_read=sorted(files["reads"]),
         files_written=sorted(written),
