@@ -54,8 +54,7 @@ from onlooker import (
     ToolCallStarted,
     ToolUseContext,
 )
-from onlooker.integrations import claude_agent_sdk as adapter
-from onlooker.integrations.claude_agent_sdk import hooks
+from onlooker.integrations.claude_agent_sdk import _adapter, hooks
 from onlooker.plugins import audit, history
 from onlooker.testing import RecordingObserver
 
@@ -692,7 +691,7 @@ class TestAdapterErrors:
         async def broken(self: object, turn: object) -> None:
             raise RuntimeError("disk full")
 
-        monkeypatch.setattr(adapter._Adapter, "_abort", broken)
+        monkeypatch.setattr(_adapter.Adapter, "_abort", broken)
         async with engine_for(tmp_path, [HookMatcher(pattern="Bash", pre=(abort,))]) as recorded:
             output = await Sdk(hooks(recorded.engine)).send(pre("Bash", RM, "toolu_1"))
         reason = "onlooker aborted the run at this Bash call: kill switch"

@@ -2,39 +2,38 @@
 
 The mapping and the threading model are in the package docstring. Two
 halves: ``on_start`` / ``on_end`` (any thread) copy what they need from a
-span into an ordered queue under a lock; one drain task on the engine's
-event loop applies the queue to ``engine.track(...)`` runs, in order.
+span into an ordered queue under a lock (the ops of ``_ops``); one drain
+task on the engine's event loop applies the queue to ``engine.track(...)``
+runs, in order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import json
 import threading
 from collections import deque
-from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
-from pydantic import JsonValue
 
 from onlooker import ExecutionEngine, OnlookerError, Trigger
 
-from ._conventions import (
-    AGENT_NAME,
-    ERROR_TYPE,
-    OPERATION,
-    SCOPE_NAME,
-    TOOL_ARGUMENTS,
-    TOOL_CALL_ID,
-    TOOL_NAME,
-    TOOL_RESULT,
-    SpanProcessor,
-    logger,
-    trace_api,
+from ._conventions import SCOPE_NAME, SpanProcessor, logger
+from ._ops import (
+    AgentStart,
+    End,
+    Op,
+    OpenSpan,
+    RunKey,
+    Shutdown,
+    ToolStart,
+    TraceEnd,
+    end_of,
+    role_of,
+    start_of,
 )
 
 if TYPE_CHECKING:
@@ -44,67 +43,6 @@ if TYPE_CHECKING:
     from onlooker import TrackedExecution, TrackedToolCall
 
 __all__ = ["OnlookerSpanProcessor"]
-
-_AGENT_OPERATIONS: Final = frozenset({"invoke_agent", "invoke_workflow"})
-
-_RunKey: TypeAlias = tuple[Literal["agent", "trace"], int]
-"""Who owns a tool call: an ``invoke_agent`` span (by span id) or a whole trace (by trace id)."""
-
-
-@dataclass(slots=True)
-class _Open:
-    """What the processor remembers of a span that started and has not ended."""
-
-    role: Literal["agent", "tool"] | None
-    trace_id: int
-    run: _RunKey | None
-    """The run a tool started under this span belongs to (None: no agent or tool above)."""
-    tool_call_id: str | None
-    """The call id of the nearest enclosing tool span (this one, for a tool), within ``run``."""
-    root_name: str
-    """The name of the trace's local root span (it names a per-trace run)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _AgentStart:
-    span_id: int
-    trace_id: int
-    program: str
-    parent_run: _RunKey | None
-    parent_tool_call_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class _ToolStart:
-    span_id: int
-    trace_id: int
-    run: _RunKey
-    root_name: str
-    tool: str
-    tool_call_id: str
-    args: dict[str, JsonValue]
-
-
-@dataclass(frozen=True, slots=True)
-class _End:
-    role: Literal["agent", "tool"]
-    span_id: int
-    error: str | None
-    result: JsonValue
-    duration_ms: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class _TraceEnd:
-    trace_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Shutdown:
-    pass
-
-
-_Op: TypeAlias = _AgentStart | _ToolStart | _End | _TraceEnd | _Shutdown
 
 
 class OnlookerSpanProcessor(SpanProcessor):
@@ -133,15 +71,15 @@ class OnlookerSpanProcessor(SpanProcessor):
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         # Under the lock, from any thread:
-        self._spans: dict[int, _Open] = {}
+        self._spans: dict[int, OpenSpan] = {}
         self._open_in_trace: dict[int, int] = {}
-        self._ops: deque[_Op] = deque()
+        self._ops: deque[Op] = deque()
         self._pending = 0
         self._draining = False
         self._wake_scheduled = False
         self._closed = False
         # On the loop thread only:
-        self._runs: dict[_RunKey, TrackedExecution] = {}
+        self._runs: dict[RunKey, TrackedExecution] = {}
         self._calls: dict[int, TrackedToolCall] = {}
         self._idle_events: list[anyio.Event] = []
         self._task: asyncio.Task[None] | None = None
@@ -184,7 +122,7 @@ class OnlookerSpanProcessor(SpanProcessor):
                     return
                 self._closed = True
                 busy = bool(self._spans or self._pending)
-                wake = self._enqueue(_Shutdown()) if busy else False
+                wake = self._enqueue(Shutdown()) if busy else False
             self._wake_from_any_thread(wake)
             if busy and threading.get_ident() != self._loop_thread:
                 self.force_flush()
@@ -210,42 +148,14 @@ class OnlookerSpanProcessor(SpanProcessor):
         context = span.get_span_context()
         span_id, trace_id = context.span_id, context.trace_id
         attributes = span.attributes or {}
-        role = _role(span.name, attributes)
+        role = role_of(span.name, attributes)
         parent = span.parent
-        op: _Op | None = None
         with self._lock:
             above = self._spans.get(parent.span_id) if parent is not None else None
             if above is not None and above.trace_id != trace_id:
                 above = None
-            run = above.run if above is not None else None
-            call_id = above.tool_call_id if above is not None else None
-            root_name = above.root_name if above is not None else span.name
-            if role == "agent":
-                op = _AgentStart(
-                    span_id=span_id,
-                    trace_id=trace_id,
-                    program=_text(attributes.get(AGENT_NAME))
-                    or _after(span.name, "invoke_agent")
-                    or "agent",
-                    parent_run=run,
-                    parent_tool_call_id=call_id,
-                )
-                run, call_id = ("agent", span_id), None
-            elif role == "tool":
-                run = run if run is not None else ("trace", trace_id)
-                call_id = _text(attributes.get(TOOL_CALL_ID)) or f"{span_id:016x}"
-                op = _ToolStart(
-                    span_id=span_id,
-                    trace_id=trace_id,
-                    run=run,
-                    root_name=root_name,
-                    tool=_text(attributes.get(TOOL_NAME))
-                    or _after(span.name, "execute_tool")
-                    or "tool",
-                    tool_call_id=call_id,
-                    args=_arguments(attributes.get(TOOL_ARGUMENTS)),
-                )
-            self._spans[span_id] = _Open(role, trace_id, run, call_id, root_name)
+            op, opened = start_of(role, span.name, (span_id, trace_id), attributes, above)
+            self._spans[span_id] = opened
             self._open_in_trace[trace_id] = self._open_in_trace.get(trace_id, 0) + 1
             wake = self._enqueue(op) if op is not None else False
         self._wake_from_any_thread(wake)
@@ -260,17 +170,17 @@ class OnlookerSpanProcessor(SpanProcessor):
                 return
             wake = False
             if known.role is not None and not self._closed:
-                wake = self._enqueue(_end_of(known.role, context.span_id, span))
+                wake = self._enqueue(end_of(known.role, context.span_id, span))
             left = self._open_in_trace.get(known.trace_id, 1) - 1
             if left > 0:
                 self._open_in_trace[known.trace_id] = left
             else:
                 self._open_in_trace.pop(known.trace_id, None)
                 if not self._closed:
-                    wake = self._enqueue(_TraceEnd(known.trace_id)) or wake
+                    wake = self._enqueue(TraceEnd(known.trace_id)) or wake
         self._wake_from_any_thread(wake)
 
-    def _enqueue(self, op: _Op) -> bool:
+    def _enqueue(self, op: Op) -> bool:
         """Queue ``op`` (the lock held); whether a drain task must be started."""
         self._ops.append(op)
         self._pending += 1
@@ -355,14 +265,14 @@ class OnlookerSpanProcessor(SpanProcessor):
 
     # -- op -> tracked execution, on the loop ---------------------------------------------
 
-    async def _apply(self, op: _Op) -> None:
-        if isinstance(op, _ToolStart):
+    async def _apply(self, op: Op) -> None:
+        if isinstance(op, ToolStart):
             await self._tool_start(op)
-        elif isinstance(op, _End):
+        elif isinstance(op, End):
             await self._end(op)
-        elif isinstance(op, _AgentStart):
+        elif isinstance(op, AgentStart):
             await self._agent_start(op)
-        elif isinstance(op, _TraceEnd):
+        elif isinstance(op, TraceEnd):
             run = self._runs.pop(("trace", op.trace_id), None)
             if run is not None:
                 await run.finish(status="completed")
@@ -389,7 +299,7 @@ class OnlookerSpanProcessor(SpanProcessor):
                 logger.warning("OnlookerSpanProcessor stops recording: %s", exc)
             return None
 
-    async def _agent_start(self, op: _AgentStart) -> None:
+    async def _agent_start(self, op: AgentStart) -> None:
         trigger = self._trigger_of(op.trace_id, op.span_id)
         parent = self._runs.get(op.parent_run) if op.parent_run is not None else None
         if parent is None:
@@ -403,7 +313,7 @@ class OnlookerSpanProcessor(SpanProcessor):
         self._runs[("agent", op.span_id)] = run
         await run.start()
 
-    async def _tool_start(self, op: _ToolStart) -> None:
+    async def _tool_start(self, op: ToolStart) -> None:
         run = self._runs.get(op.run)
         if run is None:
             if op.run[0] == "agent":
@@ -425,7 +335,7 @@ class OnlookerSpanProcessor(SpanProcessor):
             call.reason,
         )
 
-    async def _end(self, op: _End) -> None:
+    async def _end(self, op: End) -> None:
         if op.role == "tool":
             call = self._calls.pop(op.span_id, None)
             if call is None or call.done:
@@ -442,69 +352,3 @@ class OnlookerSpanProcessor(SpanProcessor):
             await run.finish(status="failed", error=op.error)
         else:
             await run.finish(status="completed")
-
-
-def _role(name: str, attributes: Mapping[str, object]) -> Literal["agent", "tool"] | None:
-    operation = attributes.get(OPERATION)
-    if operation == "execute_tool" or (operation is None and name.startswith("execute_tool")):
-        return "tool"
-    if operation in _AGENT_OPERATIONS or (operation is None and name.startswith("invoke_agent")):
-        return "agent"
-    return None
-
-
-def _end_of(role: Literal["agent", "tool"], span_id: int, span: ReadableSpan) -> _End:
-    attributes = span.attributes or {}
-    error: str | None = None
-    if span.status.status_code is trace_api.StatusCode.ERROR:
-        error = span.status.description or _text(attributes.get(ERROR_TYPE)) or _exception_of(span)
-    duration = None
-    if span.start_time is not None and span.end_time is not None:
-        duration = max(span.end_time - span.start_time, 0) / 1e6
-    result: JsonValue = None
-    if role == "tool" and error is None:
-        result = _decoded(attributes.get(TOOL_RESULT))
-    return _End(role=role, span_id=span_id, error=error, result=result, duration_ms=duration)
-
-
-def _exception_of(span: ReadableSpan) -> str:
-    """The first recorded exception's ``type: message``, or a plain word."""
-    for event in span.events:
-        if event.name == "exception" and event.attributes:
-            kind = _text(event.attributes.get("exception.type"))
-            message = _text(event.attributes.get("exception.message"))
-            if kind or message:
-                return f"{kind}: {message}" if kind and message else kind or message
-    return "error"
-
-
-def _text(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _after(name: str, prefix: str) -> str:
-    return name[len(prefix) :].strip() if name.startswith(prefix) else ""
-
-
-def _decoded(value: object) -> JsonValue:
-    """An attribute as JSON: a JSON string decoded, other strings and scalars kept."""
-    if isinstance(value, str):
-        try:
-            decoded: JsonValue = json.loads(value)
-        except ValueError:
-            return value
-        return decoded
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    if isinstance(value, tuple | list):
-        return [item if isinstance(item, str | bool | int | float) else str(item) for item in value]
-    return str(value)
-
-
-def _arguments(value: object) -> dict[str, JsonValue]:
-    decoded = _decoded(value)
-    if decoded is None:
-        return {}
-    if isinstance(decoded, dict):
-        return decoded
-    return {"arguments": decoded}

@@ -1,66 +1,7 @@
-"""onlooker for MCP servers: ``OnlookerMiddleware(engine)``, a server middleware.
+"""The middleware: each ``tools/call`` a tracked call, in its session's execution (or its own).
 
-``pip install "onlooker[mcp]"`` (the official SDK, ``mcp`` 2.3 or later, whose
-servers take a middleware chain)::
-
-    async with onlooker.ExecutionEngine(plugins=[...], hooks=[...]) as engine:
-        server = MCPServer("calc", middleware=[OnlookerMiddleware(engine, program="calc")])
-        await server.run_stdio_async()     # or: lowlevel_server.middleware.append(...)
-
-Every ``tools/call`` the server answers becomes a tracked tool call, governed
-by onlooker's pre-hooks before the tool runs and by its post-hooks after:
-
-========================================  ==============================================
-MCP server (``mcp`` 2.3 middleware)       onlooker
-========================================  ==============================================
-first ``tools/call`` of a session         ``engine.track(program, trigger="mcp")``,
-                                          ``run.start()``
-``tools/call`` (JSON-RPC id ``N``)        ``run.tool_started(name, arguments,
-                                          tool_call_id="mcp:<execution_id>:N")``
-pre-hook BLOCK / SKIP / ABORT             an error ``CallToolResult`` (``isError``, the
-                                          reason as text); the tool is not called
-pre-hook ``modified_input``               ``params.arguments`` replaced for the handler
-result with ``isError`` false             ``call.finished(result)``; a post-hook's
-                                          ``modified_output`` is what the client gets
-result with ``isError`` true              ``call.failed(its text)``
-handler raises (``MCPError``, ...)        ``call.failed(exc)``, then the error goes on
-request cancelled                         ``call.failed(cancellation)``: ``cancelled``
-session ends (connection exit stack)      ``run.finish(status="completed")``
-2026-07-28 request (no session)           one execution per ``tools/call``
-========================================  ==============================================
-
-**One execution per session, or per request where there are none.** On the
-handshake protocol (2025-11-25 and earlier: stdio, stateful streamable HTTP,
-the in-memory ``Client(server, mode="legacy")``) a client connection is a
-session: its first ``tools/call`` starts a tracked execution that holds all
-of the session's calls, finished ``completed`` from the connection's exit
-stack when the session ends. The 2026-07-28 protocol has no sessions
-(``Client(server)`` in-process, stateless HTTP): each ``tools/call`` is its
-own execution, finished when the request is answered (``completed``, or
-``cancelled`` when the request was). ``mcp`` 2.3 does not yet hand middleware
-the ``Connection`` (it sits on the per-request ``ServerSession``); should a
-later SDK move it, sessions fall back to one execution per request too.
-
-**Tool call ids.** JSON-RPC ids are unique only within one session (every
-client counts from 0 or 1), while onlooker's ``tool_call_id`` is unique
-everywhere; the recorded id is therefore ``"mcp:<execution_id>:<request id>"``,
-and :func:`request_id_of` gives the request id back (as a string).
-
-**What is recorded as the result.** The ``CallToolResult`` in its wire form
-(``content``, ``structuredContent``, ``isError``, ``_meta``), without the
-protocol's envelope (``resultType``, the ``serverInfo`` stamp); a post-hook
-receives that dict. Its ``modified_output`` may be such a dict, a
-``CallToolResult``, or a string (the one text content the client then gets;
-a tool with an output schema needs its ``structuredContent`` too, so rewrite
-the whole dict there). A rewrite that is no ``CallToolResult`` is logged and
-the client gets the tool's own result, as when a post-hook raises.
-An ``input_required`` interim result (the 2026 multi-round-trip flow) is
-recorded as a completed call; the client's retry is a new request and a new
-call.
-
-The middleware never breaks the server: its own errors are logged on
-``onlooker.integrations.mcp`` and the request passes through unchanged. The
-engine must run on the server's event loop (open it around ``run_*_async``).
+The mapping is in the package docstring. ``mcp`` is imported when the
+middleware is built, not with this module.
 """
 
 from __future__ import annotations
@@ -76,7 +17,9 @@ import anyio
 from pydantic import JsonValue
 
 import onlooker
-from onlooker.integrations import require
+
+from .. import require
+from ._wire import as_wire, merge_envelope, split_envelope, text_of
 
 if TYPE_CHECKING:
     from mcp.server.connection import Connection
@@ -85,10 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = ["OnlookerMiddleware", "request_id_of"]
 
-logger = logging.getLogger("onlooker.integrations.mcp")
+logger: Final = logging.getLogger("onlooker.integrations.mcp")
 
 _PREFIX: Final = "mcp:"
-_SERVER_INFO: Final = "io.modelcontextprotocol/serverInfo"  # mcp_types.SERVER_INFO_META_KEY
 
 
 def request_id_of(tool_call_id: str) -> str | None:
@@ -308,14 +250,14 @@ class OnlookerMiddleware:
 
     async def _settle(self, call: onlooker.TrackedToolCall, result: HandlerResult) -> HandlerResult:
         """Record the handler's result; what the client gets (the post-hooks' output)."""
-        wire = _wire(result)
-        body, envelope = _split(wire)
+        wire = as_wire(result)
+        body, envelope = split_envelope(wire)
         if wire.get("resultType") == "input_required":
             body.pop("requestState", None)  # the server's own state, sealed for the client
             await call.finished(body)
             return result
         if body.get("isError") is True:
-            await call.failed(_text_of(body) or "the tool returned an error result")
+            await call.failed(text_of(body) or "the tool returned an error result")
             return result
         try:
             output = await call.finished(body)
@@ -323,7 +265,7 @@ class OnlookerMiddleware:
             return self._refusal(abort.reason or str(abort))
         if output is body:
             return result
-        rewritten = _merge(self._rewritten(output), envelope)
+        rewritten = merge_envelope(self._rewritten(output), envelope)
         try:
             self._call_tool_result.model_validate(rewritten)
         except ValueError as exc:  # fail-safe, as for a raising post-hook: the output passes
@@ -357,53 +299,3 @@ def _authenticated_client() -> str | None:
         return None
     token = get_access_token()
     return None if token is None else token.client_id
-
-
-def _wire(result: HandlerResult) -> dict[str, Any]:
-    if result is None:
-        return {}
-    if isinstance(result, dict):
-        return result
-    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
-def _split(wire: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The tool's result and the protocol envelope the SDK added (``resultType``, ``serverInfo``)."""
-    body = dict(wire)
-    envelope: dict[str, Any] = {}
-    if "resultType" in body:
-        envelope["resultType"] = body.pop("resultType")
-    meta = body.get("_meta")
-    if isinstance(meta, Mapping) and _SERVER_INFO in meta:
-        rest = {k: v for k, v in meta.items() if k != _SERVER_INFO}
-        envelope["_meta"] = {_SERVER_INFO: meta[_SERVER_INFO]}
-        if rest:
-            body["_meta"] = rest
-        else:
-            del body["_meta"]
-    return body, envelope
-
-
-def _merge(body: dict[str, Any], envelope: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(body)
-    if "resultType" in envelope:
-        merged.setdefault("resultType", envelope["resultType"])
-    stamp = envelope.get("_meta")
-    if isinstance(stamp, Mapping):
-        meta = merged.get("_meta")
-        merged["_meta"] = {**stamp, **meta} if isinstance(meta, Mapping) else dict(stamp)
-    return merged
-
-
-def _text_of(body: Mapping[str, Any]) -> str:
-    content = body.get("content")
-    if not isinstance(content, list):
-        return ""
-    texts = [
-        item["text"]
-        for item in content
-        if isinstance(item, Mapping)
-        and item.get("type") == "text"
-        and isinstance(item.get("text"), str)
-    ]
-    return "\n".join(texts)

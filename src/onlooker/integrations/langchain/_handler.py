@@ -1,0 +1,358 @@
+"""The callback handler: any LangChain or LangGraph run recorded as a tracked execution (observed only).
+
+The mapping is in the package docstring. Importing this module imports
+``langchain_core`` (the handler subclasses its ``AsyncCallbackHandler``):
+``require`` names the extra when it is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+from uuid import UUID
+
+from .. import require
+from .._json import json_copy
+from ._shared import Run, ended_status, interrupted, logger, open_call, registry_of, text
+
+if TYPE_CHECKING:
+    from langchain_core.callbacks import AsyncCallbackHandler
+
+    from onlooker import ExecutionEngine
+else:
+    AsyncCallbackHandler = require(
+        "langchain_core.callbacks", extra="langchain", framework="LangChain"
+    ).AsyncCallbackHandler
+
+__all__ = ["OnlookerCallbackHandler"]
+
+_CANNOT_REFUSE: Final = (
+    "onlooker's hooks refused tool call %r (%s: %s), but a LangChain callback cannot stop "
+    "a call: it ran anyway. Govern LangGraph tools with "
+    "ToolNode(awrap_tool_call=onlooker.integrations.langchain.wrap_tool_call(engine))."
+)
+
+
+class OnlookerCallbackHandler(AsyncCallbackHandler):
+    """A LangChain callback handler that records runs as onlooker tracked executions.
+
+    ``await graph.ainvoke(inputs, config={"callbacks": [OnlookerCallbackHandler(engine)]})``
+    records the run as an execution whose id is LangChain's root ``run_id``
+    (named ``program``, else the run's name), each tool call under LangChain's
+    ``tool_call_id``, a failed call (an exception, or a handled
+    ``ToolException`` returned as ``ToolMessage(status="error")``) as
+    ``failed``, and each nested LangGraph graph (a subgraph node, a graph a
+    tool runs) as a child execution.
+
+    Callbacks only observe: onlooker's pre-hooks run on every call, but a
+    refusal or a rewrite cannot be enforced from a callback (it is logged as
+    a warning; the recorded verdict stands while the tool runs anyway). Pass
+    :func:`wrap_tool_call` to the ``ToolNode`` as well to govern calls.
+    """
+
+    run_inline: bool = True  # awaited in order, not gathered in a task of its own
+
+    def __init__(
+        self,
+        engine: ExecutionEngine,
+        *,
+        program: str | None = None,
+        trigger: str | None = None,
+        owner: str | None = None,
+    ) -> None:
+        """Record runs on ``engine``.
+
+        ``program`` names root executions (default: the root run's name);
+        ``trigger`` their trigger kind (default ``"langgraph"`` for a graph,
+        else ``"langchain"``); ``owner`` their owner.
+        """
+        self._engine = engine
+        self._registry = registry_of(engine)
+        self._program = program
+        self._trigger = trigger
+        self._owner = owner
+
+    # LLM, retriever and custom events carry no tool calls and nest none.
+    @property
+    def ignore_llm(self) -> bool:
+        """LLM runs are not recorded."""
+        return True
+
+    @property
+    def ignore_chat_model(self) -> bool:
+        """Chat model runs are not recorded."""
+        return True
+
+    @property
+    def ignore_retriever(self) -> bool:
+        """Retriever runs are not recorded."""
+        return True
+
+    @property
+    def ignore_retry(self) -> bool:
+        """Retries are not recorded."""
+        return True
+
+    @property
+    def ignore_custom_event(self) -> bool:
+        """Custom events are not recorded."""
+        return True
+
+    # -- chains ---------------------------------------------------------------------
+
+    async def on_chain_start(
+        self,
+        serialized: dict[str, Any],
+        inputs: dict[str, Any],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """A chain or graph run starts: a root run opens an execution, a subgraph a child."""
+        name = _run_name(serialized, kwargs)
+        await self._guard(
+            "on_chain_start",
+            lambda: self._chain_started(run_id, parent_run_id, name, inputs, tags, metadata),
+        )
+
+    async def on_chain_end(
+        self,
+        outputs: dict[str, Any],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """A chain or graph run ends: its execution, if it is one, finishes ``completed``."""
+        await self._guard("on_chain_end", lambda: self._chain_ended(run_id, outputs, None))
+
+    async def on_chain_error(
+        self,
+        error: BaseException,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """A chain or graph run fails: its execution, if it is one, finishes ``failed``."""
+        await self._guard("on_chain_error", lambda: self._chain_ended(run_id, None, error))
+
+    # -- tools ----------------------------------------------------------------------
+
+    async def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """A tool starts: a tracked call under LangChain's ``tool_call_id`` (observed only)."""
+        name = _run_name(serialized, {}) if serialized else _run_name(None, kwargs)
+        tool_call_id = kwargs.get("tool_call_id") or (metadata or {}).get("tool_call_id")
+        args: Mapping[str, Any] = inputs if isinstance(inputs, dict) else {"input": input_str}
+        await self._guard(
+            "on_tool_start",
+            lambda: self._tool_started(
+                run_id, parent_run_id, name, args, tool_call_id if tool_call_id else None
+            ),
+        )
+
+    async def on_tool_end(
+        self,
+        output: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """A tool returns: ``completed``, or ``failed`` for an error ``ToolMessage``."""
+        await self._guard("on_tool_end", lambda: self._tool_ended(run_id, output, None))
+
+    async def on_tool_error(
+        self,
+        error: BaseException,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """A tool raises: ``failed``."""
+        await self._guard("on_tool_error", lambda: self._tool_ended(run_id, None, error))
+
+    # -- the mapping ----------------------------------------------------------------
+
+    async def _guard(self, callback: str, step: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await self._registry.home.call(step)
+        except Exception:
+            logger.exception("onlooker's LangChain handler failed in %s; the run goes on", callback)
+
+    async def _chain_started(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        name: str,
+        inputs: object,
+        tags: list[str] | None,
+        metadata: dict[str, Any] | None,
+    ) -> None:
+        runs = self._registry.runs
+        if run_id in runs:
+            return  # another handler of this engine records this run already
+        parent = runs.get(parent_run_id) if parent_run_id is not None else None
+        if parent is None:  # a root run, or the first run this handler was attached to
+            graph = (metadata or {}).get("ls_integration") == "langgraph"
+            execution = self._engine.track(
+                self._program or name,
+                trigger=self._trigger or ("langgraph" if graph else "langchain"),
+                input=json_copy(inputs),
+                owner=self._owner,
+                execution_id=str(run_id),
+            )
+            await execution.start()
+            runs[run_id] = Run(execution, name, parent_run_id, own=True)
+            return
+        if not parent.own and parent_run_id is not None and _is_graph_node(name, tags, metadata):
+            await self._graph_found(parent_run_id, parent)
+        runs[run_id] = Run(parent.execution, name, parent_run_id, inputs=inputs)
+
+    async def _graph_found(self, run_id: UUID, run: Run) -> None:
+        """``run`` runs graph nodes: a nested graph, so a child execution from now on."""
+        child = run.execution.child(
+            run.name,
+            parent_tool_call_id=self._calling_tool(run.parent_run_id),
+            input=json_copy(run.inputs),
+            execution_id=str(run_id),
+        )
+        await child.start()
+        run.execution, run.own, run.inputs = child, True, None
+
+    def _calling_tool(self, run_id: UUID | None) -> str | None:
+        """The tool call, within the same execution, that a run is nested in."""
+        runs = self._registry.runs
+        while run_id is not None and (run := runs.get(run_id)) is not None:
+            if run.tool_call_id is not None:
+                return run.tool_call_id
+            if run.own:
+                return None
+            run_id = run.parent_run_id
+        return None
+
+    async def _chain_ended(
+        self, run_id: UUID, outputs: object, error: BaseException | None
+    ) -> None:
+        run = self._registry.runs.pop(run_id, None)
+        if run is None or not run.own:
+            return
+        if error is None:
+            await run.execution.finish("completed", result=outputs)
+        else:
+            await run.execution.finish(ended_status(error), error=error)
+
+    async def _tool_started(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        name: str,
+        args: Mapping[str, Any],
+        tool_call_id: str | None,
+    ) -> None:
+        registry = self._registry
+        if run_id in registry.runs:
+            return
+        governed = (
+            parent_run_id is not None and (parent_run_id, tool_call_id or "") in registry.governed
+        )
+        tool_call_id = tool_call_id or str(run_id)
+        parent = registry.runs.get(parent_run_id) if parent_run_id is not None else None
+        if parent is None:  # a tool run on its own: an execution of one call
+            execution = self._engine.track(
+                self._program or name,
+                trigger=self._trigger or "langchain",
+                input=json_copy(args),
+                owner=self._owner,
+                execution_id=str(run_id),
+            )
+            await execution.start()
+            run = Run(execution, name, parent_run_id, own=True, tool_call_id=tool_call_id)
+        else:
+            run = Run(parent.execution, name, parent_run_id, tool_call_id=tool_call_id)
+        registry.runs[run_id] = run
+        if governed:
+            return  # wrap_tool_call records this call
+        call = await open_call(run.execution, name, args, tool_call_id)
+        run.call = call
+        if not call.allowed:
+            logger.warning(_CANNOT_REFUSE, tool_call_id, call.action.value, call.reason)
+
+    async def _tool_ended(self, run_id: UUID, output: object, error: BaseException | None) -> None:
+        run = self._registry.runs.pop(run_id, None)
+        if run is None:
+            return
+        call = run.call
+        failure: BaseException | str | None = error
+        if failure is None:
+            failure = _error_text(output)
+        if call is not None and not call.done and not (error is not None and interrupted(error)):
+            if failure is not None:
+                await call.failed(failure)
+            else:
+                await call.finished(_tool_output(output))
+        if run.own:
+            if failure is None:
+                await run.execution.finish("completed", result=_tool_output(output))
+            elif isinstance(failure, BaseException):
+                await run.execution.finish(ended_status(failure), error=failure)
+            else:
+                await run.execution.finish("failed", error=failure)
+
+
+def _run_name(
+    serialized: Mapping[str, Any] | None, kwargs: Mapping[str, Any], default: str = ""
+) -> str:
+    name = kwargs.get("name")
+    if isinstance(name, str) and name:
+        return name
+    if serialized:
+        name = serialized.get("name")
+        if isinstance(name, str) and name:
+            return name
+        ids = serialized.get("id")
+        if isinstance(ids, list) and ids and isinstance(ids[-1], str):
+            return ids[-1]
+    return default or "langchain"
+
+
+def _is_graph_node(name: str, tags: list[str] | None, metadata: Mapping[str, Any] | None) -> bool:
+    """Whether a run is a LangGraph node's run (its parent run is then a graph)."""
+    return (
+        metadata is not None
+        and metadata.get("langgraph_node") == name
+        and tags is not None
+        and any(tag.startswith("graph:step:") for tag in tags)
+    )
+
+
+def _error_text(output: object) -> str | None:
+    """The message of a handled failure (``ToolMessage(status="error")``), else ``None``."""
+    if getattr(output, "type", None) == "tool" and getattr(output, "status", None) == "error":
+        return text(getattr(output, "content", ""))
+    return None
+
+
+def _tool_output(output: object) -> object:
+    if getattr(output, "type", None) == "tool":
+        return getattr(output, "content", output)
+    return output

@@ -1,0 +1,175 @@
+"""What the handler and the wrapper of one engine share: the runs seen, the calls governed, the loop.
+
+Also the rules both apply to LangChain's objects: how a call is opened under
+the framework's id, what counts as an interruption, and a result as text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, TypeVar, final
+from uuid import UUID
+
+import anyio.from_thread
+import anyio.lowlevel
+
+from onlooker import TrackingError
+
+if TYPE_CHECKING:
+    from anyio.lowlevel import EventLoopToken
+
+    from onlooker import ExecutionEngine, ExecutionStatus, TrackedExecution, TrackedToolCall
+
+__all__ = [
+    "Home",
+    "Registry",
+    "Run",
+    "ended_status",
+    "interrupted",
+    "logger",
+    "open_call",
+    "registry_of",
+    "text",
+]
+
+logger: Final = logging.getLogger("onlooker.integrations.langchain")
+
+T = TypeVar("T")
+
+
+@final
+class Home:
+    """The engine's event loop thread; onlooker is called there, whatever thread calls back."""
+
+    __slots__ = ("thread", "token")
+
+    def __init__(self) -> None:
+        self.thread: int | None = None
+        self.token: EventLoopToken | None = None
+
+    def bind(self) -> None:
+        """Remember the current thread's event loop as the engine's, once."""
+        if self.thread is not None:
+            return
+        try:
+            self.token = anyio.lowlevel.current_token()
+        except Exception:  # no async library runs here (built at import time, say)
+            return
+        self.thread = threading.get_ident()
+
+    async def call(self, step: Callable[[], Awaitable[T]]) -> T:
+        """Run ``step`` on the engine's loop: inline there, else through a worker thread."""
+        self.bind()
+        if self.token is None or self.thread == threading.get_ident():
+            return await step()
+        token = self.token
+
+        async def on_engine_loop() -> T:
+            return await step()
+
+        # A synchronous ``invoke`` runs async callbacks in a loop of its own on another
+        # thread: wait for the engine's loop from a thread, so that loop is not blocked.
+        def wait() -> T:
+            return anyio.from_thread.run(on_engine_loop, token=token)
+
+        return await asyncio.to_thread(wait)
+
+
+@final
+class Run:
+    """One LangChain run the handler saw: where its events go, and what it is."""
+
+    __slots__ = ("call", "execution", "inputs", "name", "own", "parent_run_id", "tool_call_id")
+
+    def __init__(
+        self,
+        execution: TrackedExecution,
+        name: str,
+        parent_run_id: UUID | None,
+        *,
+        own: bool = False,
+        inputs: object = None,
+        tool_call_id: str | None = None,
+    ) -> None:
+        self.execution = execution
+        """The execution this run's events belong to (its own when ``own``)."""
+        self.name = name
+        self.parent_run_id = parent_run_id
+        self.own = own
+        """Whether the run *is* an execution (a root run, a subgraph): it finishes it."""
+        self.inputs = inputs
+        self.tool_call_id = tool_call_id
+        """For a tool run: the id its call is recorded under."""
+        self.call: TrackedToolCall | None = None
+        """For a tool run the handler records (not one the wrapper owns)."""
+
+
+@final
+class Registry:
+    """What the handlers and wrappers of one engine share."""
+
+    __slots__ = ("governed", "home", "runs")
+
+    def __init__(self) -> None:
+        self.runs: dict[UUID, Run] = {}
+        self.governed: dict[tuple[UUID, str], int] = {}
+        """(``ToolNode`` run id, ``tool_call_id``) of the calls a wrapper records right now."""
+        self.home = Home()
+
+    def govern(self, key: tuple[UUID, str]) -> None:
+        """A wrapper records this call: the handler must not."""
+        self.governed[key] = self.governed.get(key, 0) + 1
+
+    def release(self, key: tuple[UUID, str]) -> None:
+        """The wrapper is done with this call."""
+        left = self.governed.pop(key, 1) - 1
+        if left:
+            self.governed[key] = left
+
+
+_REGISTRIES: Final[weakref.WeakKeyDictionary[ExecutionEngine, Registry]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def registry_of(engine: ExecutionEngine) -> Registry:
+    """The registry every handler and wrapper of ``engine`` shares (bound to this loop)."""
+    registry = _REGISTRIES.get(engine)
+    if registry is None:
+        registry = _REGISTRIES[engine] = Registry()
+    registry.home.bind()
+    return registry
+
+
+async def open_call(
+    execution: TrackedExecution, tool: str, args: Mapping[str, Any], tool_call_id: str | None
+) -> TrackedToolCall:
+    """``tool_started``, under the framework's id unless this execution already used it."""
+    if tool_call_id is not None:
+        try:
+            execution.call(tool_call_id)
+        except TrackingError:
+            pass  # unused: record the call under the framework's own id
+        else:
+            tool_call_id = None  # a model that repeats ids: onlooker picks a fresh one
+    return await execution.tool_started(tool, args, tool_call_id=tool_call_id)
+
+
+def interrupted(error: BaseException) -> bool:
+    """Whether ``error`` is LangGraph pausing a run (``interrupt()``), not a failure."""
+    return any(cls.__name__ == "GraphBubbleUp" for cls in type(error).__mro__)
+
+
+def ended_status(error: BaseException) -> ExecutionStatus:
+    """How an execution that ``error`` ended finishes: ``cancelled`` or ``failed``."""
+    return "cancelled" if interrupted(error) or not isinstance(error, Exception) else "failed"
+
+
+def text(content: object) -> str:
+    """A ``ToolMessage``'s content as text (content blocks as JSON)."""
+    return content if isinstance(content, str) else json.dumps(content, default=str)

@@ -1,0 +1,248 @@
+"""The ``ToolNode`` wrapper: onlooker's verdict enforced on each LangGraph tool call.
+
+The mapping is in the package docstring. LangGraph is imported when
+:func:`wrap_tool_call` is first called, not with this module.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any, final
+from uuid import UUID
+
+import anyio
+
+from onlooker import HookAbortError, HookAction
+
+from .. import require
+from .._json import json_copy
+from ._shared import Home, ended_status, interrupted, logger, open_call, registry_of, text
+
+if TYPE_CHECKING:
+    from langchain_core.callbacks import BaseCallbackManager
+    from langchain_core.messages import ToolMessage
+    from langgraph.prebuilt.tool_node import AsyncToolCallWrapper, ToolCallRequest
+    from langgraph.types import Command
+
+    from onlooker import ExecutionEngine, TrackedExecution, TrackedToolCall
+
+__all__ = ["wrap_tool_call"]
+
+
+def wrap_tool_call(engine: ExecutionEngine, *, program: str = "langgraph") -> AsyncToolCallWrapper:
+    """An ``awrap_tool_call`` for LangGraph's ``ToolNode`` that governs each call with onlooker.
+
+    ``ToolNode(tools, awrap_tool_call=wrap_tool_call(engine))``: before a
+    tool runs, onlooker's pre-hooks decide. A ``BLOCK`` (or ``SKIP``) returns
+    a ``ToolMessage`` carrying the reason (``status="error"`` for a block)
+    instead of running the tool; an ``ABORT`` raises ``HookAbortError``
+    into the graph; a ``modified_input`` replaces the call's ``args``. After
+    the tool, the call is recorded ``completed`` (``failed`` for an error
+    ``ToolMessage`` or an exception) and a post-hook's ``modified_output``
+    replaces the ``ToolMessage`` content.
+
+    The calls land in the execution an :class:`OnlookerCallbackHandler` of the
+    same engine opened for the graph (pass it in the run's ``callbacks``);
+    without one, each call is an execution of its own named ``program``.
+    """
+    require("langgraph.prebuilt", extra="langchain", framework="LangGraph")
+    return _ToolNodeGovernor(engine, program).awrap_tool_call
+
+
+@final
+class _ToolNodeGovernor:
+    """What one :func:`wrap_tool_call` wrapper does, one step a method."""
+
+    __slots__ = (
+        "_command_type",
+        "_engine",
+        "_home",
+        "_manager_type",
+        "_message_type",
+        "_program",
+        "_registry",
+    )
+
+    def __init__(self, engine: ExecutionEngine, program: str) -> None:
+        from langchain_core.callbacks import BaseCallbackManager
+        from langchain_core.messages import ToolMessage
+        from langgraph.types import Command
+
+        self._engine = engine
+        self._program = program
+        self._registry = registry_of(engine)
+        self._home = self._registry.home
+        self._manager_type: type[BaseCallbackManager] = BaseCallbackManager
+        self._message_type: type[ToolMessage] = ToolMessage
+        self._command_type: type[Command[Any]] = Command
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        """Govern one call: open it, enforce the verdict, run the tool, record the result."""
+        tool_call = request.tool_call
+        tool_call_id = tool_call.get("id") or ""
+        node_run_id = _node_run_id(request, self._manager_type)
+        try:
+            call, standalone = await self._home.call(lambda: self._open(request, node_run_id))
+        except Exception:
+            logger.exception("onlooker could not record LangGraph tool call %r", tool_call_id)
+            return await execute(request)
+        if not call.allowed:
+            return await self._refuse(call, standalone, tool_call["name"], tool_call_id)
+        if call.input != tool_call["args"]:
+            request = request.override(tool_call={**tool_call, "args": call.input})
+        key = (node_run_id, tool_call_id) if node_run_id is not None else None
+        result = await self._execute(execute, request, key, call, standalone)
+        try:
+            return await self._home.call(
+                lambda: self._record(call, standalone, tool_call_id, result)
+            )
+        except HookAbortError:
+            raise  # a post-hook ABORT ends the run, as in onlooker's own executions
+        except Exception:
+            logger.exception("onlooker could not record LangGraph tool call %r", tool_call_id)
+            return result
+
+    async def _open(
+        self, request: ToolCallRequest, node_run_id: UUID | None
+    ) -> tuple[TrackedToolCall, TrackedExecution | None]:
+        """``tool_started`` in the graph's execution, else in one of its own (``standalone``)."""
+        tool_call = request.tool_call
+        run = self._registry.runs.get(node_run_id) if node_run_id is not None else None
+        standalone: TrackedExecution | None = None
+        if run is None:
+            standalone = self._engine.track(
+                self._program, trigger="langgraph", input=json_copy(tool_call)
+            )
+            await standalone.start()
+            execution = standalone
+        else:
+            execution = run.execution
+        call = await open_call(
+            execution, tool_call["name"], tool_call["args"], tool_call.get("id") or None
+        )
+        return call, standalone
+
+    async def _refuse(
+        self,
+        call: TrackedToolCall,
+        standalone: TrackedExecution | None,
+        name: str,
+        tool_call_id: str,
+    ) -> ToolMessage:
+        """Enforce a refusing pre-hook: the tool never runs; an ``ABORT`` raises."""
+        if standalone is not None:
+            await _quietly(self._home, lambda: standalone.finish("completed"))
+        if call.action is HookAction.ABORT:
+            raise HookAbortError(
+                f"onlooker's hooks aborted the run at tool {name!r}: {call.reason}",
+                tool=name,
+                reason=call.reason,
+            )
+        return self._message_type(
+            content=call.reason or f"onlooker refused the call to {name!r}",
+            tool_call_id=tool_call_id,
+            name=name,
+            status="success" if call.action is HookAction.SKIP else "error",
+        )
+
+    async def _execute(
+        self,
+        execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+        request: ToolCallRequest,
+        key: tuple[UUID, str] | None,
+        call: TrackedToolCall,
+        standalone: TrackedExecution | None,
+    ) -> ToolMessage | Command[Any]:
+        """Run the tool, the handler told (by ``key``) to leave the call to this wrapper."""
+        if key is not None:
+            self._registry.govern(key)
+        try:
+            return await execute(request)
+        except BaseException as exc:  # recorded failed (cancelled for a cancellation)
+            with anyio.CancelScope(shield=True):
+                await _quietly(self._home, partial(_failed, call, standalone, exc))
+            raise
+        finally:
+            if key is not None:
+                self._registry.release(key)
+
+    async def _record(
+        self,
+        call: TrackedToolCall,
+        standalone: TrackedExecution | None,
+        request_id: str,
+        result: ToolMessage | Command[Any],
+    ) -> ToolMessage | Command[Any]:
+        """Record the tool's result; what the graph gets (the post-hooks' rewrite, if any)."""
+        message = _tool_message(result, request_id, self._message_type, self._command_type)
+        if message is not None and message.status == "error":
+            await call.failed(text(message.content))
+            if standalone is not None:
+                await standalone.finish("failed", error=text(message.content))
+            return result
+        output: object = message.content if message is not None else result
+        try:
+            rewritten = await call.finished(output)
+        finally:
+            if standalone is not None:
+                await standalone.finish("completed", result=output)
+        if message is result and rewritten is not output:
+            return message.model_copy(update={"content": _as_content(rewritten)})
+        return result
+
+
+async def _failed(
+    call: TrackedToolCall, standalone: TrackedExecution | None, error: BaseException
+) -> None:
+    if not interrupted(error):  # an interrupted call closes, cancelled, with its execution
+        await call.failed(error)
+    if standalone is not None:
+        await standalone.finish(ended_status(error), error=error)
+
+
+async def _quietly(home: Home, step: Callable[[], Awaitable[None]]) -> None:
+    try:
+        await home.call(step)
+    except Exception:
+        logger.exception("onlooker's LangGraph wrapper failed; the run goes on")
+
+
+def _as_content(output: object) -> str | list[str | dict[Any, Any]]:
+    """A post-hook's output as ``ToolMessage`` content (a string, or content blocks)."""
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list) and all(isinstance(item, str | dict) for item in output):
+        return output
+    return json.dumps(output, default=str)
+
+
+def _node_run_id(request: ToolCallRequest, manager_type: type[Any]) -> UUID | None:
+    """The run id of the graph node running the ``ToolNode`` (the tool runs' parent)."""
+    runtime = getattr(request, "runtime", None)
+    config = getattr(runtime, "config", None)
+    callbacks = config.get("callbacks") if isinstance(config, Mapping) else None
+    if isinstance(callbacks, manager_type):
+        parent = getattr(callbacks, "parent_run_id", None)
+        return parent if isinstance(parent, UUID) else None
+    return None
+
+
+def _tool_message(
+    result: object, tool_call_id: str, message_type: type[ToolMessage], command_type: type[Any]
+) -> ToolMessage | None:
+    """The ``ToolMessage`` a tool call produced, also inside a ``Command``'s update."""
+    if isinstance(result, message_type):
+        return result
+    if isinstance(result, command_type):
+        update = getattr(result, "update", None)
+        messages = update.get("messages") if isinstance(update, Mapping) else None
+        for message in messages if isinstance(messages, list) else ():
+            if isinstance(message, message_type) and message.tool_call_id == tool_call_id:
+                return message
+    return None

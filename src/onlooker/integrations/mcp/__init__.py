@@ -1,0 +1,70 @@
+"""onlooker for MCP servers: ``OnlookerMiddleware(engine)``, a server middleware.
+
+``pip install "onlooker[mcp]"`` (the official SDK, ``mcp`` 2.3 or later, whose
+servers take a middleware chain)::
+
+    async with onlooker.ExecutionEngine(plugins=[...], hooks=[...]) as engine:
+        server = MCPServer("calc", middleware=[OnlookerMiddleware(engine, program="calc")])
+        await server.run_stdio_async()     # or: lowlevel_server.middleware.append(...)
+
+Every ``tools/call`` the server answers becomes a tracked tool call, governed
+by onlooker's pre-hooks before the tool runs and by its post-hooks after:
+
+========================================  ==============================================
+MCP server (``mcp`` 2.3 middleware)       onlooker
+========================================  ==============================================
+first ``tools/call`` of a session         ``engine.track(program, trigger="mcp")``,
+                                          ``run.start()``
+``tools/call`` (JSON-RPC id ``N``)        ``run.tool_started(name, arguments,
+                                          tool_call_id="mcp:<execution_id>:N")``
+pre-hook BLOCK / SKIP / ABORT             an error ``CallToolResult`` (``isError``, the
+                                          reason as text); the tool is not called
+pre-hook ``modified_input``               ``params.arguments`` replaced for the handler
+result with ``isError`` false             ``call.finished(result)``; a post-hook's
+                                          ``modified_output`` is what the client gets
+result with ``isError`` true              ``call.failed(its text)``
+handler raises (``MCPError``, ...)        ``call.failed(exc)``, then the error goes on
+request cancelled                         ``call.failed(cancellation)``: ``cancelled``
+session ends (connection exit stack)      ``run.finish(status="completed")``
+2026-07-28 request (no session)           one execution per ``tools/call``
+========================================  ==============================================
+
+**One execution per session, or per request where there are none.** On the
+handshake protocol (2025-11-25 and earlier: stdio, stateful streamable HTTP,
+the in-memory ``Client(server, mode="legacy")``) a client connection is a
+session: its first ``tools/call`` starts a tracked execution that holds all
+of the session's calls, finished ``completed`` from the connection's exit
+stack when the session ends. The 2026-07-28 protocol has no sessions
+(``Client(server)`` in-process, stateless HTTP): each ``tools/call`` is its
+own execution, finished when the request is answered (``completed``, or
+``cancelled`` when the request was). ``mcp`` 2.3 does not yet hand middleware
+the ``Connection`` (it sits on the per-request ``ServerSession``); should a
+later SDK move it, sessions fall back to one execution per request too.
+
+**Tool call ids.** JSON-RPC ids are unique only within one session (every
+client counts from 0 or 1), while onlooker's ``tool_call_id`` is unique
+everywhere; the recorded id is therefore ``"mcp:<execution_id>:<request id>"``,
+and :func:`request_id_of` gives the request id back (as a string).
+
+**What is recorded as the result.** The ``CallToolResult`` in its wire form
+(``content``, ``structuredContent``, ``isError``, ``_meta``), without the
+protocol's envelope (``resultType``, the ``serverInfo`` stamp); a post-hook
+receives that dict. Its ``modified_output`` may be such a dict, a
+``CallToolResult``, or a string (the one text content the client then gets;
+a tool with an output schema needs its ``structuredContent`` too, so rewrite
+the whole dict there). A rewrite that is no ``CallToolResult`` is logged and
+the client gets the tool's own result, as when a post-hook raises.
+An ``input_required`` interim result (the 2026 multi-round-trip flow) is
+recorded as a completed call; the client's retry is a new request and a new
+call.
+
+The middleware never breaks the server: its own errors are logged on
+``onlooker.integrations.mcp`` and the request passes through unchanged. The
+engine must run on the server's event loop (open it around ``run_*_async``).
+"""
+
+from __future__ import annotations
+
+from ._middleware import OnlookerMiddleware, request_id_of
+
+__all__ = ["OnlookerMiddleware", "request_id_of"]

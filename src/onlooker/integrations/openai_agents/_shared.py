@@ -1,0 +1,343 @@
+"""What the run hooks, the guardrail and the tracing processor built on one engine share.
+
+The runs and calls each knows of, found again from the SDK's own objects
+(its usage object, its ``ToolContext``, its spans), and the tasks the
+processor defers onto the engine's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Coroutine
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Final
+from weakref import WeakKeyDictionary, ref
+
+from agents import Agent, RunContextWrapper
+from agents.tool_context import ToolContext
+from agents.tracing import AgentSpanData, FunctionSpanData, Span, get_current_span
+
+from .._json import json_copy
+
+if TYPE_CHECKING:
+    from onlooker import ExecutionEngine, TrackedExecution, TrackedToolCall
+
+__all__ = [
+    "CURRENT",
+    "Call",
+    "Run",
+    "State",
+    "arguments",
+    "guarded",
+    "logger",
+    "span_error",
+    "span_failure",
+    "state_of",
+]
+
+logger: Final = logging.getLogger("onlooker.integrations.openai_agents")
+
+_TRIGGER: Final = "openai-agents"
+_NO_OP_SPAN: Final = "no-op"  # the id the SDK gives every span while tracing is disabled
+
+
+class Call:
+    """One tool call onlooker tracks, and what ties it to the SDK's objects."""
+
+    __slots__ = ("call", "context", "run", "span_id", "tool_name")
+
+    def __init__(
+        self,
+        run: Run,
+        call: TrackedToolCall,
+        context: RunContextWrapper[Any] | None,
+        tool_name: str,
+        span: Span[Any] | None,
+    ) -> None:
+        self.run = run
+        self.call = call
+        self.context = context  # the ToolContext the guardrail and the tool hooks both get
+        self.tool_name = tool_name
+        self.span_id = _span_id(span) if span is not None else None
+
+
+class Run:
+    """One ``Runner.run``: its tracked execution and its open calls."""
+
+    __slots__ = (
+        "agent",
+        "agent_span_id",
+        "calls",
+        "handoff",
+        "key",
+        "local",
+        "parent",
+        "state",
+        "track",
+    )
+
+    def __init__(
+        self,
+        state: State,
+        key: tuple[int, int],
+        track: TrackedExecution,
+        agent: Agent[Any],
+        parent: Call | None,
+    ) -> None:
+        self.state = state
+        self.key = key
+        self.track = track
+        self.parent = parent  # the tool call this run runs in (an agent used as a tool)
+        self.agent = agent  # the agent whose `on_agent_end` finishes the run
+        self.agent_span_id: str | None = None
+        self.handoff = False
+        self.calls: dict[str, Call] = {}  # open function-tool calls by the SDK's call id
+        self.local: dict[int, list[Call]] = {}  # open calls of id-less local tools, by tool
+
+
+# The call whose tool is running: the guardrail sets it in the task the SDK runs
+# that tool in, so the tool's own hooks, and any `Runner.run` inside the tool
+# (an agent used as a tool), see it; sibling calls and the run loop do not.
+CURRENT: ContextVar[Call | None] = ContextVar("onlooker_openai_agents_call", default=None)
+
+
+class State:
+    """What the hooks, the guardrail and the processor built on one engine share."""
+
+    def __init__(self, engine: ExecutionEngine) -> None:
+        # Weak: the engine is this state's key in _STATES; the entry points hold it strongly.
+        self._engine = ref(engine)
+        self.runs: dict[tuple[int, int], Run] = {}
+        self.pinned: dict[int, object] = {}  # keeps each keyed usage alive, so ids stay unique
+        self.span_calls: dict[str, Call] = {}
+        self.span_runs: dict[str, Run] = {}
+        self.spans: dict[str, Span[Any]] = {}  # open spans the processor saw, to walk parents
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def engine(self) -> ExecutionEngine:
+        engine = self._engine()
+        if engine is None:
+            raise RuntimeError("the engine these hooks were built on is gone")
+        return engine
+
+    # -- finding runs and calls -------------------------------------------------------
+
+    def parent(self) -> Call | None:
+        current = CURRENT.get()
+        return current if current is not None and current.run.state is self else None
+
+    def key(self, usage: object) -> tuple[int, int]:
+        parent = self.parent()
+        # A run nested in a tool call shares its parent's usage object: the call tells them apart.
+        return (id(usage), 0 if parent is None else id(parent))
+
+    def run_for(self, context: RunContextWrapper[Any]) -> Run | None:
+        return self.runs.get(self.key(context.usage))
+
+    def call_for(self, context: RunContextWrapper[Any]) -> Call | None:
+        current = self.parent()
+        if isinstance(context, ToolContext):
+            if current is not None and (
+                current.context is context
+                or (
+                    current.call.tool_call_id == context.tool_call_id
+                    and current.tool_name == context.tool_name
+                )
+            ):
+                return current
+            run = self.run_for(context)
+            return None if run is None else run.calls.get(context.tool_call_id)
+        return None
+
+    # -- runs -------------------------------------------------------------------------
+
+    async def open_run(
+        self,
+        context: RunContextWrapper[Any],
+        agent: Agent[Any],
+        *,
+        program: str | None,
+        owner: str | None,
+    ) -> Run:
+        self.loop = asyncio.get_running_loop()
+        for stale in [run for run in self.runs.values() if run.track.finished]:
+            self.forget(stale)  # closed without on_agent_end (the engine closed it, ...)
+        parent = self.parent()
+        key = self.key(context.usage)
+        turn_input = json_copy(list(context.turn_input))
+        if parent is not None:
+            track = parent.run.track.child(
+                agent.name, parent_tool_call_id=parent.call.tool_call_id, input=turn_input
+            )
+        else:
+            track = self.engine.track(
+                program or agent.name, trigger=_TRIGGER, input=turn_input, owner=owner
+            )
+        run = Run(self, key, track, agent, parent)
+        self.runs[key] = run
+        self.pinned[key[0]] = context.usage
+        try:
+            await track.start()
+        except BaseException:
+            self.forget(run)
+            raise
+        self.watch_agent_span(run)
+        return run
+
+    def forget(self, run: Run) -> None:
+        if self.runs.get(run.key) is run:
+            del self.runs[run.key]
+            if not any(key[0] == run.key[0] for key in self.runs):
+                self.pinned.pop(run.key[0], None)
+        if run.agent_span_id is not None and self.span_runs.get(run.agent_span_id) is run:
+            del self.span_runs[run.agent_span_id]
+        for entry in [*run.calls.values(), *(e for q in run.local.values() for e in q)]:
+            self.forget_call(entry)
+        for child in [c for c in self.runs.values() if c.parent and c.parent.run is run]:
+            self.forget(child)  # finishing a run closes its children
+
+    def watch_agent_span(self, run: Run) -> None:
+        span = get_current_span()
+        # on_agent_start runs under the turn span; the processor's table leads up to the agent's.
+        while span is not None and not isinstance(span.span_data, AgentSpanData):
+            span = self.spans.get(span.parent_id) if span.parent_id else None
+        if span is None or span.span_id == _NO_OP_SPAN:
+            return
+        if run.agent_span_id is not None:
+            self.span_runs.pop(run.agent_span_id, None)
+        run.agent_span_id = span.span_id
+        self.span_runs[span.span_id] = run
+
+    async def finish_run(
+        self, run: Run, status: str, *, result: object = None, error: str | None = None
+    ) -> None:
+        self.forget(run)
+        if status == "failed":
+            await run.track.finish("failed", error=error)
+        else:
+            await run.track.finish("completed", result=json_copy(result))
+
+    # -- calls ------------------------------------------------------------------------
+
+    async def open_call(
+        self,
+        run: Run,
+        context: RunContextWrapper[Any],
+        tool: str,
+        args: dict[str, Any],
+        tool_call_id: str | None,
+    ) -> tuple[TrackedToolCall, Call]:
+        span = _function_span()
+        call = await run.track.tool_started(tool, args, tool_call_id=tool_call_id)
+        entry = Call(run, call, context, tool, span)
+        return call, entry
+
+    def remember(self, entry: Call) -> None:
+        entry.run.calls[entry.call.tool_call_id] = entry
+        if entry.span_id is not None:
+            self.span_calls[entry.span_id] = entry
+
+    def forget_call(self, entry: Call) -> None:
+        run = entry.run
+        if run.calls.get(entry.call.tool_call_id) is entry:
+            del run.calls[entry.call.tool_call_id]
+        for queue in run.local.values():
+            if entry in queue:
+                queue.remove(entry)
+        if entry.span_id is not None and self.span_calls.get(entry.span_id) is entry:
+            del self.span_calls[entry.span_id]
+        entry.context = None
+
+    async def close_call(self, entry: Call, result: object, failure: str | None) -> None:
+        self.forget_call(entry)
+        if entry.call.done:
+            return
+        if failure is not None:
+            await entry.call.failed(failure)
+        else:
+            # A post-hook's rewrite cannot reach the model: on_tool_end's return is ignored.
+            await entry.call.finished(json_copy(result))
+
+    # -- what the processor defers ----------------------------------------------------
+
+    def schedule(self, make: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self.spawn(make)
+        else:  # a span ended on another thread: the engine's records belong to its loop
+            loop.call_soon_threadsafe(self.spawn, make)
+
+    def spawn(self, make: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        task = asyncio.get_running_loop().create_task(guarded(make(), "a deferred record"))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def drain(self) -> None:
+        current = asyncio.current_task()
+        while pending := [task for task in self.tasks if task is not current]:
+            await asyncio.wait(pending)
+
+
+_STATES: WeakKeyDictionary[ExecutionEngine, State] = WeakKeyDictionary()
+
+
+def state_of(engine: ExecutionEngine) -> State:
+    """What the entry points built on ``engine`` share (made on first use)."""
+    state = _STATES.get(engine)
+    if state is None:
+        state = _STATES[engine] = State(engine)
+    return state
+
+
+async def guarded(work: Coroutine[Any, Any, None], what: str) -> None:
+    """Await ``work``; the adapter's own error is logged ("could not record ``what``"), not raised."""
+    try:
+        await work
+    except Exception:
+        logger.exception("could not record %s", what)
+
+
+def arguments(raw: str) -> dict[str, Any]:
+    """The model's JSON arguments as a mapping (``{"arguments": raw}`` when they are not one)."""
+    try:
+        parsed = json.loads(raw) if raw else {}
+    except ValueError:
+        return {"arguments": raw}
+    return parsed if isinstance(parsed, dict) else {"arguments": parsed}
+
+
+def _span_id(span: Span[Any]) -> str | None:
+    return None if span.span_id == _NO_OP_SPAN else span.span_id
+
+
+def _function_span() -> Span[Any] | None:
+    span = get_current_span()
+    return span if span is not None and isinstance(span.span_data, FunctionSpanData) else None
+
+
+def span_failure(span: Span[Any] | None, entry: Call) -> str | None:
+    """The error the tool's function span carries (set before ``on_tool_end`` runs)."""
+    if span is None or entry.span_id is None or span.span_id != entry.span_id:
+        return None  # not this call's span, or tracing is off: nothing says it failed
+    return span_error(span)
+
+
+def span_error(span: Span[Any]) -> str | None:
+    """The error a span carries (``message: detail``), else ``None``."""
+    error = span.error
+    if error is None:
+        return None
+    message = str(error.get("message") or "the tool failed")
+    data = error.get("data")
+    detail = data.get("error") if isinstance(data, dict) else None
+    return f"{message}: {detail}" if isinstance(detail, str) and detail else message

@@ -1,0 +1,74 @@
+"""The tracing processor: what only the SDK's trace says (a tool that raised, a run that failed)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agents.tracing import AgentSpanData, FunctionSpanData, Span, Trace, TracingProcessor
+
+from ._shared import logger, span_error, state_of
+
+if TYPE_CHECKING:
+    from onlooker import ExecutionEngine
+
+__all__ = ["OnlookerTracingProcessor"]
+
+
+class OnlookerTracingProcessor(TracingProcessor):
+    """A tracing processor that records what only the SDK's trace says.
+
+    The SDK reports a failing tool to ``on_tool_end`` as a normal result; the
+    function span carries the error. This processor closes a call whose span
+    ends while it is still open (the tool raised past
+    ``failure_error_function``; a nested run without the hooks) as the span
+    says: ``failed`` with its error, else ``completed`` with its output. It
+    finishes a run whose agent span ends before ``on_agent_end``: ``failed``
+    when the span carries an error (``Runner.run`` raised), else
+    ``completed``. Register it with
+    ``add_trace_processor`` (keeps exporting to OpenAI) or
+    ``set_trace_processors([...])`` (nothing leaves the machine). It records
+    nothing while tracing is disabled.
+    """
+
+    def __init__(self, engine: ExecutionEngine) -> None:
+        self._engine = engine
+        self._state = state_of(engine)
+
+    def on_trace_start(self, trace: Trace) -> None:
+        """Nothing to record: runs start in ``on_agent_start``."""
+
+    def on_trace_end(self, trace: Trace) -> None:
+        """Nothing to record: runs end with their agent span."""
+
+    def on_span_start(self, span: Span[Any]) -> None:
+        """Remember the open span, so hooks can find the agent span above their own."""
+        try:
+            self._state.spans[span.span_id] = span
+        except Exception:
+            logger.exception("could not note a span start")
+
+    def on_span_end(self, span: Span[Any]) -> None:
+        """Close what the span's end says is over: a tool call or a run left open."""
+        try:
+            state = self._state
+            state.spans.pop(span.span_id, None)
+            data = span.span_data
+            if isinstance(data, FunctionSpanData):
+                entry = state.span_calls.get(span.span_id)
+                if entry is not None:  # no on_tool_end came: the span is all there is to go by
+                    failure, output = span_error(span), data.output
+                    state.schedule(lambda: state.close_call(entry, output, failure))
+            elif isinstance(data, AgentSpanData):
+                run = state.span_runs.get(span.span_id)
+                if run is not None and not run.handoff:
+                    error = span_error(span)
+                    status = "completed" if error is None else "failed"
+                    state.schedule(lambda: state.finish_run(run, status, error=error))
+        except Exception:
+            logger.exception("could not record a span end")
+
+    def shutdown(self) -> None:
+        """Nothing to release: records go through the engine."""
+
+    def force_flush(self) -> None:
+        """Nothing buffered here: the engine's plugins flush their own records."""

@@ -1,0 +1,225 @@
+"""The capability: each agent run a tracked execution, each tool call governed (mapping in ``__init__``)."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, final
+
+from pydantic import JsonValue
+from pydantic_ai.capabilities import (
+    AbstractCapability,
+    CapabilityOrdering,
+    WrapRunHandler,
+    WrapToolExecuteHandler,
+)
+from pydantic_ai.exceptions import (
+    ApprovalRequired,
+    CallDeferred,
+    SkipToolExecution,
+    ToolFailedError,
+    ToolRetryError,
+)
+from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.tools import RunContext, ToolDefinition
+
+from onlooker import ExecutionStatus, Trigger
+
+from ._calls import (
+    RunState,
+    defer,
+    fail_call,
+    finish_call,
+    finish_run,
+    logger,
+    prompt_json,
+    refuse,
+    resolve,
+    rewritten_args,
+    unused_id,
+)
+
+if TYPE_CHECKING:
+    from pydantic_ai.run import AgentRunResult
+
+    from onlooker import ExecutionEngine, TrackedExecution, TrackedToolCall
+
+__all__ = ["OnlookerCapability"]
+
+_TRIGGER = "pydantic-ai"
+"""The trigger kind of every execution this adapter tracks."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Scope:
+    """Where a task is: in a tracked run of ``engine``, and in which of its tool calls."""
+
+    engine: ExecutionEngine
+    run: TrackedExecution
+    call: TrackedToolCall | None
+    state: RunState
+
+
+_scope: ContextVar[_Scope | None] = ContextVar("onlooker_pydantic_ai_scope", default=None)
+
+
+class OnlookerCapability(AbstractCapability[object]):
+    """A PydanticAI capability that records, and governs, an agent's runs on an onlooker engine.
+
+    ``Agent(model, capabilities=[OnlookerCapability(engine)])``: each run
+    becomes a tracked execution named ``program`` (default: the agent's
+    name, else ``"agent"``) with trigger ``pydantic-ai`` (its metadata holds
+    PydanticAI's ``run_id``), each tool call a tracked call carrying
+    ``ToolCallPart.tool_call_id``. onlooker's pre-hooks decide each call
+    before it runs (skip, block, abort, rewrite its arguments); post-hooks
+    may rewrite what the model reads. One capability may serve many agents
+    and concurrent runs: it keeps no per-run state.
+    """
+
+    def __init__(
+        self,
+        engine: ExecutionEngine,
+        *,
+        program: str | None = None,
+        owner: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.engine = engine
+        """The engine the runs are tracked on (started, on this event loop)."""
+        self.program = program
+        """The program name of every tracked run; ``None`` for the agent's name."""
+        self.owner = owner
+        """Who the tracked runs belong to (``ExecutionStarted.owner``)."""
+
+    def __repr__(self) -> str:
+        return f"OnlookerCapability(engine={self.engine!r}, program={self.program!r})"
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        """``None``: an engine cannot be written into an agent spec."""
+        return None
+
+    def get_ordering(self) -> CapabilityOrdering:
+        """Outermost: onlooker decides before any other capability sees a call."""
+        return CapabilityOrdering(position="outermost")
+
+    # -- the run ---------------------------------------------------------------------
+
+    async def wrap_run(
+        self, ctx: RunContext[object], *, handler: WrapRunHandler
+    ) -> AgentRunResult[Any]:
+        """Track the run: started before ``handler()``, finished with its outcome."""
+        run = await self._start_run(ctx)
+        token = _scope.set(None if run is None else _Scope(self.engine, run, None, RunState()))
+        try:
+            result = await handler()
+        except BaseException as exc:
+            if run is not None:
+                status: ExecutionStatus = "failed" if isinstance(exc, Exception) else "cancelled"
+                await finish_run(run, status, None, exc)
+            raise
+        finally:
+            _scope.reset(token)
+        if run is not None:
+            await finish_run(run, "completed", result.output, None)
+        return result
+
+    async def _start_run(self, ctx: RunContext[object]) -> TrackedExecution | None:
+        try:
+            name = self.program or (ctx.agent.name if ctx.agent is not None else None) or "agent"
+            metadata: dict[str, JsonValue] = {}
+            if ctx.run_id is not None:
+                metadata["run_id"] = ctx.run_id
+            if ctx.conversation_id is not None:
+                metadata["conversation_id"] = ctx.conversation_id
+            trigger = Trigger(kind=_TRIGGER, metadata=metadata)
+            prompt = prompt_json(ctx.prompt)
+            parent = _scope.get()
+            if parent is not None and parent.engine is self.engine and not parent.run.finished:
+                run = parent.run.child(
+                    name,
+                    parent_tool_call_id=None if parent.call is None else parent.call.tool_call_id,
+                    trigger=trigger,
+                    input=prompt,
+                    owner=self.owner,
+                )
+            else:
+                run = self.engine.track(name, trigger=trigger, input=prompt, owner=self.owner)
+            await run.start()
+        except Exception:
+            logger.exception(
+                "onlooker could not start tracking a PydanticAI run; it runs untracked"
+            )
+            return None
+        return run
+
+    # -- tool calls ------------------------------------------------------------------
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[object],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: dict[str, Any],
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        """Govern and record one tool call around PydanticAI's execution of it."""
+        scope = _scope.get()
+        if scope is None or scope.engine is not self.engine:
+            return await handler(args)
+        opened = await _open_call(ctx, call, args, scope)
+        if opened is None:
+            return await handler(args)
+        tracked, tool_args = opened
+        run, state = scope.run, scope.state
+        token = _scope.set(_Scope(self.engine, run, tracked, state))
+        try:
+            result = await handler(tool_args)
+        except SkipToolExecution as skip:  # another capability replaced the call's result
+            return await finish_call(tracked, skip.result)
+        except (ToolRetryError, ToolFailedError) as exc:  # ModelRetry / ToolFailed from the tool
+            cause = exc.__cause__
+            await fail_call(tracked, cause if isinstance(cause, Exception) else exc)
+            raise
+        except (ApprovalRequired, CallDeferred) as deferral:
+            # Not an end: the call waits for a person's approval or an external result.
+            await defer(run, state, tracked, call, deferral)
+            raise
+        except BaseException as exc:
+            await fail_call(tracked, exc)
+            raise
+        finally:
+            _scope.reset(token)
+        return await finish_call(tracked, result)
+
+
+async def _open_call(
+    ctx: RunContext[object], call: ToolCallPart, args: dict[str, Any], scope: _Scope
+) -> tuple[TrackedToolCall, dict[str, Any]] | None:
+    """The tracked call and the arguments its tool gets; ``None`` if it cannot be recorded.
+
+    An approved deferred call goes on under its tracked call; a new one is
+    decided by the pre-hooks, whose refusal raises here.
+    """
+    run, state = scope.run, scope.state
+    pending = state.deferred.pop(call.tool_call_id, None)
+    if pending is not None:  # approved: the deferred call runs now
+        tracked, question = pending
+        await resolve(run, question, "accepted", {"tool_call_approved": ctx.tool_call_approved})
+        return tracked, args
+    try:
+        tracked = await run.tool_started(
+            call.tool_name, args, tool_call_id=unused_id(state.ids, call.tool_call_id)
+        )
+    except Exception:
+        logger.exception(
+            "onlooker could not record PydanticAI tool call %r (%s); it runs unrecorded",
+            call.tool_name,
+            call.tool_call_id,
+        )
+        return None
+    if not tracked.allowed:
+        refuse(tracked)
+    return tracked, await rewritten_args(ctx, call, tracked, args)
