@@ -14,8 +14,8 @@ cost it through the GIL, in wall time). Then, with all three plugins on,
 per-call wall time (with the drain) for a 100 KB string argument against a
 1 KB one.
 
-Targets (issue 13): (r) wall ≤ 1.0 × (d); (r) execution-thread CPU ≤ 1.5 ×
-(b)'s; 100 KB ≤ 2 × 1 KB.
+Targets (issue 13): (r) wall ≤ 1.0 times (d); (r) execution-thread CPU ≤ 1.5 times
+(b)'s; 100 KB ≤ 2 times 1 KB.
 
 Run: ``.venv/bin/python bench/record.py [--calls N]``.
 """
@@ -133,16 +133,24 @@ async def main(calls: int, big_calls: int) -> None:
     b_wall, b_cpu = median([w for w, _ in bare]), median([c for _, c in bare])
     r_wall, r_cpu = median([w for w, _ in record]), median([c for _, c in record])
     s, g = median(small), median(big)
-    print(f"calls per measurement: {calls} ({big_calls} for the payload sizes), median of {REPEATS}")
+    print(
+        f"calls per measurement: {calls} ({big_calls} for the payload sizes), median of {REPEATS}"
+    )
     print(f"(d) direct + one OpenTelemetry span        {d:8.2f} µs/call")
-    print(f"(b) ctx.call, no plugins, with the drain   {b_wall:8.2f} µs/call   thread CPU {b_cpu:6.2f}")
-    print(f"(r) history + audit + metrics, the drain   {r_wall:8.2f} µs/call   thread CPU {r_cpu:6.2f}")
+    print(
+        f"(b) ctx.call, no plugins, with the drain   {b_wall:8.2f} µs/call   thread CPU {b_cpu:6.2f}"
+    )
+    print(
+        f"(r) history + audit + metrics, the drain   {r_wall:8.2f} µs/call   thread CPU {r_cpu:6.2f}"
+    )
     print(f"    1 KB string argument, record on        {s:8.2f} µs/call")
     print(f"    100 KB string argument, record on      {g:8.2f} µs/call")
     verdict = {True: "met", False: "NOT met"}
     print(f"(r) / (d) wall            = {r_wall / d:5.2f}   target <= 1.0  {verdict[r_wall <= d]}")
     cpu_ratio = r_cpu / b_cpu
-    print(f"(r) / (b) thread CPU      = {cpu_ratio:5.2f}   target <= 1.5  {verdict[cpu_ratio <= 1.5]}")
+    print(
+        f"(r) / (b) thread CPU      = {cpu_ratio:5.2f}   target <= 1.5  {verdict[cpu_ratio <= 1.5]}"
+    )
     print(f"100 KB / 1 KB per call    = {g / s:5.2f}   target <= 2.0  {verdict[g / s <= 2.0]}")
 
 

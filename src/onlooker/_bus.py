@@ -135,6 +135,8 @@ class EventBus:
         self._full: set[AsyncQueue] = set()
         self.congested = False
         """True while some ``block`` observer's queue is full (emitters then wait)."""
+        self.observed = False
+        """True while anything is subscribed: emitters build no event nobody would get."""
         self._task_group: TaskGroup | None = None
         self._drained: anyio.Event | None = None
         self._emitted = 0
@@ -183,22 +185,29 @@ class EventBus:
         if self._task_group is not None:
             self._start_worker(queue)
         self._active = (*self._active, queue)
+        self.observed = True
 
         def dispose() -> None:
             self._active = tuple(q for q in self._active if q is not queue)
             queue.close()
             if queue in self._queues and not queue.started:
                 self._queues.remove(queue)
+            self._refresh_observed()
 
         return Disposable(dispose)
 
     def _subscribe_sync(self, subscriber: Subscriber) -> rx_abc.DisposableBase:
         self._sync = (*self._sync, subscriber)
+        self.observed = True
 
         def dispose() -> None:
             self._sync = tuple(s for s in self._sync if s is not subscriber)
+            self._refresh_observed()
 
         return Disposable(dispose)
+
+    def _refresh_observed(self) -> None:
+        self.observed = bool(self._sync or self._active or self._subject.observers)
 
     def _subscribe_rx(
         self,
@@ -207,7 +216,14 @@ class EventBus:
     ) -> rx_abc.DisposableBase:
         self._rx_count += 1
         guard = _RxGuard(self, f"bus.events#{self._rx_count}", observer)
-        return self._subject.subscribe(guard.on_next, guard.on_error, guard.on_completed)
+        subscription = self._subject.subscribe(guard.on_next, guard.on_error, guard.on_completed)
+        self.observed = True
+
+        def dispose() -> None:
+            subscription.dispose()
+            self._refresh_observed()
+
+        return Disposable(dispose)
 
     # -- emitting ----------------------------------------------------------------
 

@@ -168,7 +168,7 @@ class ExecutionContext:
             _tool_call.reset(token)
         if call.post_steps:
             return await finish_call(call, result)
-        call.close("completed", snapshot(result), None)
+        call.close("completed", result, None)
         return result
 
     # -- questions ----------------------------------------------------------------------

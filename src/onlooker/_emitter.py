@@ -9,6 +9,7 @@ emitter publishes to the engine's bus and to the ``observing()`` scope.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final, Literal, TypedDict, final
 
 from pydantic import JsonValue
@@ -33,6 +34,8 @@ from ._events import (
     _build,
     _now,
     new_id,
+    snapshot,
+    snapshot_object,
 )
 from ._scope import _attribution, _observers, _Scoped
 
@@ -164,16 +167,27 @@ class Emitter:
         assert self._base is not None, "a native execution selects its intent in its context"
         self._base = self._base.model_copy(update={"intent_id": intent_id})
 
-    def _emit(
+    def _audience(self) -> _Scoped | None:
+        """Number the next event; who gets it, or ``None`` when nothing would.
+
+        An event nobody observes is never built (nor its values snapshotted),
+        but it still takes its ``seq``: an observer that subscribes later
+        sees no gap. Nothing follows ``ExecutionFinished`` (a straggler's
+        events are dropped).
+        """
+        if self.finished:
+            return None
+        self._seq += 1
+        scope = _observers.get() if self._scope is None else self._scope
+        return scope if scope or self._bus.observed else None
+
+    def _publish(
         self,
         cls: type[ExecutionEvent],
         fields: _Fields,
+        scope: _Scoped,
         attribution: Attribution | None = None,
     ) -> None:
-        if self.finished:  # nothing follows ExecutionFinished (a straggler's events are dropped)
-            return
-        seq = self._seq
-        self._seq = seq + 1
         if attribution is None:
             attribution = _attribution.get() if self._base is None else self.attribution()
         # Envelope first, in the models' field order: pydantic serializes ``__dict__``
@@ -181,15 +195,18 @@ class Emitter:
         values: dict[str, Any] = {
             "event_id": new_id(),
             "execution_id": self.execution_id,
-            "seq": seq,
+            "seq": self._seq - 1,
             "at": _now(),
             "attribution": attribution,
             "schema_version": SCHEMA_VERSION,
             **fields,
         }
-        self._bus.emit(
-            _build(cls, values), _observers.get() if self._scope is None else self._scope
-        )
+        self._bus.emit(_build(cls, values), scope)
+
+    def _emit(self, cls: type[ExecutionEvent], fields: _Fields) -> None:
+        scope = self._audience()
+        if scope is not None:
+            self._publish(cls, fields, scope)
 
     # -- one typed method per kind ---------------------------------------------------
 
@@ -212,12 +229,22 @@ class Emitter:
         *,
         tool_call_id: str,
         tool: str,
-        args: dict[str, JsonValue],
+        args: Mapping[str, Any],
         attribution: Attribution | None = None,
     ) -> None:
-        self._emit(
+        """``ToolCallStarted``; ``args`` are snapshotted only if someone observes."""
+        scope = self._audience()
+        if scope is None:
+            return
+        self._publish(
             ToolCallStarted,
-            {"kind": "ToolCallStarted", "tool_call_id": tool_call_id, "tool": tool, "args": args},
+            {
+                "kind": "ToolCallStarted",
+                "tool_call_id": tool_call_id,
+                "tool": tool,
+                "args": snapshot_object(args),
+            },
+            scope,
             attribution,
         )
 
@@ -227,24 +254,29 @@ class Emitter:
         tool_call_id: str,
         tool: str,
         status: ToolCallStatus,
-        result: JsonValue,
+        result: object,
         error: ErrorInfo | None,
         duration_ms: float,
-        metadata: dict[str, JsonValue],
+        metadata: Mapping[str, Any] | None,
         attribution: Attribution | None = None,
     ) -> None:
-        self._emit(
+        """``ToolCallFinished``; ``result`` and ``metadata`` are snapshotted only if observed."""
+        scope = self._audience()
+        if scope is None:
+            return
+        self._publish(
             ToolCallFinished,
             {
                 "kind": "ToolCallFinished",
                 "tool_call_id": tool_call_id,
                 "tool": tool,
                 "status": status,
-                "result": result,
+                "result": snapshot(result),
                 "error": error,
                 "duration_ms": duration_ms,
-                "metadata": metadata,
+                "metadata": snapshot_object(metadata) if metadata else {},
             },
+            scope,
             attribution,
         )
 

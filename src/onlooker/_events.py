@@ -340,14 +340,19 @@ def snapshot(value: object) -> JsonValue:
     """A JSON-compatible deep copy of ``value``.
 
     Events hold snapshots: mutating the dict a tool received, or what it
-    returned, after the event was emitted never changes the event. Plain JSON
-    shapes are copied by a fast path; anything else (models, dataclasses,
-    paths, ...) goes through pydantic's JSON conversion. A value that cannot
-    be copied (a cycle, a failing ``__repr__``) becomes a string saying so:
-    a snapshot never fails the event that carries it.
+    returned, after the event was emitted never changes the event. The copy
+    is pydantic-core's JSON conversion (models, dataclasses, paths, ... as
+    pydantic serializes them; anything else by its ``repr``). A value it
+    cannot convert (a cycle, a failing ``__repr__``, undecodable bytes) is
+    copied part by part instead, each part that fails becoming a string
+    saying so: a snapshot never fails the event that carries it.
     """
     if isinstance(value, _SCALARS):
         return value  # immutable scalars are their own snapshot
+    try:
+        return to_jsonable_python(value, fallback=repr)  # type: ignore[no-any-return]
+    except Exception:
+        pass
     try:
         return _copy(value)
     except Exception as exc:  # a cycle: the whole value is marked

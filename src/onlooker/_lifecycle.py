@@ -31,7 +31,7 @@ from pydantic import JsonValue
 from ._bus import EventBus
 from ._emitter import Emitter
 from ._errors import HookAbortError, ToolBlockedError
-from ._events import ErrorInfo, ToolCallStatus, snapshot, snapshot_object
+from ._events import ErrorInfo, ToolCallStatus
 from ._hooks import (
     HookAction,
     HookPlans,
@@ -127,7 +127,7 @@ class CallState:
     def close(
         self,
         status: ToolCallStatus,
-        result: JsonValue,
+        result: object,
         error: ErrorInfo | None,
         duration_ms: float | None = None,
     ) -> None:
@@ -144,7 +144,7 @@ class CallState:
             duration_ms=(perf_counter() - self.began) * 1000.0
             if duration_ms is None
             else duration_ms,
-            metadata=snapshot_object(self.metadata) if self.metadata else {},
+            metadata=self.metadata,
             attribution=self.attribution,
         )
 
@@ -205,7 +205,7 @@ def open_call(
         emitter.tool_call_started(
             tool_call_id=tool_call_id,
             tool=tool,
-            args=snapshot_object(call.input),
+            args=call.input,
             attribution=call.attribution,
         )
     except BaseException as exc:  # an observer's KeyboardInterrupt: still close the pair
@@ -276,7 +276,7 @@ def _start(call: CallState) -> None:
     call.emitter.tool_call_started(
         tool_call_id=call.tool_call_id,
         tool=call.tool,
-        args=snapshot_object(call.input),
+        args=call.input,
         attribution=call.attribution,
     )
 
@@ -305,7 +305,7 @@ async def finish_call(call: CallState, output: Any, *, duration_ms: float | None
         except BaseException as exc:
             call.close("cancelled", None, error_info(exc), duration_ms)
             raise
-    call.close("completed", snapshot(output), None, duration_ms)
+    call.close("completed", output, None, duration_ms)
     return output
 
 

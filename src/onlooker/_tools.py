@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, TypeVar, final, get_type_hints, overload
+from typing import Any, Final, Generic, ParamSpec, TypeVar, final, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
@@ -58,6 +58,7 @@ class Tool(Generic[P, R_co]):
     __slots__ = (
         "__wrapped__",
         "_params_model",
+        "_scalars",
         "description",
         "edits",
         "fn",
@@ -89,6 +90,7 @@ class Tool(Generic[P, R_co]):
         self.edits = edits
         self.is_async = inspect.iscoroutinefunction(fn)
         self._params_model = _params_model(fn, self.name)
+        self._scalars = _scalar_parameters(self._params_model)
         for role, arg in (("reads", reads), ("writes", writes), ("edits", edits)):
             if arg is not None and arg not in self._params_model.model_fields:
                 raise ValueError(
@@ -122,6 +124,16 @@ class Tool(Generic[P, R_co]):
         self, args: Mapping[str, object], *, hook: str | None = None
     ) -> dict[str, Any]:
         """Validate and coerce ``args`` against the signature; raises ``ToolInputError``."""
+        scalars = self._scalars
+        if scalars is not None and len(args) == len(scalars):
+            # Every parameter given, each exactly of its declared scalar type: pydantic
+            # would return the same values, so they need no validation (nor a copy
+            # beyond the dict: scalars are immutable).
+            for name, value in args.items():
+                if scalars.get(name) is not type(value):
+                    break
+            else:
+                return dict(args)
         try:
             validated = self._params_model.__pydantic_validator__.validate_python(args)
         except ValidationError as exc:
@@ -153,6 +165,25 @@ class Tool(Generic[P, R_co]):
         if inspect.isawaitable(result):
             return await result
         return result
+
+
+_EXACT_SCALARS: Final = (str, int, float, bool)
+
+
+def _scalar_parameters(model: type[BaseModel]) -> dict[str, type] | None:
+    """Each parameter's type when every one is a plain ``str``/``int``/``float``/``bool``.
+
+    ``None`` when any is not (a constrained, optional or compound type) or the
+    tool takes ``**kwargs``: its arguments always go through validation.
+    """
+    if model.model_config.get("extra") != "forbid":
+        return None
+    types: dict[str, type] = {}
+    for name, field in model.model_fields.items():
+        if field.annotation not in _EXACT_SCALARS or field.metadata:
+            return None
+        types[name] = field.annotation  # type: ignore[assignment]  # one of _EXACT_SCALARS
+    return types
 
 
 def _params_model(fn: Callable[..., Any], tool_name: str) -> type[BaseModel]:
