@@ -264,7 +264,7 @@ class ExecutionEngine:
         for run in list(self._runs.values()):
             run.scope.cancel()
         for run in list(self._runs.values()):
-            await run.done.wait()
+            await run.wait_ended()
 
     def _require_running(self) -> TaskGroup:
         if self._state != "running" or self._task_group is None:
@@ -385,8 +385,8 @@ class ExecutionEngine:
         if run is None:
             return self._finished_result(execution_id)
         run.scope.cancel()
-        await run.done.wait()
-        assert run.result is not None  # _run_detached sets it before done
+        await run.wait_ended()
+        assert run.result is not None  # _run_detached sets it before the end
         return run.result
 
     async def _spawn(
@@ -520,7 +520,7 @@ class ExecutionEngine:
             while len(self._finished) > self._keep_results:
                 self._finished.popitem(last=False)
             run.deliver(result)
-            run.done.set()
+            run.end()
 
     async def _run_execution(
         self,
