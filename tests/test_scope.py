@@ -46,8 +46,14 @@ class Stop(BaseException):
 
 
 class TestObserving:
-    def test_emit_event_without_scope_is_a_no_op(self) -> None:
-        emit_event(event())  # nothing in scope: nothing happens, nothing raises
+    def test_emit_event_without_scope_is_a_no_op(self, caplog: pytest.LogCaptureFixture) -> None:
+        closed = RecordingObserver()
+        with observing(closed):
+            pass
+        with caplog.at_level(logging.DEBUG, logger="onlooker"):
+            emit_event(event())  # nothing in scope: nothing happens, nothing raises
+        assert closed.events == [], "a scope that has ended receives nothing"
+        assert caplog.records == []
 
     def test_sync_scope(self) -> None:
         recorder = RecordingObserver()
