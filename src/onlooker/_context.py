@@ -21,7 +21,6 @@ from ._events import (
     Trigger,
     child_attribution,
     new_id,
-    snapshot,
     snapshot_object,
     spawn_trigger,
 )
@@ -190,7 +189,7 @@ class ExecutionContext:
         self._emitter.interaction_started(
             interaction_id=interaction_id,
             message=message,
-            requested_schema=requested,
+            requested_schema=schema,
             mode=run.mode,
         )
         try:
@@ -225,7 +224,7 @@ class ExecutionContext:
         self._emitter.interaction_resolved(
             interaction_id=interaction_id,
             status=response.status,
-            response=snapshot(response.content),
+            response=response.content,
             error=None,
         )
         return response

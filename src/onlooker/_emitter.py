@@ -203,25 +203,25 @@ class Emitter:
         }
         self._bus.emit(_build(cls, values), scope)
 
-    def _emit(self, cls: type[ExecutionEvent], fields: _Fields) -> None:
-        scope = self._audience()
-        if scope is not None:
-            self._publish(cls, fields, scope)
-
     # -- one typed method per kind ---------------------------------------------------
 
     def execution_started(
-        self, *, program: str, trigger: Trigger, owner: str | None, input: JsonValue
+        self, *, program: str, trigger: Trigger, owner: str | None, input: object
     ) -> None:
-        self._emit(
+        """``ExecutionStarted``; ``input`` is snapshotted only if someone observes."""
+        scope = self._audience()
+        if scope is None:
+            return
+        self._publish(
             ExecutionStarted,
             {
                 "kind": "ExecutionStarted",
                 "program": program,
                 "trigger": trigger,
                 "owner": owner,
-                "input": input,
+                "input": snapshot(input),
             },
+            scope,
         )
 
     def tool_call_started(
@@ -285,18 +285,25 @@ class Emitter:
         *,
         interaction_id: str,
         message: str,
-        requested_schema: dict[str, JsonValue] | None,
+        requested_schema: Mapping[str, Any] | None,
         mode: InteractionMode,
     ) -> None:
-        self._emit(
+        """``InteractionStarted``; the schema is snapshotted only if someone observes."""
+        scope = self._audience()
+        if scope is None:
+            return
+        self._publish(
             InteractionStarted,
             {
                 "kind": "InteractionStarted",
                 "interaction_id": interaction_id,
                 "message": message,
-                "requested_schema": requested_schema,
+                "requested_schema": (
+                    None if requested_schema is None else snapshot_object(requested_schema)
+                ),
                 "mode": mode,
             },
+            scope,
         )
 
     def interaction_resolved(
@@ -304,36 +311,48 @@ class Emitter:
         *,
         interaction_id: str,
         status: InteractionStatus,
-        response: JsonValue,
+        response: object,
         error: ErrorInfo | None,
     ) -> None:
-        self._emit(
+        """``InteractionResolved``; ``response`` is snapshotted only if someone observes."""
+        scope = self._audience()
+        if scope is None:
+            return
+        self._publish(
             InteractionResolved,
             {
                 "kind": "InteractionResolved",
                 "interaction_id": interaction_id,
                 "status": status,
-                "response": response,
+                "response": snapshot(response),
                 "error": error,
             },
+            scope,
         )
 
     def execution_finished(
         self,
         *,
         status: ExecutionStatus,
-        result: JsonValue,
+        result: object,
         error: ErrorInfo | None,
         duration_ms: float,
     ) -> None:
-        self._emit(
-            ExecutionFinished,
-            {
-                "kind": "ExecutionFinished",
-                "status": status,
-                "result": result,
-                "error": error,
-                "duration_ms": duration_ms,
-            },
-        )
+        """``ExecutionFinished``; ``result`` is snapshotted only if someone observes.
+
+        Nothing is emitted after it.
+        """
+        scope = self._audience()
+        if scope is not None:
+            self._publish(
+                ExecutionFinished,
+                {
+                    "kind": "ExecutionFinished",
+                    "status": status,
+                    "result": snapshot(result),
+                    "error": error,
+                    "duration_ms": duration_ms,
+                },
+                scope,
+            )
         self.finished = True

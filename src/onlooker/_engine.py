@@ -1,12 +1,16 @@
-"""ExecutionEngine: runs programs, owns the bus, the plugins and detached executions."""
+"""ExecutionEngine: runs programs, owns the bus, the plugins and detached executions.
+
+The engine is the front door; its parts live beside it: running one
+execution in ``_execution``, detached (pausable) executions in ``_pauses``,
+starting the plugins in ``_install``, tracked executions' ids in ``_tracking``.
+"""
 
 from __future__ import annotations
 
+import enum
 import logging
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack, suppress
-from time import perf_counter
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
@@ -15,32 +19,21 @@ from anyio.abc import TaskGroup
 from pydantic import JsonValue
 
 from ._bus import DEFAULT_SHUTDOWN_TIMEOUT, EventBus, check_timeout
-from ._context import ExecutionContext, Program, _current, _tool_call
-from ._emitter import Emitter
-from ._errors import (
-    ExecutionExpiredError,
-    ExecutionNotPausedError,
-    HookAbortError,
-    OnlookerError,
-    PluginError,
-    TrackingError,
-    UnknownExecutionError,
-)
-from ._events import Attribution, ErrorInfo, Trigger, as_trigger, new_id, snapshot
+from ._context import Program
+from ._errors import PluginError, TrackingError
+from ._events import Trigger, as_trigger, new_id
+from ._execution import child_runner, root_attribution, run_execution
 from ._hooks import HookMatcher, HookPlans
+from ._install import install_plugins
 from ._lifecycle import Runtime
-from ._plugin import Plugin, PluginContext
-from ._results import (
-    ElicitationHandler,
-    ExecutionResult,
-    InteractionResponse,
-    PausedExecution,
-    error_info,
-)
-from ._run import DetachedRun, RunPhase, RunState
-from ._scope import _attribution, _observers
+from ._pauses import DetachedRuns
+from ._plugin import Plugin
+from ._results import ElicitationHandler, ExecutionResult, InteractionResponse, PausedExecution
+from ._run import RunState
+from ._scope import _observers
 from ._tools import Tool, ToolDeclaration, ToolRegistry
-from ._tracked import TrackedExecution, track
+from ._tracked import TrackedExecution
+from ._tracking import TrackedRuns, track
 
 __all__ = ["ExecutionEngine"]
 
@@ -51,9 +44,20 @@ Ext = TypeVar("Ext")
 
 DEFAULT_PAUSE_TIMEOUT: Final = 3600.0
 DEFAULT_KEEP_RESULTS: Final = 1024
-ENGINE_CLOSED: Final = ErrorInfo(
-    type="EngineClosed", message="the engine closed while the execution was open", cause="interrupt"
-)
+
+
+class EnginePhase(enum.Enum):
+    """Where an engine stands: ``NEW`` → ``STARTING`` → ``RUNNING`` → ``CLOSING`` → ``CLOSED``.
+
+    An engine runs once: it never goes back. A failed start goes straight
+    to ``CLOSED``.
+    """
+
+    NEW = "new"
+    STARTING = "starting"
+    RUNNING = "running"
+    CLOSING = "closing"
+    CLOSED = "closed"
 
 
 class ExecutionEngine:
@@ -97,32 +101,32 @@ class ExecutionEngine:
         self.bus: EventBus = bus if bus is not None else EventBus()
         """The engine's event bus: subscribe observers, or use ``bus.events`` with Rx."""
         self._runtime = Runtime(self.bus, self._tools, HookPlans(self._own_hooks), self.extension)
-        self._keep_results = keep_results
         self._extensions: dict[str, Any] = {}
-        self._runs: dict[str, DetachedRun] = {}
-        self._tracked: dict[str, TrackedExecution] = {}  # open tracked roots (closed with us)
-        self._open_ids: set[str] = set()  # every open tracked execution, children too
-        self._closed_ids: OrderedDict[str, None] = OrderedDict()  # recent ones, not to reuse
-        self._finished: OrderedDict[str, ExecutionResult[Any]] = OrderedDict()
+        self._spawn = child_runner(self._runtime)
+        self._detached = DetachedRuns(self._runtime, self._spawn, keep_results=keep_results)
+        self._tracked = TrackedRuns(keep_closed=keep_results)
         self._task_group: TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
-        self._state = "new"
+        self._phase = EnginePhase.NEW
 
     # -- lifecycle ----------------------------------------------------------------
 
     async def __aenter__(self) -> ExecutionEngine:
-        if self._state != "new":
-            raise RuntimeError(f"this engine is {self._state}; an engine runs once")
-        self._state = "starting"
+        if self._phase is not EnginePhase.NEW:
+            raise RuntimeError(f"this engine is {self._phase.value}; an engine runs once")
+        self._phase = EnginePhase.STARTING
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
         try:
             self._stack = AsyncExitStack()
-            await self._start_plugins(self._stack)
+            extra_hooks = await install_plugins(
+                self._plugins, self._extensions, tools=self._tools, bus=self.bus, stack=self._stack
+            )
+            self._runtime.hooks.replace(self._own_hooks + tuple(extra_hooks))
             self.bus._start(task_group)
         except BaseException as exc:
-            self._state = "closed"
+            self._phase = EnginePhase.CLOSED
             with anyio.CancelScope(shield=True):
                 if self._stack is not None:
                     await self._stack.aclose()
@@ -130,49 +134,8 @@ class ExecutionEngine:
             with suppress(BaseExceptionGroup):
                 await task_group.__aexit__(None, None, None)
             raise exc  # not `from None`, which would drop a PluginError's cause
-        self._state = "running"
+        self._phase = EnginePhase.RUNNING
         return self
-
-    async def _start_plugins(self, stack: AsyncExitStack) -> None:
-        seen: set[str] = set()
-        for plugin in self._plugins:
-            if not isinstance(plugin, Plugin):
-                raise PluginError(f"not a plugin (use define_plugin): {plugin!r}")
-            if plugin.id in seen:
-                raise PluginError(f"two plugins have the id {plugin.id!r}", plugin_id=plugin.id)
-            seen.add(plugin.id)
-        extra_hooks: list[HookMatcher] = []
-        for plugin in self._plugins:
-            ext: Any = None
-            try:
-                if plugin.extension is not None:
-                    context = PluginContext(
-                        plugin_id=plugin.id,
-                        logger=logging.getLogger(f"onlooker.plugins.{plugin.id}"),
-                        tools=self._tools,
-                        bus=self.bus,
-                    )
-                    ext = plugin.extension(context)
-                    if hasattr(ext, "__aenter__") and hasattr(ext, "__aexit__"):
-                        ext = await stack.enter_async_context(ext)
-                self._extensions[plugin.id] = ext
-                if plugin.observer is not None:
-                    self.bus.subscribe(
-                        plugin.observer(ext),
-                        name=plugin.id,
-                        overflow=plugin.overflow,
-                        queue_size=plugin.queue_size,
-                        stall_timeout=plugin.stall_timeout,
-                    )
-                if plugin.hooks is not None:
-                    extra_hooks.extend(plugin.hooks(ext))
-            except OnlookerError:
-                raise  # already a clear, typed error (HistoryError naming the URL, ...)
-            except Exception as exc:
-                raise PluginError(
-                    f"plugin {plugin.id!r} failed to start: {exc}", plugin_id=plugin.id
-                ) from exc
-        self._runtime.hooks.replace(self._own_hooks + tuple(extra_hooks))
 
     async def __aexit__(
         self,
@@ -191,15 +154,15 @@ class ExecutionEngine:
     ) -> bool:
         task_group = self._task_group
         assert task_group is not None, "__aexit__ without __aenter__"
-        if self._state == "closed":  # aclose() inside the block closed it already
+        if self._phase is EnginePhase.CLOSED:  # aclose() inside the block closed it already
             return False
-        self._state = "closing"
+        self._phase = EnginePhase.CLOSING
         close_error: BaseException | None = None
         try:
             await self._shut_down(grace)
         except BaseException as error:
             close_error = error
-        self._state = "closed"
+        self._phase = EnginePhase.CLOSED
         cancelled = exc is not None and isinstance(exc, anyio.get_cancelled_exc_class())
         try:
             if exc is None or cancelled:
@@ -226,7 +189,7 @@ class ExecutionEngine:
 
         ``shutdown_timeout`` replaces the engine's own for this close.
         """
-        if self._state in ("new", "closing", "closed"):
+        if self._phase in (EnginePhase.NEW, EnginePhase.CLOSING, EnginePhase.CLOSED):
             return
         grace = (
             self.shutdown_timeout
@@ -244,8 +207,8 @@ class ExecutionEngine:
         with anyio.CancelScope(shield=True):
             deadline = anyio.current_time() + grace
             with anyio.move_on_after(grace) as waited:
-                self._finish_tracked()
-                await self._cancel_detached()
+                self._tracked.close_all()
+                await self._detached.cancel_all()
             if waited.cancelled_caught:
                 logger.error(
                     "closing the engine: detached executions still running after %g s "
@@ -256,22 +219,12 @@ class ExecutionEngine:
             if self._stack is not None:
                 await self._stack.aclose()
 
-    def _finish_tracked(self) -> None:
-        for run in list(self._tracked.values()):
-            run.finish_nowait("cancelled", error=ENGINE_CLOSED)
-
-    async def _cancel_detached(self) -> None:
-        for run in list(self._runs.values()):
-            run.scope.cancel()
-        for run in list(self._runs.values()):
-            await run.wait_ended()
-
     def _require_running(self) -> TaskGroup:
-        if self._state != "running" or self._task_group is None:
+        if self._phase is not EnginePhase.RUNNING or self._task_group is None:
             raise RuntimeError(
                 "the engine is not running: use `async with ExecutionEngine(...) as engine:`"
-                if self._state == "new"
-                else f"the engine is {self._state}"
+                if self._phase is EnginePhase.NEW
+                else f"the engine is {self._phase.value}"
             )
         return self._task_group
 
@@ -315,11 +268,13 @@ class ExecutionEngine:
         """
         self._require_running()
         run = RunState(new_id(), mode="inline", on_elicitation=on_elicitation)
-        return await self._run_execution(
+        return await run_execution(
+            self._runtime,
+            self._spawn,
             program,
             run,
             run.root_id,
-            self._root_attribution(),
+            root_attribution(),
             as_trigger(trigger),
             owner=owner,
             input=input,
@@ -338,22 +293,15 @@ class ExecutionEngine:
         The detached task keeps the observers in scope here, whoever resumes it.
         """
         task_group = self._require_running()
-        run = DetachedRun(new_id(), pause_timeout=self.pause_timeout)
-        self._runs[run.root_id] = run
-        scoped = _observers.get()
-        attribution = self._root_attribution()
-        task_group.start_soon(
-            self._run_detached,
+        return await self._detached.start(
+            task_group,
             program,
-            run,
-            scoped,
-            attribution,
-            as_trigger(trigger),
-            owner,
-            input,
-            name=f"onlooker execution {run.root_id}",
+            pause_timeout=self.pause_timeout,
+            attribution=root_attribution(),
+            trigger=as_trigger(trigger),
+            owner=owner,
+            input=input,
         )
-        return await run.next_outcome()
 
     async def resume(
         self, execution_id: str, response: InteractionResponse
@@ -368,38 +316,11 @@ class ExecutionEngine:
             raise TypeError(
                 f"response must be an InteractionResponse, not {type(response).__name__}"
             )
-        run = self._runs.get(execution_id)
-        if run is None:
-            return self._finished_result(execution_id)
-        if run.phase is not RunPhase.PAUSED or run.pending is None:
-            raise ExecutionNotPausedError(
-                f"execution {execution_id!r} is not paused (it is {run.phase.value})",
-                execution_id=execution_id,
-            )
-        run.answering(response)
-        return await run.next_outcome()
+        return await self._detached.resume(execution_id, response)
 
     async def cancel(self, execution_id: str) -> ExecutionResult[Any]:
         """Cancel a paused or running detached execution; return its final result."""
-        run = self._runs.get(execution_id)
-        if run is None:
-            return self._finished_result(execution_id)
-        run.scope.cancel()
-        await run.wait_ended()
-        assert run.result is not None  # _run_detached sets it before the end
-        return run.result
-
-    async def _spawn(
-        self,
-        program: Program[Any],
-        run: RunState,
-        attribution: Attribution,
-        trigger: Trigger,
-        input: JsonValue,
-    ) -> ExecutionResult[Any]:
-        return await self._run_execution(
-            program, run, new_id(), attribution, trigger, owner=None, input=input
-        )
+        return await self._detached.cancel(execution_id)
 
     # -- tracked executions ------------------------------------------------------
 
@@ -429,37 +350,29 @@ class ExecutionEngine:
             input=input,
             owner=owner,
             execution_id=execution_id,
-            attribution=self._root_attribution(),
+            attribution=root_attribution(),
             scope=_observers.get(),
             on_start=self._tracked_started,
-            on_close=self._tracked_closed,
+            on_close=self._tracked.closed,
         )
 
     def _tracked_started(self, run: TrackedExecution) -> None:
         """Before a tracked run (root or child) emits its start: its id must be free."""
         execution_id = run.execution_id
-        if self._state != "running":
+        if self._phase is not EnginePhase.RUNNING:
             raise TrackingError(
-                f"cannot start tracked execution {execution_id!r}: the engine is {self._state}",
+                f"cannot start tracked execution {execution_id!r}: "
+                f"the engine is {self._phase.value}",
                 execution_id=execution_id,
             )
         self._check_free(execution_id)
-        self._open_ids.add(execution_id)
-        if run.parent is None:
-            self._tracked[execution_id] = run
-
-    def _tracked_closed(self, run: TrackedExecution) -> None:
-        self._open_ids.discard(run.execution_id)
-        self._tracked.pop(run.execution_id, None)
-        self._closed_ids[run.execution_id] = None
-        while len(self._closed_ids) > self._keep_results:
-            self._closed_ids.popitem(last=False)
+        self._tracked.opened(run)
 
     def _check_free(self, execution_id: str) -> None:
         """An execution id names one execution: not one running, nor one recently finished."""
-        if execution_id in self._open_ids or execution_id in self._runs:
+        if self._tracked.is_open(execution_id) or self._detached.is_open(execution_id):
             problem = "is already used by a running execution"
-        elif execution_id in self._closed_ids or execution_id in self._finished:
+        elif self._tracked.has_finished(execution_id) or self._detached.has_finished(execution_id):
             problem = "was used by an execution that has finished"
         else:
             return
@@ -473,149 +386,6 @@ class ExecutionEngine:
         is harmless; a conflicting declaration is a ``ValueError``.
         """
         self._tools.declare(declaration)
-
-    def _finished_result(self, execution_id: str) -> ExecutionResult[Any]:
-        result = self._finished.get(execution_id)
-        if result is None:
-            raise UnknownExecutionError(
-                f"no execution with id {execution_id!r}", execution_id=execution_id
-            )
-        return result
-
-    def _root_attribution(self) -> Attribution:
-        current = _attribution.get()
-        if (
-            current.depth == 0
-            and current.parent_execution_id is None
-            and current.parent_tool_call_id is None
-        ):
-            return current
-        return Attribution(
-            task_id=current.task_id, phase=current.phase, intent_id=current.intent_id
-        )
-
-    async def _run_detached(
-        self,
-        program: Program[Any],
-        run: DetachedRun,
-        scoped: Any,
-        attribution: Attribution,
-        trigger: Trigger,
-        owner: str | None,
-        input: JsonValue,
-    ) -> None:
-        # The scope captured at execute_with_pause, whichever task resumes us.
-        _observers.set(scoped)
-        try:
-            with run.scope:
-                await self._run_execution(
-                    program, run, run.root_id, attribution, trigger, owner=owner, input=input
-                )
-        finally:
-            run.phase = RunPhase.FINISHED
-            self._runs.pop(run.root_id, None)
-            result = run.result or ExecutionResult(run.root_id, "cancelled")
-            run.result = result
-            self._finished[run.root_id] = result
-            while len(self._finished) > self._keep_results:
-                self._finished.popitem(last=False)
-            run.deliver(result)
-            run.end()
-
-    async def _run_execution(
-        self,
-        program: Program[T],
-        run: RunState,
-        execution_id: str,
-        attribution: Attribution,
-        trigger: Trigger,
-        *,
-        owner: str | None,
-        input: JsonValue,
-    ) -> ExecutionResult[T]:
-        name = (
-            getattr(program, "__qualname__", None)
-            or getattr(program, "__name__", None)
-            or repr(program)
-        )
-        emitter = Emitter(self.bus, execution_id)
-        ctx = ExecutionContext(
-            self._runtime, run, emitter, self._spawn, attribution, name, trigger, input
-        )
-        attribution_token = _attribution.set(attribution)
-        context_token = _current.set(ctx)
-        call_token = _tool_call.set(None)
-        began = perf_counter()
-        try:
-            try:
-                emitter.execution_started(
-                    program=name, trigger=trigger, owner=owner, input=snapshot(input)
-                )
-                if self.bus.congested:
-                    await self.bus.wait_for_space()
-                value = await program(ctx)
-            except BaseException as exc:
-                result: ExecutionResult[T] = ExecutionResult(
-                    execution_id, _failure_status(exc, run), None, _error_of(exc, run), _ms(began)
-                )
-                if execution_id == run.root_id:
-                    run.result = result
-                _execution_finished(emitter, result)
-                if not isinstance(exc, Exception):
-                    raise
-                return result
-            if run.aborted is not None or run.expired:
-                reason = run.aborted or ExecutionExpiredError(
-                    "the execution expired", execution_id=run.root_id
-                )
-                result = ExecutionResult(
-                    execution_id,
-                    _failure_status(reason, run),
-                    None,
-                    _error_of(reason, run),
-                    _ms(began),
-                )
-            else:
-                result = ExecutionResult(execution_id, "completed", value, None, _ms(began))
-            if execution_id == run.root_id:
-                run.result = result
-            _execution_finished(emitter, result)
-            return result
-        finally:
-            _tool_call.reset(call_token)
-            _current.reset(context_token)
-            _attribution.reset(attribution_token)
-
-
-def _execution_finished(emitter: Emitter, result: ExecutionResult[Any]) -> None:
-    emitter.execution_finished(
-        status=result.status,
-        result=snapshot(result.value) if result.status == "completed" else None,
-        error=result.error,
-        duration_ms=result.duration_ms,
-    )
-
-
-def _failure_status(exc: BaseException, run: RunState) -> Any:
-    if not isinstance(exc, Exception):
-        return "cancelled"
-    if run.expired and run.aborted is None:
-        return "expired"
-    return "failed"
-
-
-def _error_of(exc: BaseException, run: RunState) -> Any:
-    if (
-        isinstance(exc, Exception)
-        and run.aborted is not None
-        and not isinstance(exc, HookAbortError)
-    ):
-        return error_info(run.aborted)  # a caught abort still decides the outcome
-    return error_info(exc)
-
-
-def _ms(began: float) -> float:
-    return (perf_counter() - began) * 1000.0
 
 
 def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:

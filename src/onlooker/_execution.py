@@ -1,0 +1,157 @@
+"""Running one native execution: its context, its events, its result.
+
+``engine.execute``, a detached run of ``execute_with_pause`` and
+``ctx.spawn`` all end in :func:`run_execution`: it emits
+``ExecutionStarted``, awaits the program, and emits ``ExecutionFinished``
+with the result it returns, whatever happens.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+from typing import Any, TypeVar
+
+from pydantic import JsonValue
+
+from ._context import ExecutionContext, Program, Spawn, _current, _tool_call
+from ._emitter import Emitter
+from ._errors import ExecutionExpiredError, HookAbortError
+from ._events import Attribution, ErrorInfo, ExecutionStatus, Trigger, new_id
+from ._lifecycle import Runtime
+from ._results import ExecutionResult, error_info
+from ._run import RunState
+from ._scope import _attribution
+
+__all__ = ["child_runner", "root_attribution", "run_execution"]
+
+T = TypeVar("T")
+
+
+async def run_execution(
+    runtime: Runtime,
+    spawn: Spawn,
+    program: Program[T],
+    run: RunState,
+    execution_id: str,
+    attribution: Attribution,
+    trigger: Trigger,
+    *,
+    owner: str | None,
+    input: JsonValue,
+) -> ExecutionResult[T]:
+    """Run ``program`` as execution ``execution_id`` of ``run``; return its result.
+
+    A failing program is a ``failed`` result (``expired`` after its pause
+    timed out); a cancellation is emitted ``cancelled`` and propagates. A
+    hook's ``ABORT`` decides the outcome even if the program caught it.
+    ``spawn`` is how the execution's context runs its children.
+    """
+    name = _name_of(program)
+    emitter = Emitter(runtime.bus, execution_id)
+    ctx = ExecutionContext(runtime, run, emitter, spawn, attribution, name, trigger, input)
+    attribution_token = _attribution.set(attribution)
+    context_token = _current.set(ctx)
+    call_token = _tool_call.set(None)
+    began = perf_counter()
+    try:
+        try:
+            emitter.execution_started(program=name, trigger=trigger, owner=owner, input=input)
+            if runtime.bus.congested:
+                await runtime.bus.wait_for_space()
+            value = await program(ctx)
+        except BaseException as exc:
+            result: ExecutionResult[T] = ExecutionResult(
+                execution_id, _failure_status(exc, run), None, _error_of(exc, run), _ms(began)
+            )
+            _finish(emitter, run, result)
+            if not isinstance(exc, Exception):
+                raise
+            return result
+        result = _returned(execution_id, value, run, began)
+        _finish(emitter, run, result)
+        return result
+    finally:
+        _tool_call.reset(call_token)
+        _current.reset(context_token)
+        _attribution.reset(attribution_token)
+
+
+def child_runner(runtime: Runtime) -> Spawn:
+    """The ``Spawn`` with which the executions of ``runtime`` run children (``ctx.spawn``)."""
+
+    async def spawn(
+        program: Program[Any],
+        run: RunState,
+        attribution: Attribution,
+        trigger: Trigger,
+        input: JsonValue,
+    ) -> ExecutionResult[Any]:
+        return await run_execution(
+            runtime, spawn, program, run, new_id(), attribution, trigger, owner=None, input=input
+        )
+
+    return spawn
+
+
+def root_attribution() -> Attribution:
+    """The attribution of a root execution started here: the context's task, phase, intent."""
+    current = _attribution.get()
+    if (
+        current.depth == 0
+        and current.parent_execution_id is None
+        and current.parent_tool_call_id is None
+    ):
+        return current
+    return Attribution(task_id=current.task_id, phase=current.phase, intent_id=current.intent_id)
+
+
+def _name_of(program: object) -> str:
+    return (
+        getattr(program, "__qualname__", None)
+        or getattr(program, "__name__", None)
+        or repr(program)
+    )
+
+
+def _returned(execution_id: str, value: T, run: RunState, began: float) -> ExecutionResult[T]:
+    """The result of a program that returned: ``completed``, unless aborted or expired."""
+    if run.aborted is None and not run.expired:
+        return ExecutionResult(execution_id, "completed", value, None, _ms(began))
+    reason = run.aborted or ExecutionExpiredError("the execution expired", execution_id=run.root_id)
+    return ExecutionResult(
+        execution_id, _failure_status(reason, run), None, _error_of(reason, run), _ms(began)
+    )
+
+
+def _finish(emitter: Emitter, run: RunState, result: ExecutionResult[Any]) -> None:
+    """Record a root's result on its run, then emit ``ExecutionFinished``."""
+    if result.execution_id == run.root_id:
+        run.result = result
+    emitter.execution_finished(
+        status=result.status,
+        result=result.value if result.status == "completed" else None,
+        error=result.error,
+        duration_ms=result.duration_ms,
+    )
+
+
+def _failure_status(exc: BaseException, run: RunState) -> ExecutionStatus:
+    if not isinstance(exc, Exception):
+        return "cancelled"
+    if run.expired and run.aborted is None:
+        return "expired"
+    return "failed"
+
+
+def _error_of(exc: BaseException, run: RunState) -> ErrorInfo:
+    if (
+        isinstance(exc, Exception)
+        and run.aborted is not None
+        and not isinstance(exc, HookAbortError)
+    ):
+        return error_info(run.aborted)  # a caught abort still decides the outcome
+    return error_info(exc)
+
+
+def _ms(began: float) -> float:
+    return (perf_counter() - began) * 1000.0

@@ -1,0 +1,83 @@
+"""Installing an engine's plugins: their extensions, observers and hooks, in order."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+from ._bus import EventBus
+from ._errors import OnlookerError, PluginError
+from ._hooks import HookMatcher
+from ._plugin import Plugin, PluginContext
+from ._tools import ToolRegistry
+
+__all__ = ["install_plugins"]
+
+
+async def install_plugins(
+    plugins: Sequence[Plugin[Any]],
+    extensions: dict[str, Any],
+    *,
+    tools: ToolRegistry,
+    bus: EventBus,
+    stack: AsyncExitStack,
+) -> list[HookMatcher]:
+    """Start each plugin in order; return the hooks they add.
+
+    Each plugin's extension goes into ``extensions`` (an async context
+    manager is entered on ``stack``, which closes them in reverse order)
+    and its observer is subscribed to ``bus``. A plugin that fails to start
+    is a ``PluginError`` naming it; nothing after it starts.
+    """
+    _check_ids(plugins)
+    hooks: list[HookMatcher] = []
+    for plugin in plugins:
+        try:
+            ext = await _extension(plugin, tools, bus, stack)
+            extensions[plugin.id] = ext
+            if plugin.observer is not None:
+                bus.subscribe(
+                    plugin.observer(ext),
+                    name=plugin.id,
+                    overflow=plugin.overflow,
+                    queue_size=plugin.queue_size,
+                    stall_timeout=plugin.stall_timeout,
+                )
+            if plugin.hooks is not None:
+                hooks.extend(plugin.hooks(ext))
+        except OnlookerError:
+            raise  # already a clear, typed error (HistoryError naming the URL, ...)
+        except Exception as exc:
+            raise PluginError(
+                f"plugin {plugin.id!r} failed to start: {exc}", plugin_id=plugin.id
+            ) from exc
+    return hooks
+
+
+def _check_ids(plugins: Sequence[Plugin[Any]]) -> None:
+    seen: set[str] = set()
+    for plugin in plugins:
+        if not isinstance(plugin, Plugin):
+            raise PluginError(f"not a plugin (use define_plugin): {plugin!r}")
+        if plugin.id in seen:
+            raise PluginError(f"two plugins have the id {plugin.id!r}", plugin_id=plugin.id)
+        seen.add(plugin.id)
+
+
+async def _extension(
+    plugin: Plugin[Any], tools: ToolRegistry, bus: EventBus, stack: AsyncExitStack
+) -> Any:
+    if plugin.extension is None:
+        return None
+    context = PluginContext(
+        plugin_id=plugin.id,
+        logger=logging.getLogger(f"onlooker.plugins.{plugin.id}"),
+        tools=tools,
+        bus=bus,
+    )
+    ext = plugin.extension(context)
+    if hasattr(ext, "__aenter__") and hasattr(ext, "__aexit__"):
+        ext = await stack.enter_async_context(ext)
+    return ext

@@ -1,0 +1,94 @@
+"""The engine's tracked executions: creating roots, which ids are open, which recently closed."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Final, final
+
+from pydantic import JsonValue
+
+from ._events import Attribution, ErrorInfo, Trigger, as_trigger
+from ._lifecycle import Runtime
+from ._scope import _Scoped
+from ._tracked import EngineCallback, TrackedExecution
+from ._tracked_checks import given_id, program_name
+
+__all__ = ["TrackedRuns", "track"]
+
+ENGINE_CLOSED: Final = ErrorInfo(
+    type="EngineClosed", message="the engine closed while the execution was open", cause="interrupt"
+)
+
+
+@final
+class TrackedRuns:
+    """Open tracked executions (children too), the open roots, and recently closed ids.
+
+    The engine finishes the open roots when it closes (which closes their
+    children), and refuses to reuse an open or recently closed id.
+    """
+
+    __slots__ = ("_closed", "_keep", "_open", "_roots")
+
+    def __init__(self, *, keep_closed: int) -> None:
+        self._open: set[str] = set()
+        self._roots: dict[str, TrackedExecution] = {}
+        self._closed: OrderedDict[str, None] = OrderedDict()  # recent ones, not to reuse
+        self._keep = keep_closed
+
+    def is_open(self, execution_id: str) -> bool:
+        """Whether a tracked execution with this id is running."""
+        return execution_id in self._open
+
+    def has_finished(self, execution_id: str) -> bool:
+        """Whether a recent tracked execution with this id has finished."""
+        return execution_id in self._closed
+
+    def opened(self, run: TrackedExecution) -> None:
+        """``run`` is starting (its id was checked free)."""
+        self._open.add(run.execution_id)
+        if run.parent is None:
+            self._roots[run.execution_id] = run
+
+    def closed(self, run: TrackedExecution) -> None:
+        """``run`` has finished: its id stays taken while among the last ``keep_closed``."""
+        self._open.discard(run.execution_id)
+        self._roots.pop(run.execution_id, None)
+        self._closed[run.execution_id] = None
+        while len(self._closed) > self._keep:
+            self._closed.popitem(last=False)
+
+    def close_all(self) -> None:
+        """The engine is closing: finish every open root (so its children) ``cancelled``."""
+        for run in list(self._roots.values()):
+            run.finish_nowait("cancelled", error=ENGINE_CLOSED)
+
+
+def track(
+    runtime: Runtime,
+    program: str,
+    *,
+    trigger: Trigger | str,
+    input: JsonValue,
+    owner: str | None,
+    execution_id: str | None,
+    attribution: Attribution,
+    scope: _Scoped,
+    on_start: EngineCallback,
+    on_close: EngineCallback,
+) -> TrackedExecution:
+    """A root tracked execution (``engine.track`` checks the engine and hands in its parts)."""
+    if owner is not None and not isinstance(owner, str):
+        raise TypeError(f"owner must be a string or None, not {owner!r}")
+    return TrackedExecution(
+        runtime,
+        program_name(program),
+        trigger=as_trigger(trigger),
+        input=input,
+        owner=owner,
+        execution_id=given_id("execution_id", execution_id),
+        attribution=attribution,
+        scope=scope,
+        on_start=on_start,
+        on_close=on_close,
+    )
