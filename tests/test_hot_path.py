@@ -149,3 +149,28 @@ def test_a_cycle_marks_the_whole_value() -> None:
     cycle: list[Any] = [1]
     cycle.append(cycle)
     assert str(snapshot(cycle)).startswith("<not JSON-serializable list")
+
+
+class Counted:
+    """A value whose snapshot (its ``repr``) is counted."""
+
+    copies = 0
+
+    def __repr__(self) -> str:
+        Counted.copies += 1
+        return "counted"
+
+
+async def test_unobserved_executions_snapshot_nothing() -> None:
+    async def program(ctx: ExecutionContext) -> Counted:
+        await ctx.elicit("ok?", schema={"type": "object"})
+        return Counted()
+
+    Counted.copies = 0
+    async with onlooker.ExecutionEngine() as engine:
+        await engine.execute(program, input={"value": Counted()})  # type: ignore[dict-item]
+        unobserved = Counted.copies
+        with onlooker.observing(RecordingObserver()):
+            await engine.execute(program, input={"value": Counted()})  # type: ignore[dict-item]
+    assert unobserved == 0
+    assert Counted.copies == 2  # the input and the result
