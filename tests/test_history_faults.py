@@ -18,16 +18,24 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 import sqlalchemy as sa
 
 import onlooker
 from onlooker import Attribution, ExecutionContext, ExecutionEvent, ToolCallStarted
 from onlooker.plugins import audit, history
-from onlooker.plugins.history import tables
+from onlooker.plugins.history import _rows, tables
 from onlooker.plugins.history._spill import DeadLetters, Spill, SpillFile
-from test_history_support import T0, Outage, add, backend_url, execution_events, one_call
+from onlooker.plugins.history._writer import MAX_COOLDOWN
+from test_history_support import (
+    T0,
+    ManualClock,
+    Outage,
+    add,
+    backend_url,
+    execution_events,
+    one_call,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -441,6 +449,7 @@ class TestRefusingDisks:
         )
         async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin]) as engine:
             store = engine.extension(plugin)
+            clock = ManualClock.install(store)
             outage.begin()
             for _ in range(4):
                 await engine.execute(one_call)
@@ -449,7 +458,7 @@ class TestRefusingDisks:
             statistics = store.statistics()
             assert statistics is not None and statistics.in_memory == 16
             outage.end()
-            await anyio.sleep(0.6)  # the writer's cool-down after a failed batch
+            clock.advance(MAX_COOLDOWN)  # the writer's cool-down after a failed batch is over
             await engine.execute(one_call)
             await engine.bus.flush()
             await store.flush()
@@ -495,13 +504,13 @@ class TestSpillChain:
         )
         events = many_executions(2)  # 8 events
         with caplog.at_level(logging.CRITICAL, logger="onlooker"):
-            spill.append(events)
+            spill.append([_rows.stored(event) for event in events])
         assert (spill.in_memory, spill.dropped) == (6, 2)
         assert any("2 events lost" in r.getMessage() for r in caplog.records)
         written: list[ExecutionEvent] = []
 
-        def write(batch: Sequence[ExecutionEvent]) -> int:
-            written.extend(batch)
+        def write(batch: Sequence[_rows.Stored]) -> int:
+            written.extend(ready.event for ready in batch)
             return len(batch)
 
         assert spill.drain(write) == 6

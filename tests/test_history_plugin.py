@@ -15,7 +15,9 @@ import pytest
 import onlooker
 import postgres
 from onlooker.plugins import history
+from onlooker.plugins.history._writer import MAX_COOLDOWN
 from test_history_support import (
+    ManualClock,
     Outage,
     add,
     backend_url,
@@ -70,18 +72,23 @@ async def test_recovery_in_the_same_run_drains_the_spill(outage: Outage, tmp_pat
     plugin = history.plugin(outage.url, spill_path=spill, retry_delays=FAST_RETRIES)
     async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin]) as engine:
         store = engine.extension(plugin)
+        clock = ManualClock.install(store)
         outage.begin()
         await engine.execute(one_call)
         await engine.bus.flush()
         await store.flush()
         assert spill.is_file()
         outage.end()
-        await anyio.sleep(0.6)  # the writer's cool-down after a failed batch
+        await engine.execute(one_call)  # still cooling down: straight to the spill
+        await engine.bus.flush()
+        await store.flush()
+        assert spill.is_file()
+        clock.advance(MAX_COOLDOWN)  # the cool-down is over: the next batch probes
         await engine.execute(one_call)
         await engine.bus.flush()
         await store.flush()
         assert not spill.exists()
-        assert len(await store.list_executions()) == 2
+        assert len(await store.list_executions()) == 3
 
 
 async def test_spill_file_from_an_earlier_run_is_loaded(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ T0 = datetime(2025, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
 __all__ = [
     "T0",
+    "ManualClock",
     "Outage",
     "add",
     "backend_url",
@@ -38,6 +39,34 @@ __all__ = [
     "fail",
     "one_call",
 ]
+
+
+class ManualClock:
+    """A clock for the history writer's cool-down that moves only when told.
+
+    ``ManualClock.install(store)`` puts it under the plugin's writer; after a
+    failed batch, ``clock.advance(MAX_COOLDOWN)`` ends the cool-down at once
+    (instead of sleeping it out), so the next batch probes the database.
+    """
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward."""
+        self.now += seconds
+
+    @classmethod
+    def install(cls, store: history.HistoryStore) -> ManualClock:
+        """A new clock, put under the writer of the plugin's ``store``."""
+        clock = cls()
+        writer = store._writer
+        assert writer is not None, "a store from history.plugin(), not history.open()"
+        writer.clock = clock
+        return clock
 
 
 def backend_url(backend: str, tmp_path: Path) -> Iterator[str]:

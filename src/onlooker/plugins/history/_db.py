@@ -31,9 +31,10 @@ from sqlalchemy.exc import (
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.pool import QueuePool, StaticPool
 
-from onlooker import ExecutionEvent, HistoryError
+from onlooker import HistoryError
 
-from ._rows import Flavor, build_rows
+from ._bulk import bulk_for
+from ._rows import Rows, Stored, build_rows
 from ._schema import check_schema, events, setup_schema
 
 __all__ = [
@@ -197,7 +198,6 @@ class Database:
         self.url = resolve_url(url)
         self.masked_url = mask_url(self.url)
         self.backend = self.url.get_backend_name()
-        self.flavor = Flavor.for_backend(self.backend)
         self.read_only: Final = read_only
         try:
             self.engine = _create_engine(self.url, read_only)
@@ -207,7 +207,7 @@ class Database:
         self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the open file
         self._reopen_lock = threading.Lock()
         self.reopened = 0
-        self._sql = self.flavor.statements()
+        self._bulk = bulk_for(self.backend, self.engine.dialect)
         # an in-memory SQLite database is one shared connection: one caller at a time
         self._serial: AbstractContextManager[object] = (
             threading.Lock()
@@ -261,7 +261,7 @@ class Database:
             message = message.replace(str(password), "***")
         return message
 
-    def write(self, batch: Sequence[ExecutionEvent]) -> int:
+    def write(self, batch: Sequence[Stored]) -> int:
         """Write events in one transaction; returns how many were new (by ``event_id``).
 
         Raises :class:`RowError` when the events cannot be turned into rows.
@@ -270,10 +270,7 @@ class Database:
             return 0
         if self.read_only:
             raise HistoryError(f"history database {self.masked_url} was opened read-only")
-        try:
-            rows = build_rows(batch, self.flavor)
-        except Exception as exc:
-            raise RowError(str(exc)) from exc
+        rows = self.rows_of(batch)
         self._check_file()
         new = self._insert(rows)
         if self._file is not None and self._file_identity() != self._identity:
@@ -282,23 +279,21 @@ class Database:
             new = self._insert(rows)
         return new
 
-    def _insert(self, rows: Any) -> int:
-        sql = self._sql
+    def rows_of(self, batch: Sequence[Stored]) -> Rows:
+        """The rows ``batch`` writes here; :class:`RowError` if it cannot be turned into rows."""
+        try:
+            return build_rows(batch, self.backend)
+        except Exception as exc:
+            raise RowError(str(exc)) from exc
+
+    def _insert(self, rows: Rows) -> int:
         with self._serial, self.engine.begin() as conn:
-            new = conn.exec_driver_sql(sql.events, rows.events).rowcount
-            if rows.executions:
-                conn.exec_driver_sql(sql.executions, rows.executions)
-            if rows.tool_calls:
-                conn.exec_driver_sql(sql.tool_calls, rows.tool_calls)
-            if rows.interactions:
-                conn.exec_driver_sql(sql.interactions, rows.interactions)
-        return max(new, 0)
+            return self._bulk.write(conn, rows)
 
     def _rebuild(self, conn: Connection, chunk: int = 2000) -> None:
         """Re-derive every projection from the event log (a migration step)."""
         from onlooker import parse_event
 
-        sql = self._sql
         last: str | None = None
         while True:
             query = sa.select(events.c.event_id, sa.cast(events.c.body, sa.Text))
@@ -307,14 +302,8 @@ class Database:
             page = conn.execute(query.order_by(events.c.event_id).limit(chunk)).all()
             if not page:
                 return
-            rows = build_rows([parse_event(body) for _, body in page], self.flavor)
-            for statement, values in (
-                (sql.executions, rows.executions),
-                (sql.tool_calls, rows.tool_calls),
-                (sql.interactions, rows.interactions),
-            ):
-                if values:
-                    conn.exec_driver_sql(statement, values)
+            rows = build_rows([Stored(parse_event(body), body) for _, body in page], self.backend)
+            self._bulk.project(conn, rows)
             last = page[-1][0]
 
     def run(self, fn: Callable[[Connection], Any]) -> Any:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
 from os import PathLike
 
 import anyio
@@ -63,42 +65,64 @@ def plugin(
     if any(delay < 0 for delay in delays):
         raise ValueError(f"retry_delays must not be negative: {retry_delays!r}")
     Scrubber(redactor, max_value_chars)  # bad settings fail here, not when the engine starts
-
-    @asynccontextmanager
-    async def extension(ctx: PluginContext) -> AsyncIterator[HistoryStore]:
-        store = new_store(
-            url,
-            spill_path,
-            spill_fallback=spill_fallback,
-            redactor=redactor,
-            max_value_chars=max_value_chars,
-        )
-        await store._start()
-        store._writer = writer = BatchWriter(
-            store._db,
-            store._spill,
-            store._scrubber,
-            ctx.logger,
-            batch_size=batch_size,
-            flush_interval=flush_interval,
-            retry_delays=delays,
-        )
-        writer.start()
-        store._bus = ctx.bus
-        try:
-            yield store
-        finally:
-            with anyio.CancelScope(shield=True):
-                await writer.aclose()
-                await store._aclose()
-
-    def observer(store: HistoryStore) -> BatchWriter:
-        assert store._writer is not None
-        return store._writer
-
-    return define_plugin(
-        id=PLUGIN_ID,
-        extension=extension,
-        observer=observer,
-        queue_size=max(4 * batch_size, 1024),
+    settings = _Settings(
+        url=url,
+        batch_size=batch_size,
+        flush_interval=flush_interval,
+        spill_path=spill_path,
+        retry_delays=delays,
+        spill_fallback=spill_fallback,
+        redactor=redactor,
+        max_value_chars=max_value_chars,
     )
+    return define_plugin(id=PLUGIN_ID, extension=partial(_running, settings), observer=_observer)
+
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    """What :func:`plugin` was given, checked."""
+
+    url: str | None
+    batch_size: int
+    flush_interval: float
+    spill_path: str | PathLike[str] | None
+    retry_delays: tuple[float, ...]
+    spill_fallback: str | PathLike[str] | None
+    redactor: Redactor | None
+    max_value_chars: int
+
+
+@asynccontextmanager
+async def _running(settings: _Settings, ctx: PluginContext) -> AsyncIterator[HistoryStore]:
+    """The plugin's extension: the store, open, with its writer running, for the engine's life."""
+    store = new_store(
+        settings.url,
+        settings.spill_path,
+        spill_fallback=settings.spill_fallback,
+        redactor=settings.redactor,
+        max_value_chars=settings.max_value_chars,
+    )
+    await store._start()
+    store._writer = writer = BatchWriter(
+        store._db,
+        store._spill,
+        store._scrubber,
+        ctx.logger,
+        batch_size=settings.batch_size,
+        flush_interval=settings.flush_interval,
+        retry_delays=settings.retry_delays,
+    )
+    writer.start()
+    store._bus = ctx.bus
+    try:
+        yield store
+    finally:
+        with anyio.CancelScope(shield=True):
+            await writer.aclose()
+            await store._aclose()
+
+
+def _observer(store: HistoryStore) -> BatchWriter:
+    """The plugin's observer: the store's writer, whose ``handle`` takes each event."""
+    assert store._writer is not None  # set by _running before the engine subscribes it
+    return store._writer

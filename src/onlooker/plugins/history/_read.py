@@ -182,9 +182,31 @@ def execution_tree(conn: Connection, execution_id: str) -> ExecutionTree | None:
     ).mappings().first()  # fmt: skip
     if root is None:
         return None
-    nodes: dict[str, RowMapping] = {execution_id: root}
+    nodes, children = _descendants(conn, root)
+    calls, asks = _calls_and_interactions(conn, list(nodes))
+
+    def build(node: str) -> ExecutionTree:
+        return _model(
+            ExecutionTree,
+            {
+                **_execution_fields(nodes[node]),
+                "tool_calls": list(calls[node]),
+                "interactions": list(asks[node]),
+                "children": [build(child) for child in children[node]],
+            },
+            f"execution {node!r}",
+        )
+
+    return build(execution_id)
+
+
+def _descendants(
+    conn: Connection, root: RowMapping
+) -> tuple[dict[str, RowMapping], defaultdict[str, list[str]]]:
+    """Every execution under ``root`` (and itself), and each one's children, oldest first."""
+    nodes: dict[str, RowMapping] = {root["execution_id"]: root}
     children: defaultdict[str, list[str]] = defaultdict(list)
-    level = [execution_id]
+    level = [root["execution_id"]]
     while level:
         found: list[str] = []
         for ids in _chunks(level):
@@ -201,10 +223,16 @@ def execution_tree(conn: Connection, execution_id: str) -> ExecutionTree | None:
                 children[row["parent_execution_id"]].append(child)
                 found.append(child)
         level = found
+    return nodes, children
+
+
+def _calls_and_interactions(
+    conn: Connection, execution_ids: Sequence[str]
+) -> tuple[defaultdict[str, list[ToolCallRecord]], defaultdict[str, list[InteractionRecord]]]:
+    """The tool calls and interactions of the executions, by execution, in ``seq`` order."""
     calls: defaultdict[str, list[ToolCallRecord]] = defaultdict(list)
     asks: defaultdict[str, list[InteractionRecord]] = defaultdict(list)
-    every = list(nodes)
-    for ids in _chunks(every):
+    for ids in _chunks(execution_ids):
         query = (
             _select(tool_calls)
             .where(tool_calls.c.execution_id.in_(ids))
@@ -226,20 +254,7 @@ def execution_tree(conn: Connection, execution_id: str) -> ExecutionTree | None:
             fields = _fields(row, "interactions", what)
             fields["status"] = fields["status"] or "open"
             asks[row["execution_id"]].append(_model(InteractionRecord, fields, what))
-
-    def build(node: str) -> ExecutionTree:
-        return _model(
-            ExecutionTree,
-            {
-                **_execution_fields(nodes[node]),
-                "tool_calls": list(calls[node]),
-                "interactions": list(asks[node]),
-                "children": [build(child) for child in children[node]],
-            },
-            f"execution {node!r}",
-        )
-
-    return build(execution_id)
+    return calls, asks
 
 
 def event_list(conn: Connection, execution_id: str) -> list[ExecutionEvent]:
@@ -272,7 +287,6 @@ def stats(conn: Connection, since: datetime | None, until: datetime | None = Non
     if until is not None:
         query = query.where(executions.c.sort_at < until)
     by_execution_status = {str(s): int(n) for s, n in conn.execute(query)}
-
     finished: list[sa.ColumnElement[bool]] = [
         tool_calls.c.status.is_not(None),
         tool_calls.c.duration_ms.is_not(None),
@@ -281,6 +295,18 @@ def stats(conn: Connection, since: datetime | None, until: datetime | None = Non
         finished.append(tool_calls.c.finished_at >= since)
     if until is not None:
         finished.append(tool_calls.c.finished_at < until)
+    tools = _tool_stats(conn, finished)
+    return HistoryStats(
+        since=since,
+        executions=sum(by_execution_status.values()),
+        executions_by_status=by_execution_status,
+        tool_calls=sum(t.calls for t in tools),
+        tools=tools,
+    )
+
+
+def _tool_stats(conn: Connection, finished: list[sa.ColumnElement[bool]]) -> list[ToolStats]:
+    """Per tool, over the tool calls ``finished`` selects: most called first."""
     counts: defaultdict[str, dict[str, int]] = defaultdict(dict)
     query = (
         sa.select(tool_calls.c.tool, tool_calls.c.status, sa.func.count())
@@ -289,28 +315,7 @@ def stats(conn: Connection, since: datetime | None, until: datetime | None = Non
     )
     for tool, tool_status, count in conn.execute(query):
         counts[tool][tool_status] = int(count)
-
-    ranked = (
-        sa.select(
-            tool_calls.c.tool,
-            tool_calls.c.duration_ms,
-            sa.func.row_number()
-            .over(partition_by=tool_calls.c.tool, order_by=tool_calls.c.duration_ms)
-            .label("rank"),
-            sa.func.count().over(partition_by=tool_calls.c.tool).label("n"),
-        )
-        .where(*finished)
-        .subquery()
-    )
-
-    def percentile(p: float) -> sa.ColumnElement[Any]:
-        return sa.func.min(sa.case((ranked.c.rank >= p * ranked.c.n, ranked.c.duration_ms)))
-
-    query = sa.select(ranked.c.tool, percentile(0.5), percentile(0.95)).group_by(ranked.c.tool)
-    percentiles: dict[str, tuple[float | None, float | None]] = {
-        row[0]: (row[1], row[2]) for row in conn.execute(query)
-    }
-
+    percentiles = _percentiles(conn, finished)
     tools = []
     for tool, by_status in counts.items():
         calls = sum(by_status.values())
@@ -328,10 +333,28 @@ def stats(conn: Connection, since: datetime | None, until: datetime | None = Non
             )
         )
     tools.sort(key=lambda t: (-t.calls, t.tool))
-    return HistoryStats(
-        since=since,
-        executions=sum(by_execution_status.values()),
-        executions_by_status=by_execution_status,
-        tool_calls=sum(t.calls for t in tools),
-        tools=list(tools),
+    return tools
+
+
+def _percentiles(
+    conn: Connection, finished: list[sa.ColumnElement[bool]]
+) -> dict[str, tuple[float | None, float | None]]:
+    """Nearest-rank p50 and p95 of the durations, per tool."""
+    ranked = (
+        sa.select(
+            tool_calls.c.tool,
+            tool_calls.c.duration_ms,
+            sa.func.row_number()
+            .over(partition_by=tool_calls.c.tool, order_by=tool_calls.c.duration_ms)
+            .label("rank"),
+            sa.func.count().over(partition_by=tool_calls.c.tool).label("n"),
+        )
+        .where(*finished)
+        .subquery()
     )
+
+    def percentile(p: float) -> sa.ColumnElement[Any]:
+        return sa.func.min(sa.case((ranked.c.rank >= p * ranked.c.n, ranked.c.duration_ms)))
+
+    query = sa.select(ranked.c.tool, percentile(0.5), percentile(0.95)).group_by(ranked.c.tool)
+    return {row[0]: (row[1], row[2]) for row in conn.execute(query)}

@@ -1,21 +1,36 @@
-"""Events to rows: the raw log and the projections, merged per entity within a batch.
+"""Events to rows: the raw log, and one projection row per entity a batch touches.
 
-This is the write path's hot loop, so rows are tuples built from the events'
-attributes and written with the driver's ``executemany``. Projection upserts
-merge with ``COALESCE`` (a value, once known, stays), which makes writing
-the same events twice, or in any order, give the same rows.
+A projection row is a dict keyed by column name. Each event fills in the
+columns it knows of its entity's row (a tool call's ``ToolCallStarted`` its
+``args`` and ``started_at``, its ``ToolCallFinished`` the outcome); a column
+no event of the batch named is ``NULL``. The statements and the tuples the
+driver gets are derived from the tables in ``_schema.py`` (``_bulk.py``),
+so adding a column is one edit there and one line here, in the event that
+fills it.
+
+An entity's two events share some columns (its execution, the attribution):
+there a known value wins over ``None``, and ``seq`` / ``sort_at`` keep the
+smaller, as the database merges rows across batches (``_bulk.py``). The
+other columns belong to one event each. Writing the same events twice, or
+in any order, gives the same rows.
+
+This is the write path's hot loop, on a thread that shares the GIL with the
+execution: each event's JSON is made once (``stored``), its JSON values
+once more for their own columns, and one dict per entity, nothing else.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final, assert_never
+from operator import itemgetter
+from typing import Any, Final, NamedTuple, TypeAlias, assert_never
 
 from pydantic_core import to_json
 
 from onlooker import (
+    Attribution,
     ErrorInfo,
     EventValidationError,
     ExecutionEvent,
@@ -29,143 +44,54 @@ from onlooker import (
 )
 from onlooker.plugins.audit._redact import cap_record  # the trail's record cap, its markers
 
-__all__ = ["MAX_RECORD_CHARS", "Flavor", "Rows", "Statements", "build_rows", "capped"]
+from ._schema import events
+
+__all__ = [
+    "MAX_RECORD_CHARS",
+    "LoggedRow",
+    "Row",
+    "Rows",
+    "Stored",
+    "build_rows",
+    "capped",
+    "serialize",
+    "stored",
+]
 
 MAX_RECORD_CHARS: Final = 262_144
 """The most characters one stored event may take; past it its largest values are cut."""
 
-EXECUTION_COLUMNS: Final = (
-    "execution_id",
-    "program",
-    "trigger",
-    "trigger_metadata",
-    "owner",
-    "input",
-    "status",
-    "result",
-    "error",
-    "started_at",
-    "finished_at",
-    "duration_ms",
-    "parent_execution_id",
-    "parent_tool_call_id",
-    "depth",
-    "task_id",
-    "phase",
-    "intent_id",
-    "sort_at",
-)
-TOOL_CALL_COLUMNS: Final = (
-    "tool_call_id",
-    "execution_id",
-    "tool",
-    "status",
-    "args",
-    "result",
-    "error",
-    "metadata",
-    "duration_ms",
-    "started_at",
-    "finished_at",
-    "seq",
-    "phase",
-    "task_id",
-    "intent_id",
-)
-INTERACTION_COLUMNS: Final = (
-    "interaction_id",
-    "execution_id",
-    "message",
-    "requested_schema",
-    "mode",
-    "status",
-    "response",
-    "error",
-    "started_at",
-    "resolved_at",
-    "seq",
-)
-EVENT_COLUMNS: Final = ("event_id", "execution_id", "seq", "kind", "at", "body")
+Row: TypeAlias = dict[str, Any]
+"""A projection row: column name -> value (JSON as text, times as the backend stores them)."""
 
-# Columns merged by keeping the smaller value rather than the first non-NULL one.
-_MIN_COLUMNS: Final = {"sort_at", "seq"}
+LoggedRow: TypeAlias = tuple[Any, ...]
+"""An ``events`` row, in the table's column order: the event's own fields, then ``at``, ``body``."""
+
+_LOGGED: Final = tuple(column.name for column in events.c)
+if _LOGGED[-2:] != ("at", "body"):
+    raise RuntimeError(f"the events table must end with at, body: {_LOGGED}")
+_ENVELOPE: Final = itemgetter(*_LOGGED[:-2])  # the columns named after the event's own fields
 
 
-@dataclass(frozen=True, slots=True)
-class Statements:
-    """The write path's SQL for one backend."""
+class Stored(NamedTuple):
+    """An event as the database takes it: redacted and capped already, with its JSON.
 
-    events: str
-    executions: str
-    tool_calls: str
-    interactions: str
+    The JSON is made once per event and used for the raw log, the spill file
+    and the redaction screen alike.
+    """
 
-
-def _upsert(table: str, columns: Sequence[str], placeholder: str) -> str:
-    key = columns[0]
-    updates = []
-    for column in columns[1:]:
-        if column in _MIN_COLUMNS:
-            updates.append(
-                f"{column} = CASE WHEN excluded.{column} < {table}.{column} "
-                f"THEN excluded.{column} ELSE {table}.{column} END"
-            )
-        else:
-            updates.append(f"{column} = COALESCE(excluded.{column}, {table}.{column})")
-    values = ", ".join([placeholder] * len(columns))
-    return (
-        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({values}) "
-        f"ON CONFLICT ({key}) DO UPDATE SET {', '.join(updates)}"
-    )
-
-
-def _no_nul(value: str) -> str:
-    # PostgreSQL text cannot hold NUL; the raw event keeps it, JSON-escaped.
-    return value.replace("\x00", "\ufffd") if "\x00" in value else value
-
-
-def _sqlite_time(at: datetime) -> str:
-    if at.tzinfo is not UTC:
-        at = at.astimezone(UTC)
-    return at.isoformat(" ", "microseconds")[:26]  # the format SQLAlchemy's DateTime reads
-
-
-@dataclass(frozen=True, slots=True)
-class Flavor:
-    """How one backend wants its parameters."""
-
-    placeholder: str
-
-    @staticmethod
-    def for_backend(backend: str) -> Flavor:
-        """The flavor of ``sqlite`` or ``postgresql``."""
-        if backend == "sqlite":
-            return Flavor("?")
-        return Flavor("%s")
-
-    def statements(self) -> Statements:
-        """The SQL of the write path."""
-        p = self.placeholder
-        return Statements(
-            events=(
-                f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) "
-                f"VALUES ({', '.join([p] * len(EVENT_COLUMNS))}) "
-                "ON CONFLICT (event_id) DO NOTHING"
-            ),
-            executions=_upsert("executions", EXECUTION_COLUMNS, p),
-            tool_calls=_upsert("tool_calls", TOOL_CALL_COLUMNS, p),
-            interactions=_upsert("interactions", INTERACTION_COLUMNS, p),
-        )
+    event: ExecutionEvent
+    body: str
 
 
 @dataclass(slots=True)
 class Rows:
-    """The rows of one batch, per table."""
+    """The rows of one batch, per table; projection rows keyed by their entity's id."""
 
-    events: list[tuple[Any, ...]]
-    executions: list[tuple[Any, ...]]
-    tool_calls: list[tuple[Any, ...]]
-    interactions: list[tuple[Any, ...]]
+    events: list[LoggedRow] = field(default_factory=list)
+    executions: dict[str, Row] = field(default_factory=dict)
+    tool_calls: dict[str, Row] = field(default_factory=dict)
+    interactions: dict[str, Row] = field(default_factory=dict)
 
 
 def _json(value: Any) -> str | None:
@@ -173,134 +99,178 @@ def _json(value: Any) -> str | None:
 
 
 def _error(error: ErrorInfo | None) -> str | None:
-    return None if error is None else error.model_dump_json()
+    return None if error is None else to_json(error).decode()
 
 
-def _merge(old: tuple[Any, ...], new: tuple[Any, ...], mins: tuple[int, ...]) -> tuple[Any, ...]:
-    merged = [a if a is not None else b for a, b in zip(old, new, strict=True)]
-    for index in mins:
-        if new[index] < old[index]:
-            merged[index] = new[index]
-    return tuple(merged)
+def _no_nul(value: Any) -> Any:
+    # PostgreSQL text cannot hold NUL; the raw event keeps it, JSON-escaped.
+    return value.replace("\x00", "\ufffd") if type(value) is str and "\x00" in value else value
 
 
-_EXECUTION_MINS: Final = (EXECUTION_COLUMNS.index("sort_at"),)
-_TOOL_CALL_MINS: Final = (TOOL_CALL_COLUMNS.index("seq"),)
-_INTERACTION_MINS: Final = (INTERACTION_COLUMNS.index("seq"),)
 _AT: Final = '"at":"'
 _NUL: Final = "\\u0000"  # how JSON spells NUL
 
 
-def _sqlite_time_from(body: str, at: datetime) -> str:
-    # The body already spells the time; reuse it when it is UTC with microseconds.
+def _sqlite_time(body: str, at: datetime) -> str:
+    """``at`` as SQLAlchemy's SQLite ``DateTime`` stores it (UTC, microseconds)."""
     start = body.find(_AT) + 6
-    if body[start + 26 : start + 28] == 'Z"':
-        return body[start : start + 10] + " " + body[start + 11 : start + 26]
-    return _sqlite_time(at)
+    spelled = body[start : start + 28]
+    if spelled[26:] == 'Z"':  # the body spells it already, UTC with microseconds
+        return spelled[:26].replace("T", " ")
+    return at.astimezone(UTC).isoformat(" ", "microseconds")[:26]
 
 
-def _sanitize(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(_no_nul(value) if type(value) is str else value for value in row)
+def _known(row: Row, column: str, value: Any) -> None:
+    """Set ``column`` if ``value`` is known (not ``None``): a known value never becomes NULL."""
+    if value is not None:
+        row[column] = value
 
 
-def build_rows(batch: Sequence[ExecutionEvent], flavor: Flavor) -> Rows:
-    """The rows that ``batch`` writes: one per event, one per touched entity."""
-    sqlite = flavor.placeholder == "?"
-    event_rows: list[tuple[Any, ...]] = []
-    executions: dict[str, tuple[Any, ...]] = {}
-    tool_calls: dict[str, tuple[Any, ...]] = {}
-    interactions: dict[str, tuple[Any, ...]] = {}
-    for event in batch:
-        body = _SERIALIZERS[event.kind](event).decode()
-        if len(body) > MAX_RECORD_CHARS:  # many small values: each under the cap, too many
-            event = capped(event)
-            body = _SERIALIZERS[event.kind](event).decode()
-        at: Any = _sqlite_time_from(body, event.at) if sqlite else event.at
-        execution_id = event.execution_id
-        kind = event.kind
-        a = event.attribution
-        row: tuple[Any, ...]
-        match event:
-            case ToolCallStarted():
-                row = (
-                    event.tool_call_id, execution_id, event.tool, None, _json(event.args), None,
-                    None, None, None, at, None, event.seq, a.phase, a.task_id, a.intent_id,
-                )  # fmt: skip
-                table = tool_calls
-            case ToolCallFinished():
-                key = event.tool_call_id
-                started = tool_calls.get(key)
-                if started is not None and started[10] is None:  # the usual pair, merged directly
-                    row = (
-                        key, execution_id, event.tool, event.status, started[4],
-                        _json(event.result), _error(event.error), _json(event.metadata),
-                        event.duration_ms, started[9], at, started[11], a.phase, a.task_id,
-                        a.intent_id,
-                    )  # fmt: skip
-                    if not sqlite and _NUL in body:
-                        row = _sanitize(row)
-                    tool_calls[key] = row
-                    event_rows.append((event.event_id, execution_id, event.seq, kind, at, body))
-                    continue
-                row = (
-                    key, execution_id, event.tool, event.status, None, _json(event.result),
-                    _error(event.error), _json(event.metadata), event.duration_ms, None, at,
-                    event.seq, a.phase, a.task_id, a.intent_id,
-                )  # fmt: skip
-                table = tool_calls
-            case ExecutionStarted():
-                trigger = event.trigger
-                row = (
-                    execution_id, event.program, trigger.kind, _json(trigger.metadata), event.owner,
-                    _json(event.input), None, None, None, at, None, None, a.parent_execution_id,
-                    a.parent_tool_call_id, a.depth, a.task_id, a.phase, a.intent_id, at,
-                )  # fmt: skip
-                table = executions
-            case ExecutionFinished():
-                row = (
-                    execution_id, None, None, None, None, None, event.status, _json(event.result),
-                    _error(event.error), None, at, event.duration_ms, a.parent_execution_id,
-                    a.parent_tool_call_id, a.depth, a.task_id, a.phase, a.intent_id, at,
-                )  # fmt: skip
-                table = executions
-            case InteractionStarted():
-                row = (
-                    event.interaction_id, execution_id, event.message, _json(event.requested_schema),
-                    event.mode, None, None, None, at, None, event.seq,
-                )  # fmt: skip
-                table = interactions
-            case InteractionResolved():
-                row = (
-                    event.interaction_id, execution_id, None, None, None, event.status,
-                    _json(event.response), _error(event.error), None, at, event.seq,
-                )  # fmt: skip
-                table = interactions
-            case _:
-                assert_never(event)
-        if not sqlite and _NUL in body:
-            row = _sanitize(row)
-            event_rows.append(_sanitize((event.event_id, execution_id, event.seq, kind, at, body)))
+def _tool_call(rows: Rows, event: ToolCallStarted | ToolCallFinished) -> Row:
+    """The batch's row of the event's tool call, with the columns both its events carry."""
+    a = event.attribution
+    row = rows.tool_calls.get(event.tool_call_id)
+    if row is None:
+        row = rows.tool_calls[event.tool_call_id] = {
+            "tool_call_id": event.tool_call_id,
+            "execution_id": event.execution_id,
+            "tool": event.tool,
+            "seq": event.seq,
+            "phase": a.phase,
+            "task_id": a.task_id,
+            "intent_id": a.intent_id,
+        }
+    else:  # the call's other event: the same attribution, unless one of them lacks it
+        row["seq"] = min(row["seq"], event.seq)
+        _known(row, "phase", a.phase)
+        _known(row, "task_id", a.task_id)
+        _known(row, "intent_id", a.intent_id)
+    return row
+
+
+def _execution(rows: Rows, event: ExecutionStarted | ExecutionFinished, at: Any) -> Row:
+    """The batch's row of the execution, with the columns both its events carry."""
+    a: Attribution = event.attribution
+    row = rows.executions.get(event.execution_id)
+    if row is None:
+        row = rows.executions[event.execution_id] = {
+            "execution_id": event.execution_id,
+            "parent_execution_id": a.parent_execution_id,
+            "parent_tool_call_id": a.parent_tool_call_id,
+            "depth": a.depth,
+            "task_id": a.task_id,
+            "phase": a.phase,
+            "intent_id": a.intent_id,
+            "sort_at": at,  # started_at when known, else finished_at: the smaller
+        }
+    else:
+        row["sort_at"] = min(row["sort_at"], at)
+        _known(row, "parent_execution_id", a.parent_execution_id)
+        _known(row, "parent_tool_call_id", a.parent_tool_call_id)
+        _known(row, "depth", a.depth)
+        _known(row, "task_id", a.task_id)
+        _known(row, "phase", a.phase)
+        _known(row, "intent_id", a.intent_id)
+    return row
+
+
+def _interaction(rows: Rows, event: InteractionStarted | InteractionResolved) -> Row:
+    """The batch's row of the interaction, with the columns both its events carry."""
+    row = rows.interactions.get(event.interaction_id)
+    if row is None:
+        row = rows.interactions[event.interaction_id] = {
+            "interaction_id": event.interaction_id,
+            "execution_id": event.execution_id,
+            "seq": event.seq,
+        }
+    else:
+        row["seq"] = min(row["seq"], event.seq)
+    return row
+
+
+def _project(rows: Rows, event: ExecutionEvent, at: Any) -> Row:
+    """Fill in what ``event`` says about its entity; returns the entity's row."""
+    match event:
+        case ToolCallStarted():
+            row = _tool_call(rows, event)
+            row["args"] = _json(event.args)
+            row["started_at"] = at
+        case ToolCallFinished():
+            row = _tool_call(rows, event)
+            row["status"] = event.status
+            row["result"] = _json(event.result)
+            row["error"] = _error(event.error)
+            row["metadata"] = _json(event.metadata)
+            row["duration_ms"] = event.duration_ms
+            row["finished_at"] = at
+        case ExecutionStarted():
+            row = _execution(rows, event, at)
+            row["program"] = event.program
+            row["trigger"] = event.trigger.kind
+            row["trigger_metadata"] = _json(event.trigger.metadata)
+            row["owner"] = event.owner
+            row["input"] = _json(event.input)
+            row["started_at"] = at
+        case ExecutionFinished():
+            row = _execution(rows, event, at)
+            row["status"] = event.status
+            row["result"] = _json(event.result)
+            row["error"] = _error(event.error)
+            row["finished_at"] = at
+            row["duration_ms"] = event.duration_ms
+        case InteractionStarted():
+            row = _interaction(rows, event)
+            row["message"] = event.message
+            row["requested_schema"] = _json(event.requested_schema)
+            row["mode"] = event.mode
+            row["started_at"] = at
+        case InteractionResolved():
+            row = _interaction(rows, event)
+            row["status"] = event.status
+            row["response"] = _json(event.response)
+            row["error"] = _error(event.error)
+            row["resolved_at"] = at
+        case _:
+            assert_never(event)
+    return row
+
+
+def build_rows(batch: Sequence[Stored], backend: str) -> Rows:
+    """The rows that ``batch`` writes on ``backend``: one per event, one per touched entity.
+
+    Times are text on ``sqlite`` (its storage format), datetimes elsewhere;
+    on ``postgresql`` a NUL in a text column becomes U+FFFD.
+    """
+    sqlite = backend == "sqlite"
+    rows = Rows()
+    logged = rows.events
+    for event, body in batch:
+        at: Any = _sqlite_time(body, event.at) if sqlite else event.at
+        row = _project(rows, event, at)
+        if sqlite or _NUL not in body:
+            logged.append((*_ENVELOPE(event.__dict__), at, body))
         else:
-            event_rows.append((event.event_id, execution_id, event.seq, kind, at, body))
-        key = row[0]
-        old = table.get(key)
-        if old is None:
-            table[key] = row
-        else:
-            mins = (
-                _TOOL_CALL_MINS
-                if table is tool_calls
-                else _EXECUTION_MINS
-                if table is executions
-                else _INTERACTION_MINS
-            )
-            table[key] = _merge(old, row, mins)
-    return Rows(
-        event_rows,
-        list(executions.values()),
-        list(tool_calls.values()),
-        list(interactions.values()),
-    )
+            logged.append(tuple(map(_no_nul, (*_ENVELOPE(event.__dict__), at, body))))
+            for column, value in row.items():
+                row[column] = _no_nul(value)
+    return rows
+
+
+def serialize(event: ExecutionEvent) -> bytes:
+    """The event's JSON, as stored (before any cut)."""
+    return _SERIALIZERS[event.kind](event)
+
+
+def stored(event: ExecutionEvent, body: bytes | None = None) -> Stored:
+    """``event`` with its JSON (``body``: already serialized), cut to the record cap if over it.
+
+    Raises what serializing raises for an event no JSON can hold (a lone surrogate).
+    """
+    text = (body if body is not None else _SERIALIZERS[event.kind](event)).decode()
+    if len(text) > MAX_RECORD_CHARS:  # many small values: each under the cap, too many
+        event = capped(event)
+        text = _SERIALIZERS[event.kind](event).decode()
+    return Stored(event, text)
 
 
 def capped(event: ExecutionEvent) -> ExecutionEvent:

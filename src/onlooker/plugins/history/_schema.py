@@ -21,6 +21,8 @@ from onlooker import HistoryError, SchemaVersionError
 
 __all__ = [
     "HISTORY_SCHEMA_VERSION",
+    "KEEP_SMALLEST",
+    "PROJECTIONS",
     "check_schema",
     "events",
     "executions",
@@ -86,6 +88,13 @@ class UtcDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+KEEP_SMALLEST: Final = {"merge": "min"}
+"""A projection column's ``info``: when events disagree, the smallest value wins.
+
+Every other projection column keeps the first value known (``COALESCE``), so
+writing the same events twice, or in any order, gives the same rows.
+"""
+
 metadata: Final = sa.MetaData()
 
 schema_version: Final = sa.Table(
@@ -129,7 +138,7 @@ executions: Final = sa.Table(
     sa.Column("phase", sa.Text),
     sa.Column("intent_id", sa.Text),
     # started_at when known, else finished_at: the key of newest-first pagination
-    sa.Column("sort_at", UtcDateTime, nullable=False),
+    sa.Column("sort_at", UtcDateTime, nullable=False, info=KEEP_SMALLEST),
     sa.Index("ix_executions_sort", "sort_at", "execution_id"),
     sa.Index("ix_executions_parent", "parent_execution_id"),
     sa.Index("ix_executions_status_sort", "status", "sort_at"),
@@ -150,7 +159,7 @@ tool_calls: Final = sa.Table(
     sa.Column("duration_ms", sa.Float),
     sa.Column("started_at", UtcDateTime),
     sa.Column("finished_at", UtcDateTime),
-    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("seq", sa.Integer, nullable=False, info=KEEP_SMALLEST),
     sa.Column("phase", sa.Text),
     sa.Column("task_id", sa.Text),
     sa.Column("intent_id", sa.Text),
@@ -172,12 +181,13 @@ interactions: Final = sa.Table(
     sa.Column("error", Json),
     sa.Column("started_at", UtcDateTime),
     sa.Column("resolved_at", UtcDateTime),
-    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("seq", sa.Integer, nullable=False, info=KEEP_SMALLEST),
     sa.Index("ix_interactions_execution_seq", "execution_id", "seq"),
     sa.Index("ix_interactions_status", "status"),
 )
 
-_PROJECTIONS: Final = (executions, tool_calls, interactions)
+PROJECTIONS: Final = (executions, tool_calls, interactions)
+"""The tables derived from ``events``; the first column of each is its key."""
 _ADVISORY_LOCK: Final = 0x6F6E6C6F  # "onlo": serializes schema setup across processes
 
 
@@ -247,7 +257,7 @@ def _migrate(conn: Connection, found: int, rebuild: Callable[[Connection], None]
             supported=HISTORY_SCHEMA_VERSION,
         )
     # 1 -> 2: the projections appear; rebuilt from the event log.
-    for table in _PROJECTIONS:
+    for table in PROJECTIONS:
         table.drop(conn, checkfirst=True)
     metadata.create_all(conn, checkfirst=True)
     rebuild(conn)

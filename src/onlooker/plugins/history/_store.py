@@ -22,10 +22,12 @@ from onlooker.plugins.audit import Redactor
 
 from . import _read
 from ._db import Database, describe
+from ._isolate import isolate
 from ._records import ExecutionList, ExecutionTree, HistoryStats
 from ._redaction import DEFAULT_MAX_VALUE_CHARS, Scrubber
+from ._rows import Stored
 from ._spill import DeadLetters, Spill, SpillFile, dead_letter_path
-from ._writer import BatchWriter, HistoryWriterStatistics, isolate, scrub_batch
+from ._writer import BatchWriter, HistoryWriterStatistics
 
 __all__ = [
     "HistoryStore",
@@ -145,9 +147,9 @@ class HistoryStore:
         return new
 
     def _write_now(self, batch: list[ExecutionEvent]) -> int:
-        return self._write_clean(scrub_batch(self._scrubber, batch, self._spill.dead))
+        return self._write_ready(self._scrubber.prepare(batch, self._spill.dead))
 
-    def _write_clean(self, batch: Sequence[ExecutionEvent]) -> int:
+    def _write_ready(self, batch: Sequence[Stored]) -> int:
         """Write events already redacted (spilled ones: redacting twice would cut twice)."""
         dead = self._spill.dead
         outcome = isolate(self._db, batch, dead)
@@ -252,7 +254,7 @@ class HistoryStore:
             raise
         if not self._db.read_only and self._spill.pending():
             try:
-                new = await self._call(self._spill.drain, self._write_clean)
+                new = await self._call(self._spill.drain, self._write_ready)
             except Exception as exc:  # the files stay; the next start tries again
                 logger.warning("history: spill files not loaded: %s", describe(exc))
             else:

@@ -1,26 +1,31 @@
 """The batching writer behind the history plugin's observer.
 
-The observer (async, on the bus's worker task) only appends to a buffer.
-A dedicated writer thread takes batches of ``batch_size`` events, or what
-arrived within ``flush_interval`` of the first waiting event, redacts them
-(the audit trail's policy, see ``_redaction.py``) and writes each in one
-transaction, so neither the emitter nor the event loop ever waits for the
-database.
+The observer is synchronous: it runs in the emitting task and only appends
+the event to a buffer (and wakes the writer when it sleeps), which costs
+the execution less than an asynchronous observer's queue and worker task.
+Only when the writer is far behind (``4 * batch_size`` events, at least
+1,024) does the emitter wait for it to catch up halfway.
+
+A writer thread takes batches of ``batch_size`` events, or what arrived
+within ``flush_interval`` of the first waiting event, redacts and
+serializes them (the audit trail's policy, see ``_redaction.py``), turns
+them into rows and writes each batch in one transaction, so neither the
+emitter nor the event loop ever waits for the database.
 
 What can go wrong, and what happens then:
 
 - the database refuses (down, locked, full, read-only): the batch is retried
   with backoff; if it still fails it is spilled (``_spill.py``: a spill file,
-  a second one, then memory), and for a while after that batches go straight
-  to the spill until a probe write succeeds, which also drains the spill;
+  a second one, then memory), and for a cool-down after that (0.5 s,
+  doubling up to 30 s, on the writer's ``clock``) batches go straight to the
+  spill until a probe write succeeds, which also drains the spill;
 - the batch holds a poison event (one the database will never take, such as
-  a string that cannot be encoded): the batch is split in halves until the
-  bad event is alone; it goes to the dead-letter file with the reason, and
-  every other event is written;
+  a string that cannot be encoded): see ``_isolate.py``; an event that
+  cannot be redacted or serialized goes to the dead-letter file at once;
 - the SQLite file was removed or replaced: the database reopens it (see
   ``_db.py``) and the batch lands in the new file.
 
-The thread (rather than a task) keeps the writer independent of the engine's
+A thread (rather than a task) keeps the writer independent of the engine's
 task group and cancel scopes: the engine closes plugins inside a shielded
 scope, which a task group opened by a plugin could not span.
 """
@@ -31,7 +36,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -39,20 +44,24 @@ import anyio
 
 from onlooker import ExecutionEvent
 
-from ._db import Database, RowError, describe, is_transient
+from ._db import Database, describe
+from ._isolate import isolate
 from ._redaction import Scrubber
-from ._spill import DeadLetters, Spill
+from ._rows import Stored
+from ._spill import Spill
 
 __all__ = [
     "DEFAULT_RETRY_DELAYS",
+    "FIRST_COOLDOWN",
+    "MAX_COOLDOWN",
     "BatchWriter",
     "HistoryWriterStatistics",
-    "isolate",
-    "scrub_batch",
 ]
 
 DEFAULT_RETRY_DELAYS: Final = (0.05, 0.2, 0.5, 1.0)
-_MAX_COOLDOWN: Final = 30.0
+FIRST_COOLDOWN: Final = 0.5
+"""Seconds batches go straight to the spill after the database refused one; doubles each time."""
+MAX_COOLDOWN: Final = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,78 +90,12 @@ class HistoryWriterStatistics:
     """Times the SQLite file was found removed or replaced, and reopened."""
 
 
-@dataclass(slots=True)
-class _Outcome:
-    """What became of a batch written with :func:`isolate`."""
-
-    new: int = 0
-    written: int = 0
-    dead: int = 0
-    refused: list[ExecutionEvent] | None = None  # a transient failure: spill these
-    error: BaseException | None = None
-
-
-def isolate(db: Database, batch: Sequence[ExecutionEvent], dead: DeadLetters) -> _Outcome:
-    """Write ``batch``; if the data is at fault, split it until the poison events are alone.
-
-    A poison event goes to ``dead``; every other event is written. Parts
-    that fail because of the database (a transient failure) are returned in
-    ``refused`` with the error, for the caller to retry or spill.
-    """
-    outcome = _Outcome()
-    refused: list[ExecutionEvent] = []
-    stack: list[Sequence[ExecutionEvent]] = [batch]
-    while stack:
-        part = stack.pop()
-        try:
-            outcome.new += db.write(part)
-        except Exception as exc:
-            if is_transient(exc):
-                refused.extend(part)
-                outcome.error = exc
-            elif len(part) > 1:
-                middle = len(part) // 2
-                stack.append(part[middle:])
-                stack.append(part[:middle])
-            elif not _data_at_fault(db, exc):
-                refused.extend(part)  # the database, not the event: e.g. its tables are gone
-                outcome.error = exc
-            else:
-                dead.event(part[0], describe(exc))
-                outcome.dead += 1
-        else:
-            outcome.written += len(part)
-    if refused:
-        outcome.refused = refused
-    return outcome
-
-
-def _data_at_fault(db: Database, exc: BaseException) -> bool:
-    """Before a lone event is called poison: does the database take anything at all?"""
-    if isinstance(exc, RowError):
-        return True  # the event itself cannot be turned into rows
-    try:
-        db.probe()
-    except Exception:
-        return False
-    return True
-
-
-def scrub_batch(
-    scrubber: Scrubber, batch: Sequence[ExecutionEvent], dead: DeadLetters
-) -> list[ExecutionEvent]:
-    """The batch redacted; an event that redaction fails on goes to ``dead`` (envelope only)."""
-    clean: list[ExecutionEvent] = []
-    for event in batch:
-        try:
-            clean.append(scrubber.scrub(event))
-        except Exception as exc:
-            dead.event(event, f"cannot be redacted: {exc!r}", redacted=False)
-    return clean
-
-
 class BatchWriter:
-    """Buffers events and writes them in batches from its own thread; see the module docstring."""
+    """Buffers events and writes them in batches from its own thread; see the module docstring.
+
+    ``clock`` is what the cool-down after a refused batch is measured on
+    (``time.monotonic``; tests give a clock they move forward).
+    """
 
     def __init__(
         self,
@@ -164,6 +107,7 @@ class BatchWriter:
         batch_size: int,
         flush_interval: float,
         retry_delays: Sequence[float] = DEFAULT_RETRY_DELAYS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._db = db
         self._spill = spill
@@ -173,11 +117,13 @@ class BatchWriter:
         self._batch_size = batch_size
         self._flush_interval = flush_interval
         self._retry_delays = tuple(retry_delays)
+        self.clock = clock
         self._max_pending = max(4 * batch_size, 1024)
         self._buffer: deque[ExecutionEvent] = deque()
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)  # the writer waits on it
         self._progress = threading.Condition(self._lock)  # flush() and backpressure wait on it
+        self._idle = False  # the writer waits for a first event: the next one wakes it
         self._urgent = False
         self._closing = False
         self._accepted = 0
@@ -194,21 +140,22 @@ class BatchWriter:
             target=self._run, name=f"onlooker history writer ({db.masked_url})", daemon=True
         )
 
-    # -- the observer's side (event loop) --------------------------------------------
+    # -- the observer's side (the emitting task) ---------------------------------------
 
-    async def handle(self, event: ExecutionEvent) -> None:
-        """Take one event (the history plugin's async observer)."""
+    def handle(self, event: ExecutionEvent) -> None:
+        """Take one event (the history plugin's observer): append it, wake the writer if idle."""
         if self._closing:
             raise RuntimeError("the history writer is closed")
         buffer = self._buffer
         buffer.append(event)
         self._accepted += 1
         size = len(buffer)
-        if size == 1 or size == self._batch_size:
+        if self._idle or size == self._batch_size:
             with self._lock:
+                self._idle = False
                 self._wakeup.notify()
         elif size >= self._max_pending:
-            await anyio.to_thread.run_sync(self._wait_for_room, abandon_on_cancel=True)
+            self._wait_for_room()
 
     async def flush(self) -> None:
         """Wait until every event accepted so far is written (or spilled)."""
@@ -243,93 +190,113 @@ class BatchWriter:
         if self._thread.is_alive():
             await anyio.to_thread.run_sync(self._thread.join)
 
+    def _running(self) -> bool:
+        return self._thread.is_alive()
+
     def _wait_for_room(self) -> None:
+        """Backpressure: the writer is far behind; wait until it has caught up halfway."""
         with self._lock:
-            while len(self._buffer) >= self._max_pending and self._thread.is_alive():
+            while len(self._buffer) >= self._max_pending // 2 and self._running():
+                self._wakeup.notify()
                 self._progress.wait(0.5)
 
     def _wait_handled(self, target: int) -> None:
         with self._lock:
             self._urgent = True
             self._wakeup.notify()
-            while self._handled < target and self._thread.is_alive():
+            while self._handled < target and self._running():
                 self._progress.wait(0.5)
 
     # -- the writer thread ------------------------------------------------------------
 
     def _run(self) -> None:
-        buffer = self._buffer
-        while True:
-            with self._lock:
-                while not buffer and not self._closing:
-                    self._urgent = False
-                    self._wakeup.wait()
-                if not buffer:
-                    break
-                deadline = time.monotonic() + self._flush_interval
-                while len(buffer) < self._batch_size and not (self._closing or self._urgent):
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._wakeup.wait(left)
-            count = min(len(buffer), self._batch_size)
-            batch = [buffer.popleft() for _ in range(count)]
+        while (batch := self._next_batch()) is not None:
             self._write(batch)
             with self._lock:
-                self._handled += count
+                self._handled += len(batch)
                 self._progress.notify_all()
         self._last_chance()
 
+    def _next_batch(self) -> list[ExecutionEvent] | None:
+        """The next batch: full, or what came within the flush interval; ``None`` at close."""
+        buffer = self._buffer
+        with self._lock:
+            # Idle before looking: an event appended after the look then sees it and wakes us.
+            self._idle = True
+            while not buffer and not self._closing:
+                self._urgent = False
+                self._wakeup.wait()
+            self._idle = False
+            if not buffer:
+                return None
+            deadline = time.monotonic() + self._flush_interval
+            while len(buffer) < self._batch_size and not (self._closing or self._urgent):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._wakeup.wait(left)
+        return [buffer.popleft() for _ in range(min(len(buffer), self._batch_size))]
+
     def _write(self, batch: list[ExecutionEvent]) -> None:
         try:
-            batch = scrub_batch(self._scrubber, batch, self._dead)
+            ready = self._scrubber.prepare(batch, self._dead)
+        except Exception as exc:  # a bug: the payloads were not redacted, so keep no payload
+            self._logger.exception("history: writer failed to redact a batch: %s", exc)
+            for event in batch:
+                self._dead.event(event, f"cannot be redacted: {exc!r}", redacted=False)
+            return
+        try:
             if self._degraded_until is not None:
-                if time.monotonic() < self._degraded_until:
-                    self._to_spill(batch)
+                if self.clock() < self._degraded_until:
+                    self._to_spill(ready)
                     return
                 attempts: tuple[float, ...] = ()  # one probe while the database seems down
             else:
                 attempts = self._retry_delays
-            pending: Sequence[ExecutionEvent] = batch
-            for delay in (*attempts, None):
-                outcome = isolate(self._db, pending, self._dead)
-                self._written += outcome.written
-                if outcome.written:
-                    self._batches += 1
-                if outcome.refused is None:
-                    if self._degraded_until is not None or self._spill_dirty:
-                        self._recovered()
-                    return
-                pending = outcome.refused
-                error = describe(outcome.error) if outcome.error is not None else "?"
-                if delay is None:
-                    self._logger.error(
-                        "history: %d events could not be written to %s: %s",
-                        len(pending),
-                        self._db.masked_url,
-                        error,
-                    )
-                    break
-                self._retries += 1
-                self._logger.warning(
-                    "history: write to %s failed, retrying in %.2fs: %s",
-                    self._db.masked_url,
-                    delay,
-                    error,
-                )
-                time.sleep(delay)
-            self._to_spill(list(pending))
-            self._cooldown = min(max(self._cooldown * 2, 0.5), _MAX_COOLDOWN)
-            self._degraded_until = time.monotonic() + self._cooldown
+            self._attempt(ready, attempts)
         except Exception as exc:  # a bug here must never lose the batch
             self._logger.exception("history: writer failed on a batch: %s", exc)
-            self._to_spill(batch)
+            self._to_spill(ready)
 
-    def _to_spill(self, batch: list[ExecutionEvent]) -> None:
+    def _attempt(self, ready: list[Stored], attempts: tuple[float, ...]) -> None:
+        """Write ``ready``, retrying after each of ``attempts``; spill what is still refused."""
+        pending: Sequence[Stored] = ready
+        for delay in (*attempts, None):
+            outcome = isolate(self._db, pending, self._dead)
+            self._written += outcome.written
+            if outcome.written:
+                self._batches += 1
+            if outcome.refused is None:
+                if self._degraded_until is not None or self._spill_dirty:
+                    self._recovered()
+                return
+            pending = outcome.refused
+            error = describe(outcome.error) if outcome.error is not None else "?"
+            if delay is None:
+                self._logger.error(
+                    "history: %d events could not be written to %s: %s",
+                    len(pending),
+                    self._db.masked_url,
+                    error,
+                )
+                break
+            self._retries += 1
+            self._logger.warning(
+                "history: write to %s failed, retrying in %.2fs: %s",
+                self._db.masked_url,
+                delay,
+                error,
+            )
+            time.sleep(delay)
+        self._to_spill(list(pending))
+        self._cooldown = min(max(self._cooldown * 2, FIRST_COOLDOWN), MAX_COOLDOWN)
+        self._degraded_until = self.clock() + self._cooldown
+
+    def _to_spill(self, batch: list[Stored]) -> None:
         self._spilled += self._spill.append(batch)
         self._spill_dirty = True
 
-    def _write_isolating(self, batch: Sequence[ExecutionEvent]) -> int:
+    def _write_isolating(self, batch: Sequence[Stored]) -> int:
         outcome = isolate(self._db, batch, self._dead)
         if outcome.refused is not None:
             raise outcome.error or RuntimeError("history: events refused")
