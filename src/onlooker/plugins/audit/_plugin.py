@@ -3,8 +3,9 @@
 The observer is a synchronous hand-off (one ``deque.append``) rather than a
 bus worker: the bus's async workers share the event loop with the execution,
 where the blocking ``write`` and ``fsync`` of a file would stall it. The
-writer thread batches whatever accumulated (group commit), redacts,
-serializes and appends, and keeps a failed batch to retry later.
+writer thread batches whatever accumulated (group commit), serializes,
+redacts what needs it (``_events.py``) and appends, and keeps a failed batch
+to retry later.
 """
 
 from __future__ import annotations
@@ -16,26 +17,21 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, final
+from typing import Final, final
 
 import anyio
 import anyio.to_thread
-from pydantic import BaseModel
 
 import onlooker
 from onlooker import ExecutionEvent, Plugin, PluginContext
 from onlooker._shared import DISABLE_VARIABLE as DISABLE_VARIABLE  # re-exported by the package
 from onlooker._shared import audit_disabled
 
-from ._redact import ENVELOPE_FIELDS, Redactor, cap_record
+from ._events import MAX_RECORD_CHARS as MAX_RECORD_CHARS  # one event's JSON at most
+from ._events import EventEncoder
+from ._redact import Redactor
 from ._types import FsyncMode
-from ._writer import (
-    AuditWriteError,
-    TrailWriter,
-    compact_json,
-    new_session_id,
-    validate_session_id,
-)
+from ._writer import AuditWriteError, TrailWriter, new_session_id, validate_session_id
 
 __all__ = ["AuditStatistics", "AuditTrail", "plugin"]
 
@@ -44,7 +40,7 @@ _MAX_PENDING: Final = 16384  # events waiting for the thread before emitters wai
 _MAX_RETRY: Final = 100_000  # records kept for a retry while the disk refuses
 _RETRY_SECONDS: Final = 0.5  # first retry after a failure; doubles up to the maximum
 _MAX_RETRY_SECONDS: Final = 30.0
-MAX_RECORD_CHARS: Final = 65536  # one event's JSON at most, as the coding-agent hook writes
+_GATHER_SECONDS: Final = 0.001  # woken from idle, the thread waits this long for more events
 _logger: Final = logging.getLogger("onlooker.plugins.audit")
 
 
@@ -102,15 +98,14 @@ class AuditTrail:
             redactor=redactor,
             max_value_chars=max_value_chars,
         )
-        self._redactor = self._writer.redactor
-        self._max_chars = max_value_chars
+        self._encoder = EventEncoder(self._writer.redactor, max_value_chars)
         self._pending: deque[ExecutionEvent] = deque()
         self._cond = threading.Condition()
         self._idle = False
         self._closing = False
         self._taken = 0  # events taken by the thread
         self._settled = 0  # taken events written, kept for retry, or given up on
-        self._retry: list[str] = []
+        self._retry: list[bytes] = []
         self._retry_delay = _RETRY_SECONDS
         self._dropped = 0
         self._failures = 0  # serialization failures (write failures: the writer counts)
@@ -190,16 +185,22 @@ class AuditTrail:
         while True:
             with cond:
                 self._idle = True
+                waited = False
                 while not self._pending and not self._closing:
+                    waited = True
                     if not cond.wait(self._retry_delay if self._retry else None) and self._retry:
                         break  # time to retry
                 self._idle = False
+                if waited and len(self._pending) < _MAX_BATCH // 16 and not self._closing:
+                    # Group commit: let a batch gather. Meanwhile handle() is a bare append
+                    # (no notify: the thread is not idle); flush() and aclose() cut it short.
+                    cond.wait(_GATHER_SECONDS)
                 count = min(len(self._pending), _MAX_BATCH)
                 batch = [self._pending.popleft() for _ in range(count)]
                 self._taken += count
                 closing = self._closing and not self._pending
             try:
-                self._write([text for text in map(self._serialize, batch) if text is not None])
+                self._write(self._encoder.encode(batch, self._unrecordable))
             except Exception as exc:  # a bug must not kill the thread
                 _logger.exception("audit writer failed")
                 self._writer.report(f"audit writer failed: {exc!r}", error=type(exc).__name__)
@@ -211,52 +212,14 @@ class AuditTrail:
                     self._give_up(f"{len(self._retry)} record(s) not written: the trail closed")
                 return
 
-    def _serialize(self, event: ExecutionEvent) -> str | None:
-        try:
-            return self._event_json(event)
-        except Exception as exc:
-            self._failures += 1
-            self._writer.report(
-                f"event {event.event_id} ({event.kind}) could not be recorded: {exc!r}",
-                error=type(exc).__name__,
-            )
-            return None
+    def _unrecordable(self, event: ExecutionEvent, exc: Exception) -> None:
+        self._failures += 1
+        self._writer.report(
+            f"event {event.event_id} ({event.kind}) could not be recorded: {exc!r}",
+            error=type(exc).__name__,
+        )
 
-    def _event_json(self, event: ExecutionEvent) -> str:
-        """The event's JSON, redacted and truncated; pydantic's fast path when nothing changes."""
-        redactor = self._redactor
-        learned = redactor.learned
-        changes = self._changes(event)
-        if redactor.learned != learned:  # a secret learned late in the event: once more
-            changes = self._changes(event)
-        if not changes:
-            try:
-                text = event.model_dump_json()
-            except ValueError:  # lone surrogates: the stdlib encoder escapes them
-                pass
-            else:
-                if len(text) <= MAX_RECORD_CHARS:
-                    return text
-        data = event.model_dump(mode="json")
-        data.update(changes)
-        text = compact_json(data)
-        if len(text) > MAX_RECORD_CHARS:  # each value under the cap, but too many of them
-            text = compact_json(cap_record(data, MAX_RECORD_CHARS))
-        return text
-
-    def _changes(self, event: ExecutionEvent) -> dict[str, Any]:
-        redact = self._redactor.redact
-        changes: dict[str, Any] = {}
-        for name, value in event.__dict__.items():
-            if value is None or name in ENVELOPE_FIELDS:
-                continue
-            plain = value.__dict__ if isinstance(value, BaseModel) else value
-            new = redact(plain, max_chars=self._max_chars)
-            if new is not plain:
-                changes[name] = new
-        return changes
-
-    def _write(self, texts: list[str]) -> None:
+    def _write(self, texts: list[bytes]) -> None:
         if self._retry:
             texts = self._retry + texts
             self._retry = []
@@ -265,7 +228,7 @@ class AuditTrail:
         writer = self._writer
         failing = writer.failing
         try:
-            writer.write_serialized(texts)
+            writer.write_encoded(texts)
         except AuditWriteError as exc:
             self._retry_delay = min(self._retry_delay * 2, _MAX_RETRY_SECONDS)
             self._retry = texts[exc.written :]

@@ -18,15 +18,13 @@ payload:
 * the value of a secret-named environment variable (``GITHUB_TOKEN``,
   ``*_SECRET``, ``*_KEY``, ...) is replaced wherever it shows up, bare:
   ``[REDACTED:environment]``;
-* paths and commands are kept as given: an audit trail is evidence.
-  Shortening absolute paths outside the working directory (``~/...`` under
-  the home directory, else the base name) is an opt-in
-  (``shorten_paths=True``): it hides where a program looked, and with it
-  what it really did.
+* paths and commands are kept as given: an audit trail is evidence
+  (shortening absolute paths is an opt-in, ``shorten_paths=True``).
 
 Redaction runs before truncation, so a cut never leaves half a secret; a
-very long string is cut to its first ``max_chars`` plus a margin before the
-rules run, so its cost is bounded.
+very long string is cut before the rules run (:meth:`Redactor._cut`), so
+its cost follows what is kept. :meth:`Redactor.screen` tells which
+serialized events need none of this (``_screen.py``).
 """
 
 from __future__ import annotations
@@ -35,13 +33,14 @@ import itertools
 import os
 
 from ._cap import cap_record
+from ._known import LEARNED_MARKER, KnownSecrets
+from ._paths import PathShortener, clean_dir
 from ._secrets import (
     DEFAULT_RULES,
     DEFAULT_SECRET_KEYS,
     ENVELOPE_FIELDS,
     KEY_WORDS,
     Rule,
-    is_secret_variable,
     marker,
     truncate,
 )
@@ -49,8 +48,10 @@ from ._secrets import (
 TYPE_CHECKING = False  # not typing's: see _writer.py (the hook imports this module)
 if TYPE_CHECKING:
     import re
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
     from typing import Any, Final, final
+
+    from ._screen import RuleHints, Screen
 else:
 
     def final(cls: type) -> type:
@@ -68,16 +69,11 @@ __all__ = [
     "truncate",
 ]
 
-# An absolute path token: a "/" not preceded by a word character, a dot, a
-# colon, a slash or "~" (so URLs, "and/or" and relative paths are left alone).
-_PATH: Final = Rule("path", r"""/(?<![\w.:/~$@\\-]/)[^\s"'`;|&<>()\[\]{},=]+""")
-
 _SCALARS: Final = frozenset({int, float, bool})
-_SECRET_FIELD: Final = marker("secret_field")
-_ENVIRONMENT: Final = marker("environment")
 _PLAIN_KEY: Final = (False, "")  # the cached verdict of a key that is neither secret nor changed
-_MARGIN: Final = 4096  # characters kept past max_chars before redaction (longer secrets: rare)
-_LOOP_KNOWN: Final = 8  # known secrets searched one by one up to this many, then by one regex
+_MARGIN: Final = 256  # characters scanned past max_chars in a string that is cut
+_RESERVE: Final = 128  # ... of which at least this many, after redaction, are dropped
+_LONG: Final = 256  # texts longer than this find the rules they need by a squeezed copy
 _SHORT: Final = 40  # texts up to this long are searched for hints by one compiled alternation ...
 _COMPILE_AFTER: Final = 256  # ... once the redactor has seen this many of them
 
@@ -142,8 +138,9 @@ class Redactor:
         for rule in (*(rules or ()), *extra_rules):
             rule.pattern  # noqa: B018  # likewise
         self.shorten_paths: Final = shorten_paths
-        self.cwd: Final = _clean_dir(cwd if cwd is not None else os.getcwd())
-        self.home: Final = _clean_dir(home if home is not None else os.path.expanduser("~"))
+        self.cwd: Final = clean_dir(cwd if cwd is not None else os.getcwd())
+        self.home: Final = clean_dir(home if home is not None else os.path.expanduser("~"))
+        self._paths: Final = PathShortener(self.cwd, self.home)
         # The rare texts that need work are found by their hints, lower-cased
         # substrings looked for in the lower-cased text: faster than one
         # compiled alternation, and nothing to compile in a short-lived process.
@@ -157,17 +154,9 @@ class Redactor:
         self._texts = 0
         self._keys: dict[str, tuple[bool, str]] = {}
         self.learn_secrets: Final = learn_secrets
-        self._learned_values: dict[str, None] = {}  # recent values seen under secret keys
-        self._learned = 0
-        self._environment = {
-            value: _ENVIRONMENT
-            for name, value in (os.environ if environ is None else environ).items()
-            if is_secret_variable(name, value)
-        }
-        self._known: dict[str, str] = {}  # every known secret value -> its marker
-        self._known_order: tuple[str, ...] = ()  # longest first
-        self._known_pattern: re.Pattern[str] | None = None
-        self._index_known()
+        self._known: Final = KnownSecrets(os.environ if environ is None else environ)
+        self._screen: Screen | None = None
+        self._rule_hints_of_long_texts: RuleHints | None = None
 
     # -- public ------------------------------------------------------------------
 
@@ -178,9 +167,9 @@ class Redactor:
         ``…[truncated N chars]``. Returns ``value`` itself when nothing
         changed; never mutates it.
         """
-        learned = self._learned
+        learned = self._known.learned
         out = self._value(value, max_chars)
-        if self._learned != learned:  # a secret found late in the value may sit earlier in it
+        if self._known.learned != learned:  # a secret found late in the value may sit earlier
             out = self._value(out, max_chars)
         return out
 
@@ -188,32 +177,57 @@ class Redactor:
         self, event: dict[str, Any], *, max_chars: int | None = None
     ) -> dict[str, Any]:
         """An event's JSON form redacted, skipping the fields onlooker generates."""
-        learned = self._learned
+        learned = self._known.learned
         out = self._event(event, max_chars)
-        if self._learned != learned:
+        if self._known.learned != learned:
             out = self._event(out, max_chars)
         return out
+
+    def screen(self, texts: Sequence[bytes], *, max_chars: int | None = None) -> list[int]:
+        """Which of many serialized values redaction may change: their indices, ascending.
+
+        ``texts`` are JSON values (events) in UTF-8, escaped as :mod:`json`
+        escapes (non-ASCII kept, as ``model_dump_json`` and the audit writer
+        write them). For every index not returned, :meth:`redact` (and
+        :meth:`redact_event`) with this ``max_chars`` would certainly return
+        the value unchanged: write its text as it is. Cheaper by far than
+        redacting each value, for the common event that holds no hint of a
+        secret; those it returns must be redacted as usual.
+        """
+        screen = self._screen
+        if screen is None:
+            from ._screen import Screen
+
+            screen = self._screen = Screen(
+                None if self._always else self._hints,
+                KEY_WORDS if self._default_keys else None,
+                paths=self.shorten_paths,
+            )
+        return screen.suspects(texts, max_chars, self._known)
 
     @property
     def learned(self) -> int:
         """How many secrets were learned so far (changes when a value teaches a new one)."""
-        return self._learned
+        return self._known.learned
 
     def redact_text(self, text: str) -> str:
         """One string with every rule applied (and paths shortened, when asked)."""
-        lowered = text.lower()
-        if self._always or self._triggered(text):
-            # Hints are looked for in the text as it came: a marker written by
-            # one rule never holds what a later rule must redact.
-            for rule, hints in self._rule_hints:
-                if hints is None or any(hint in lowered for hint in hints):
-                    text = rule.apply(text)
-        if self._known_order and self._has_known(text):
-            text = self._scrub_known(text)
-        if self.shorten_paths and "/" in text:
-            path = _PATH.pattern
-            if path.search(text) is not None:
-                text = path.sub(self._shorten, text)
+        # Hints are looked for in the text as it came: a marker written by one
+        # rule never holds what a later rule must redact.
+        needed = self._long_text_rules(text) if len(text) > _LONG else None
+        if needed is not None:
+            for rule in needed:
+                text = rule.apply(text)
+        else:
+            lowered = text.lower()
+            if self._always or self._triggered(text, lowered):
+                for rule, hints in self._rule_hints:
+                    if hints is None or any(hint in lowered for hint in hints):
+                        text = rule.apply(text)
+        if self._known and self._known.has(text):
+            text = self._known.scrub(text)
+        if self.shorten_paths:
+            text = self._paths.shorten_all(text)
         return text
 
     @property
@@ -235,12 +249,7 @@ class Redactor:
 
     def shorten_path(self, path: str) -> str:
         """An absolute path outside the working directory as ``~/...`` or its base name."""
-        normal = os.path.normpath(path)
-        if _inside(normal, self.cwd):
-            return path
-        if _inside(normal, self.home):
-            return "~" if normal == self.home else "~/" + os.path.relpath(normal, self.home)
-        return os.path.basename(normal) or path
+        return self._paths.shorten_path(path)
 
     # -- walk --------------------------------------------------------------------
 
@@ -261,10 +270,7 @@ class Redactor:
         kind = type(value)
         if kind is str:
             if max_chars is not None and len(value) > max_chars + _MARGIN:
-                # Bounded work: only what can be kept (and a margin) is scanned.
-                head = self.redact_text(value[: max_chars + _MARGIN])
-                dropped = len(value) - max_chars - _MARGIN
-                return f"{head[:max_chars]}…[truncated {max(len(head) - max_chars, 0) + dropped} chars]"
+                return self._cut(value, max_chars)
             text = self.redact_text(value)
             if max_chars is not None and len(text) > max_chars:
                 return truncate(text, max_chars)
@@ -283,6 +289,28 @@ class Redactor:
                     out[index] = new
             return value if out is None else out
         return value
+
+    def _cut(self, value: str, max_chars: int) -> str:
+        """A string far longer than ``max_chars``, redacted and cut, scanning only its head.
+
+        The head scanned is ``max_chars`` plus a margin, and the part kept
+        ends at least :data:`_RESERVE` characters (after redaction) before
+        the end of what was scanned: a secret straddling the cut was seen
+        whole, or by a long stretch of it, and shows no readable part. If
+        redaction shrank the head that much (a long private key), a head
+        twice as long is scanned, and so on: the work follows what is kept.
+        """
+        reserve = max(_RESERVE, self._known.longest)
+        window = max_chars + max(_MARGIN, 2 * reserve)
+        while True:
+            if window >= len(value):
+                text = self.redact_text(value)
+                return truncate(text, max_chars) if len(text) > max_chars else text
+            head = self.redact_text(value[:window])
+            if len(head) >= max_chars + reserve:
+                dropped = len(head) - max_chars + len(value) - window
+                return f"{head[:max_chars]}…[truncated {dropped} chars]"
+            window *= 2
 
     def _dict(self, value: dict[Any, Any], max_chars: int | None) -> dict[Any, Any]:
         keys = self._keys
@@ -304,9 +332,9 @@ class Redactor:
                 found = self._key(key)
             secret, new_key = (False, key) if found is _PLAIN_KEY else found
             if secret:
-                new: Any = _SECRET_FIELD
+                new: Any = LEARNED_MARKER
                 if self.learn_secrets and item is not None:
-                    self._learn(item)
+                    self._known.learn(item)
             elif item is None or type(item) in _SCALARS:
                 new = item
             else:
@@ -317,25 +345,31 @@ class Redactor:
                 out[new_key] = new
         return value if out is None else out
 
+    def _long_text_rules(self, text: str) -> list[Rule] | None:
+        """The rules a long text needs (``None`` unless ASCII), found on a squeezed copy."""
+        hints = self._rule_hints_of_long_texts
+        if hints is None:
+            from ._screen import RuleHints
+
+            hints = self._rule_hints_of_long_texts = RuleHints(self._rule_hints)
+        return hints.needed(text)
+
     def _untouched(self, text: str, max_chars: int | None) -> bool:
         """Whether redaction and truncation certainly leave ``text`` as it is (a quick test)."""
         return (
             (max_chars is None or len(text) <= max_chars)
             and not self._always
-            and not self._triggered(text)
-            and not (self._known_order and self._has_known(text))
+            and not self._triggered(text, text.lower())
+            and not (self._known and self._known.has(text))
             and (not self.shorten_paths or "/" not in text)
         )
 
-    def _triggered(self, text: str) -> bool:
+    def _triggered(self, text: str, lowered: str) -> bool:
         """Whether ``text`` holds a hint of some rule (so the rules must look at it).
 
-        A loop of substring tests: for texts longer than a few words it beats
-        one compiled alternation, and a short-lived process compiles nothing.
-        A long-lived one (past a few hundred texts) compiles the alternation
-        once, for the short texts where it is faster.
+        A loop of substring tests, but for short texts in a long-lived process
+        (past a few hundred texts): one compiled alternation, faster there.
         """
-        lowered = text.lower()
         if len(text) <= _SHORT:
             short = self._short
             if short is not None:
@@ -350,49 +384,6 @@ class Redactor:
                 return True
         return False
 
-    # -- known secrets -----------------------------------------------------------------
-
-    def _has_known(self, text: str) -> bool:
-        pattern = self._known_pattern
-        if pattern is not None:
-            return pattern.search(text) is not None
-        return any(value in text for value in self._known_order)
-
-    def _scrub_known(self, text: str) -> str:
-        pattern = self._known_pattern
-        if pattern is not None:
-            known = self._known
-            return pattern.sub(lambda match: known[match.group(0)], text)
-        for value in self._known_order:
-            if value in text:
-                text = text.replace(value, self._known[value])
-        return text
-
-    def _index_known(self) -> None:
-        known = dict.fromkeys(self._learned_values, _SECRET_FIELD)
-        known.update(self._environment)
-        self._known = known
-        self._known_order = tuple(sorted(known, key=len, reverse=True))
-        self._known_pattern = None
-        if len(self._known_order) > _LOOP_KNOWN:
-            import re
-
-            self._known_pattern = re.compile("|".join(map(re.escape, self._known_order)))
-
-    def _learn(self, value: Any) -> None:
-        if type(value) is dict:
-            for item in value.values():
-                self._learn(item)
-        elif type(value) is list:
-            for item in value:
-                self._learn(item)
-        elif type(value) is str and len(value) >= 6 and value not in self._known:
-            self._learned_values[value] = None
-            if len(self._learned_values) > 256:
-                del self._learned_values[next(iter(self._learned_values))]
-            self._index_known()
-            self._learned += 1
-
     def _key(self, key: str) -> tuple[bool, str]:
         redacted = self.redact_text(key)
         found = (self.is_secret_key(key), key if redacted == key else redacted)
@@ -401,16 +392,3 @@ class Redactor:
         if len(self._keys) < 4096:
             self._keys[key] = found
         return found
-
-    def _shorten(self, match: re.Match[str]) -> str:
-        return self.shorten_path(match.group(0))
-
-
-def _clean_dir(path: str | os.PathLike[str]) -> str:
-    return os.path.normpath(os.path.abspath(os.fspath(path)))
-
-
-def _inside(path: str, directory: str) -> bool:
-    if directory == "/":
-        return True
-    return path == directory or path.startswith(directory + "/")

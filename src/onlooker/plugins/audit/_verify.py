@@ -13,7 +13,7 @@ from typing import Any, Final, Literal, TypeAlias, final
 
 from onlooker._errors import AuditError
 
-from ._writer import GENESIS, LIVE_NAME, RECORD_VERSION
+from ._record import GENESIS, LIVE_NAME, RECORD_VERSION
 
 __all__ = [
     "BadLine",

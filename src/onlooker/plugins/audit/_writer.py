@@ -1,55 +1,38 @@
 """TrailWriter: appends hash-chained records to a session's audit trail.
 
 Standard library only (plus ``onlooker._errors``): the coding-agent hook
-imports this in a fresh interpreter on every tool call.
+imports this in a fresh interpreter on every tool call. The record format
+(and the writer's own notes: gaps, retired segments) is in ``_record.py``;
+the session's files, its lock and rotation in ``_segments.py``;
+``audit.err`` in ``_sidecar.py``.
 
-A record is one line of compact JSON, members in this order::
-
-    {"v":1,"seq":0,"at":"...Z","session_id":"...","prev":"<hex>","event":{...},"hash":"<hex>"}
-
-``hash`` is the SHA-256 (hex) of the line's UTF-8 bytes with its final
-``,"hash":"<hex>"`` member removed, i.e. of the record serialized without
-``hash``; ``prev`` is the previous record's ``hash`` (:data:`GENESIS` for
-the first record of a session); ``seq`` counts records per session, with no
-gaps, across rotated segments.
-
-A few records are the writer's own notes, chained like the others, with a
-``note`` member in place of ``event``::
-
-    {"v":1,"seq":7,"at":"...Z","session_id":"...","prev":"<hex>","note":{"kind":"gap",...},"hash":"<hex>"}
-
-``{"kind":"retired","through_seq":N}`` follows a rotation that deleted the
-oldest segment: records up to seq ``N`` are gone on purpose (``verify``
-accepts a trail whose first record is ``N + 1`` only with this proof).
-``{"kind":"gap","since":...,"until":...,"attempts":...,"error":...,
-"dropped":...}`` is the first record written after the disk refused writes:
-the records that follow were written late (their ``at`` is when they were
-written), and ``dropped`` were given up on.
-
-Several processes may append to one session: each batch is written under an
-exclusive ``flock`` on ``<session>/.lock``, after re-reading the last record
-(its ``seq`` and ``hash``) from disk.
+The path of one batch: each event is serialized (``_encode.py``), the
+redactor's screen picks the few whose text holds a hint of a secret (or a
+string over the cap), only those are redacted value by value; then the
+batch is chained and appended with one ``write``.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from _thread import allocate_lock
 
 from onlooker._errors import AuditError
-from onlooker._shared import (
-    SESSION_ID_RULE,
-    is_session_id,
-    iso_time,
-    json_dumps,
-    json_loads,
-    lock_file,
-    sha256,
-    unlock_file,
-)
+from onlooker._shared import iso_time, json_dumps
 
+from ._encode import encode_dicts, json_bytes
+from ._record import (
+    EVENT,
+    GENESIS,
+    LIVE_NAME,
+    NOTE,
+    RECORD_VERSION,
+    RecordMaker,
+    segment_name,
+)
 from ._redact import Redactor
+from ._segments import Segments, new_session_id, validate_session_id
+from ._sidecar import ERROR_NAME, Sidecar
 
 # Neither `from typing import ...` nor json, re, threading or contextlib at run
 # time: this module is imported by the coding-agent hook in a fresh interpreter
@@ -70,61 +53,26 @@ else:
 
 
 __all__ = [
+    "ERROR_NAME",
     "GENESIS",
     "LIVE_NAME",
     "RECORD_VERSION",
     "AuditWriteError",
     "TrailWriter",
     "WriterStatistics",
+    "compact_json",
     "new_session_id",
     "segment_name",
     "validate_session_id",
 ]
 
-RECORD_VERSION: Final = 1
-"""The record format version, written as ``v``."""
-
-GENESIS: Final = "0" * 64
-"""The ``prev`` of a session's first record."""
-
-LIVE_NAME: Final = "events.jsonl"
-"""The live segment's file name; rotated ones are ``events.1.jsonl`` (newest) ... ``events.<keep>.jsonl``."""
-
-_EVENT: Final = '","event":'  # the member after ``prev``: an event, or the writer's note
-_NOTE: Final = '","note":'
-_MAX_UNREPORTED: Final = 1000  # sidecar lines held while the disk refuses them
-
-ERROR_NAME: Final = "audit.err"
-_LOCK_NAME: Final = ".lock"
-_TAIL_NAME: Final = ".tail"  # the last record's seq and hash, saved at each rotation
-_HASH_SUFFIX_LEN: Final = len(',"hash":"') + 64 + len('"}')
 compact_json: Final = json_dumps
 """Compact JSON, non-ASCII kept: how events are serialized into records.
 
 ``json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode``, byte for
-byte (the hash chain depends on it), without importing ``json``.
+byte, without importing ``json``.
 """
 _FSYNC_MODES: Final = ("never", "batch", "always")
-
-
-def segment_name(index: int) -> str:
-    """The file name of segment ``index``: 0 is the live file, 1 the newest rotated one."""
-    return LIVE_NAME if index == 0 else f"events.{index}.jsonl"
-
-
-def validate_session_id(session_id: object) -> str:
-    """``session_id`` if it is a safe directory name, else :class:`onlooker.AuditError`."""
-    if not isinstance(session_id, str) or not is_session_id(session_id):
-        raise AuditError(
-            f"invalid audit session id {session_id!r}: it must match "
-            f"{SESSION_ID_RULE} (no path separators, no leading dot)"
-        )
-    return session_id
-
-
-def new_session_id() -> str:
-    """A new session id that sorts by creation time: ``20250101T120000Z-3f2a9c``."""
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(3).hex()
 
 
 class AuditWriteError(AuditError):
@@ -175,6 +123,21 @@ class WriterStatistics:
         return (self.written, self.errors, self.batches, self.bytes, self.rotations)
 
 
+def _check_options(max_bytes: int, keep: int, fsync: str, max_value_chars: int) -> None:
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        raise ValueError(f"max_bytes must be a positive integer, not {max_bytes!r}")
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+        raise ValueError(f"keep must be an integer >= 0, not {keep!r}")
+    if fsync not in _FSYNC_MODES:
+        raise ValueError(f"fsync must be one of 'never', 'batch', 'always', not {fsync!r}")
+    if (
+        isinstance(max_value_chars, bool)
+        or not isinstance(max_value_chars, int)
+        or max_value_chars < 1
+    ):
+        raise ValueError(f"max_value_chars must be a positive integer, not {max_value_chars!r}")
+
+
 @final
 class TrailWriter:
     """Appends events to ``<directory>/<session_id>/events.jsonl`` as hash-chained records.
@@ -200,40 +163,26 @@ class TrailWriter:
         max_value_chars: int = 2000,
     ) -> None:
         self.session_id: Final = validate_session_id(session_id)
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-            raise ValueError(f"max_bytes must be a positive integer, not {max_bytes!r}")
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
-            raise ValueError(f"keep must be an integer >= 0, not {keep!r}")
-        if fsync not in _FSYNC_MODES:
-            raise ValueError(f"fsync must be one of 'never', 'batch', 'always', not {fsync!r}")
-        if isinstance(max_value_chars, bool) or not isinstance(max_value_chars, int):
-            raise ValueError(f"max_value_chars must be a positive integer, not {max_value_chars!r}")
-        if max_value_chars < 1:
-            raise ValueError(f"max_value_chars must be a positive integer, not {max_value_chars!r}")
+        _check_options(max_bytes, keep, fsync, max_value_chars)
         self.directory: Final = os.fspath(directory)
         self.session_dir: Final = os.path.join(self.directory, session_id)
         self.path: Final = os.path.join(self.session_dir, LIVE_NAME)
         """The live file."""
-        self.error_path: Final = os.path.join(self.session_dir, ERROR_NAME)
+        self._sidecar: Final = Sidecar(self.directory, self.session_dir, session_id)
+        self.error_path: Final = self._sidecar.path
         self.max_bytes: Final = max_bytes
         self.keep: Final = keep
         self.fsync: Final[FsyncMode] = fsync
         self.redactor: Final = redactor if redactor is not None else Redactor()
         self.max_value_chars: Final = max_value_chars
+        self._files: Final = Segments(
+            self.session_dir, keep=keep, durable=fsync != "never", report=self.report
+        )
         self._mutex = allocate_lock()
-        self._fd = -1
-        self._lock_fd = -1
-        self._ino = -1
-        self._size = -1
-        self._seq = -1  # last seq written in this session, -1 before the first
-        self._prev = GENESIS
-        self._written = self._errors = self._batches = self._bytes = self._rotations = 0
-        self._notes = 0
+        self._written = self._errors = self._batches = self._bytes = 0
         self._batch_written = 0
         self._closed = False
         self._outage: dict[str, Any] | None = None  # since the first refused write
-        self._unreported: list[dict[str, Any]] = []  # sidecar lines the disk refused too
-        self._unreported_lost = 0
 
     # -- public ------------------------------------------------------------------
 
@@ -243,8 +192,20 @@ class TrailWriter:
         Raises :class:`AuditWriteError` if the disk refuses; its ``written``
         says how many of ``events`` were appended before that.
         """
-        texts = [self.serialize(event) for event in events]
-        self.write_serialized(texts)
+        self.write_encoded(self.encode(events))
+
+    def encode(self, events: Sequence[Mapping[str, Any]]) -> list[bytes]:
+        """Events' JSON forms redacted, truncated and serialized (UTF-8): their ``event`` members.
+
+        The same bytes as :meth:`serialize` gives each, found faster: only
+        the events the redactor's screen suspects are redacted value by value
+        (the others are serialized by pydantic-core, see ``_encode.py``).
+        """
+
+        def redact(index: int) -> bytes:
+            return self.serialize(events[index]).encode("utf-8", "backslashreplace")
+
+        return encode_dicts(events, self.redactor, self.max_value_chars, redact)
 
     def serialize(self, event: Mapping[str, Any]) -> str:
         """One event's JSON form redacted, truncated and serialized: the ``event`` member."""
@@ -258,28 +219,25 @@ class TrailWriter:
 
         Each text must be one JSON object; nothing here redacts it.
         """
-        if not texts:
+        self.write_encoded([text.encode("utf-8", "backslashreplace") for text in texts])
+
+    def write_encoded(self, bodies: Sequence[bytes]) -> None:
+        """Chain and append events already redacted and serialized, in UTF-8 (:meth:`encode`).
+
+        Each body must be one JSON object; nothing here redacts it.
+        """
+        if not bodies:
             return
         with self._mutex:
             if self._closed:
                 raise AuditError(f"this audit writer for {self.path!r} is closed")
             try:
-                self._append(texts)
+                self._append(bodies)
             except OSError as exc:
-                written = self._batch_written
-                self._errors += 1
-                self._drop_files()
-                outage = self._outage
-                if outage is None:
-                    outage = self._outage = {"since": iso_time(), "attempts": 0, "dropped": 0}
-                outage["attempts"] += 1
-                outage["error"] = f"{type(exc).__name__}: {exc}"
-                message = f"cannot append {len(texts) - written} record(s) to {self.path}: {exc}"
-                self.report(message, error=type(exc).__name__, records=len(texts) - written)
-                raise AuditWriteError(message, path=self.path, written=written) from exc
+                raise self._refused(exc, len(bodies)) from exc
             self._batches += 1
-            if self._unreported:
-                self._report_late()
+            if self._sidecar.holding:
+                self._sidecar.report_late()
 
     @property
     def failing(self) -> bool:
@@ -299,47 +257,7 @@ class TrailWriter:
         after the next write to the trail that works. Returns whether it was
         written now.
         """
-        entry = {"at": iso_time(), "session_id": self.session_id, "message": message, **fields}
-        if self._append_error(compact_json(entry)):
-            return True
-        self._unreported.append(entry)
-        if len(self._unreported) > _MAX_UNREPORTED:
-            del self._unreported[0]
-            self._unreported_lost += 1
-        return False
-
-    def _append_error(self, line: str) -> bool:
-        for path in (self.error_path, os.path.join(self.directory, ERROR_NAME)):
-            try:
-                os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            except OSError:
-                continue
-            try:
-                os.write(fd, (line + "\n").encode("utf-8", "backslashreplace"))
-                return True
-            except OSError:
-                continue
-            finally:
-                os.close(fd)
-        return False
-
-    def _report_late(self) -> None:
-        """The problems the disk refused to record when they happened, now that it takes writes."""
-        held, self._unreported = self._unreported, []
-        if self._unreported_lost:
-            held.insert(
-                0,
-                {
-                    "at": iso_time(),
-                    "session_id": self.session_id,
-                    "message": f"{self._unreported_lost} older problem report(s) were lost",
-                },
-            )
-            self._unreported_lost = 0
-        lines = "\n".join(compact_json({**entry, "delayed": True}) for entry in held)
-        if not self._append_error(lines):
-            self._unreported = held + self._unreported
+        return self._sidecar.report(message, **fields)
 
     def statistics(self) -> WriterStatistics:
         """The writer's counters."""
@@ -348,14 +266,14 @@ class TrailWriter:
             errors=self._errors,
             batches=self._batches,
             bytes=self._bytes,
-            rotations=self._rotations,
+            rotations=self._files.rotations,
         )
 
     def close(self) -> None:
         """Close the files. Idempotent."""
         with self._mutex:
             self._closed = True
-            self._drop_files()
+            self._files.close()
 
     def __enter__(self) -> TrailWriter:
         return self
@@ -370,268 +288,110 @@ class TrailWriter:
 
     # -- appending -----------------------------------------------------------------
 
-    def _append(self, texts: Sequence[str]) -> int:
-        """Append under the session lock; returns how many records reached the file."""
+    def _refused(self, exc: OSError, count: int) -> AuditWriteError:
+        """Count and report a refused write; the error to raise."""
+        written = self._batch_written
+        self._errors += 1
+        self._files.close()
+        outage = self._outage
+        if outage is None:
+            outage = self._outage = {"since": iso_time(), "attempts": 0, "dropped": 0}
+        outage["attempts"] += 1
+        outage["error"] = f"{type(exc).__name__}: {exc}"
+        message = f"cannot append {count - written} record(s) to {self.path}: {exc}"
+        self.report(message, error=type(exc).__name__, records=count - written)
+        return AuditWriteError(message, path=self.path, written=written)
+
+    def _append(self, bodies: Sequence[bytes]) -> None:
+        """Append under the session lock, preceded by a gap note after an outage."""
         self._batch_written = 0
-        self._lock()
+        files = self._files
         try:
-            self._open_live()
-            self._sync_tail()
+            files.lock()
             note = None
             if self._outage is not None:
-                note = compact_json({"kind": "gap", **self._outage, "until": iso_time()})
-            self._append_locked(texts, note)
+                note = json_bytes({"kind": "gap", **self._outage, "until": iso_time()})
+            self._append_locked(bodies, note)
             self._outage = None
         finally:
-            if self._lock_fd >= 0:
-                unlock_file(self._lock_fd)
-        return self._batch_written
+            files.unlock()
 
-    def _append_locked(self, texts: Sequence[str], note: str | None = None) -> None:
-        """Chain and write ``texts`` (events), preceded by ``note`` if given."""
-        head = f'{{"v":{RECORD_VERSION},"seq":'
-        middle = f',"at":"{iso_time()}","session_id":"{self.session_id}","prev":"'
+    def _append_locked(self, bodies: Sequence[bytes], note: bytes | None) -> None:
+        """Chain and write ``bodies`` (events), preceded by ``note`` if given.
+
+        The common batch (no note, no per-record fsync) is chained in one
+        go and written if it fits in the live file; otherwise record by
+        record (:meth:`_append_each`).
+        """
+        files = self._files
+        maker = RecordMaker(self.session_id, iso_time())
+        if note is None and self.fsync != "always":
+            data, last = maker.lines(bodies, files.seq + 1, files.prev.encode())
+            if files.size + len(data) <= self.max_bytes:
+                self._flush([data], len(data), files.seq + len(bodies), last, 0, len(bodies))
+                return
+        self._append_each(maker, bodies, note)
+
+    def _append_each(self, maker: RecordMaker, bodies: Sequence[bytes], note: bytes | None) -> None:
+        """Chain and write ``bodies`` one by one, preceded by ``note`` if given.
+
+        An event that would take the live file past ``max_bytes`` rotates it
+        first (what came before is written out) and opens the new segment;
+        a retirement note follows it when the rotation deleted a segment.
+        With ``fsync="always"`` each record is written and synced on its own.
+        """
+        files = self._files
         always = self.fsync == "always"
-        max_bytes = self.max_bytes
-        seq, prev = self._seq, self._prev
+        seq, prev = files.seq, files.prev.encode()
         lines: list[bytes] = []
-        pending = 0  # bytes in ``lines``
-        notes = 0  # note lines among ``lines``
-        count = len(texts)
-        index = 0
+        pending = notes = 0  # bytes in ``lines``; notes among them
+        index, count = 0, len(bodies)
         while True:
             if note is not None:  # the writer's own record comes before the next event
-                member, text, note = _NOTE, note, None
+                member, body, note = NOTE, note, None
             elif index < count:
-                member, text = _EVENT, texts[index]
+                member, body = EVENT, bodies[index]
                 index += 1
             else:
                 break
-            seq += 1
-            body = (head + str(seq) + middle + prev + member + text + "}").encode(
-                "utf-8", "backslashreplace"
-            )
-            prev = sha256(body).hexdigest()
-            line = body[:-1] + b',"hash":"' + prev.encode() + b'"}\n'
+            line, digest = maker.line(seq + 1, prev, member, body)
             if (
-                self._size + pending > 0
-                and self._size + pending + len(line) > max_bytes
-                and member is not _NOTE  # a note never rotates: that would write another note
+                member is EVENT  # a note never rotates: that would write another note
+                and files.size + pending > 0
+                and files.size + pending + len(line) > self.max_bytes
             ):
-                self._flush(lines, pending, seq - 1, notes)
+                self._flush(lines, pending, seq, prev, notes)
                 lines, pending, notes = [], 0, 0
-                through = self._rotate()
-                if through is not None:
-                    note = compact_json({"kind": "retired", "through_seq": through})
+                through = files.rotate()
+                if through is not None:  # the new segment's second record
+                    note = json_bytes({"kind": "retired", "through_seq": through})
+            seq, prev = seq + 1, digest
             lines.append(line)
             pending += len(line)
-            if member is _NOTE:
-                notes += 1
+            notes += member is NOTE
             if always:
-                self._flush(lines, pending, seq, notes)
+                self._flush(lines, pending, seq, prev, notes)
                 lines, pending, notes = [], 0, 0
-        self._flush(lines, pending, seq, notes)
+        self._flush(lines, pending, seq, prev, notes)
 
-    def _flush(self, lines: list[bytes], size: int, last_seq: int, notes: int = 0) -> None:
-        """Write whole record ``lines`` (``notes`` of them the writer's notes), commit the chain."""
+    def _flush(
+        self,
+        lines: list[bytes],
+        size: int,
+        seq: int,
+        prev: bytes,
+        notes: int,
+        records: int | None = None,
+    ) -> None:
+        """Write whole record ``lines`` (``notes`` of them the writer's notes), commit the chain.
+
+        ``records`` is how many records the lines hold (one per line unless given).
+        """
         if not lines:
             return
         data = b"".join(lines) if len(lines) > 1 else lines[0]
-        start = self._size
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._fd, view) :]
-            if self.fsync != "never":
-                os.fsync(self._fd)
-        except OSError:
-            try:  # noqa: SIM105  # never leave half a record behind; contextlib would cost an import
-                os.ftruncate(self._fd, start)
-            except OSError:
-                pass
-            raise
-        last = lines[-1]
-        self._size = start + size
-        self._seq = last_seq
-        self._prev = last[-(64 + 3) : -3].decode("ascii")
-        self._written += len(lines) - notes
-        self._batch_written += len(lines) - notes
-        self._notes += notes
+        self._files.append(data, seq, prev.decode("ascii"), fsync=self.fsync != "never")
+        events = (len(lines) if records is None else records) - notes
+        self._written += events
+        self._batch_written += events
         self._bytes += size
-
-    # -- files and chain state -----------------------------------------------------------
-
-    def _lock(self) -> None:
-        """Take the session's exclusive lock (re-opening the lock file if it was replaced)."""
-        lock = os.path.join(self.session_dir, _LOCK_NAME)
-        while True:
-            if self._lock_fd >= 0 and not _same_file(self._lock_fd, lock):
-                self._drop_files()
-            if self._lock_fd < 0:
-                os.makedirs(self.session_dir, mode=0o700, exist_ok=True)
-                self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-            lock_file(self._lock_fd)
-            if _same_file(self._lock_fd, lock):
-                return
-            unlock_file(self._lock_fd)  # the directory was replaced meanwhile
-
-    def _open_live(self) -> None:
-        """Under the lock: (re-)open the live file if another process rotated it."""
-        if self._fd >= 0 and not _same_file(self._fd, self.path):
-            os.close(self._fd)
-            self._fd = -1
-        if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
-            self._ino = -1  # unknown until the tail is read
-
-    def _drop_files(self) -> None:
-        for fd in (self._fd, self._lock_fd):
-            if fd >= 0:
-                try:  # noqa: SIM105  # contextlib.suppress would cost an import
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._fd = self._lock_fd = -1
-        self._ino = -1
-
-    def _sync_tail(self) -> None:
-        """Under the lock: learn the last record's seq and hash from disk, unless unchanged."""
-        stat = os.fstat(self._fd)
-        if stat.st_ino == self._ino and stat.st_size == self._size:
-            return  # nobody else wrote since our last batch
-        self._ino, self._size = stat.st_ino, stat.st_size
-        last = self._last_record() if stat.st_size else None
-        if last is None:
-            last = self._saved_tail()
-        if last is not None:  # else: a new session, or its files were removed: keep ours
-            self._seq, self._prev = last
-
-    def _last_record(self) -> tuple[int, str] | None:
-        """The seq and hash of the live file's last record; repairs a torn last line."""
-        size = self._size
-        data = b""
-        position = size
-        while position > 0 and data.count(b"\n", 0, max(len(data) - 1, 0)) == 0:
-            step = min(65536, position)
-            position -= step
-            data = os.pread(self._fd, step, position) + data
-        if not data.endswith(b"\n"):
-            cut = data.rfind(b"\n") + 1
-            torn = data[cut:]
-            if _record_state(torn) is not None:  # a whole record that only lacks its newline
-                os.write(self._fd, b"\n")
-                self._size += 1
-                data += b"\n"
-            else:
-                self.report(
-                    f"removed a torn last line of {len(torn)} bytes at offset {position + cut} "
-                    f"of {self.path} (a crash mid-write); its text is kept here",
-                    error="torn_tail",
-                    text=torn.decode("utf-8", "backslashreplace"),
-                )
-                os.ftruncate(self._fd, position + cut)
-                self._size = position + cut
-                data = data[:cut]
-        last = data.rstrip(b"\n").rpartition(b"\n")[2]
-        if not last:
-            return None
-        state = _record_state(last)
-        if state is None:
-            self.report(
-                f"the last line of {self.path} is not a record; the chain goes on from ours"
-            )
-        return state
-
-    def _saved_tail(self) -> tuple[int, str] | None:
-        try:
-            with open(os.path.join(self.session_dir, _TAIL_NAME), "rb") as handle:
-                saved = json_loads(handle.read())
-            return int(saved["seq"]), str(saved["hash"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
-    def _rotate(self) -> int | None:
-        """Rename the live file to ``events.1.jsonl`` (shifting older ones), start a new one.
-
-        Returns the seq through which records were deleted (the oldest
-        segment, past ``keep``), or ``None`` when nothing was deleted.
-        """
-        join = os.path.join
-        directory = self.session_dir
-        scratch = join(directory, _TAIL_NAME + ".tmp")
-        with open(scratch, "w", encoding="utf-8") as handle:
-            # json.dumps's default spacing: the bytes .tail files have always had
-            handle.write(f'{{"seq": {self._seq}, "hash": "{self._prev}"}}')
-        os.replace(scratch, join(directory, _TAIL_NAME))
-        through: int | None = None
-        if self.keep == 0:
-            through = self._seq
-            os.unlink(self.path)
-        else:
-            oldest = join(directory, segment_name(self.keep))
-            if os.path.exists(oldest):
-                # the segment after it starts where the deleted records end
-                first = _first_seq(join(directory, segment_name(self.keep - 1)))
-                through = None if first is None else first - 1
-            try:  # noqa: SIM105  # contextlib.suppress would cost an import
-                os.unlink(oldest)
-            except FileNotFoundError:
-                pass
-            for index in range(self.keep - 1, 0, -1):
-                try:  # noqa: SIM105  # contextlib.suppress would cost an import
-                    os.replace(
-                        join(directory, segment_name(index)),
-                        join(directory, segment_name(index + 1)),
-                    )
-                except FileNotFoundError:
-                    pass
-            os.replace(self.path, join(directory, segment_name(1)))
-        os.close(self._fd)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
-        stat = os.fstat(self._fd)
-        self._ino, self._size = stat.st_ino, stat.st_size
-        self._rotations += 1
-        if self.fsync != "never":
-            _fsync_directory(directory)
-        return through
-
-
-def _first_seq(path: str) -> int | None:
-    try:
-        with open(path, "rb") as handle:
-            state = _record_state(handle.readline().rstrip(b"\n"))
-    except OSError:
-        return None
-    return None if state is None else state[0]
-
-
-def _record_state(line: bytes) -> tuple[int, str] | None:
-    """The seq and hash of one record line, or None if it is not one."""
-    try:
-        record = json_loads(line.decode("utf-8", "surrogatepass"))  # as json.loads decodes
-        seq, digest = record["seq"], record["hash"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    if isinstance(seq, int) and isinstance(digest, str) and len(digest) == 64:
-        return seq, digest
-    return None
-
-
-def _same_file(fd: int, path: str) -> bool:
-    try:
-        return os.fstat(fd).st_ino == os.stat(path).st_ino
-    except OSError:
-        return False
-
-
-def _fsync_directory(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -1,0 +1,132 @@
+"""Events (pydantic models) to the trail's bytes: redacted, truncated, capped.
+
+The audit plugin's thread runs this on every batch. Each event is
+serialized by pydantic's own (Rust) serializer, as ``model_dump_json``
+would, and once more without the fields redaction never touches (ids,
+times, statuses; and the root attribution) for the redactor's screen,
+which picks the few events whose fields hold a hint of a secret or a
+string over the cap. Only those, and those over the record cap, are
+redacted field by field and serialized again (:meth:`EventEncoder.event_json`,
+what every event went through before). An event holding a huge string is
+not serialized at all first: a quick look at its fields sends it straight
+to redaction, which scans only what is kept of the string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Final, final
+
+from pydantic import BaseModel
+
+from onlooker import ExecutionEvent
+
+from ._cap import cap_record
+from ._encode import (
+    SUSPECT,
+    holds_long_string,
+    redact_where_needed,
+    root_is_plain,
+    screened_text,
+)
+from ._redact import Redactor
+from ._secrets import ENVELOPE_FIELDS
+from ._writer import compact_json
+
+__all__ = ["MAX_RECORD_CHARS", "EventEncoder"]
+
+MAX_RECORD_CHARS: Final = 65536
+"""One event's JSON at most, as the coding-agent hook writes."""
+
+
+@final
+class EventEncoder:
+    """Turns batches of events into the ``event`` members of their records (UTF-8 JSON)."""
+
+    def __init__(
+        self, redactor: Redactor, max_chars: int, max_record_chars: int = MAX_RECORD_CHARS
+    ) -> None:
+        self.redactor: Final = redactor
+        self.max_chars: Final = max_chars
+        self.max_record_chars: Final = max_record_chars
+
+    def encode(
+        self,
+        events: Sequence[ExecutionEvent],
+        failed: Callable[[ExecutionEvent, Exception], None],
+    ) -> list[bytes]:
+        """The events' members, in order; an event that cannot be serialized goes to ``failed``."""
+        skip_root = root_is_plain(self.redactor)
+        screened = [  # what the screen looks at in each
+            self._screened(event, skip_root) or SUSPECT for event in events
+        ]
+        reported: set[int] = set()  # an event redacted again fails once
+
+        def redact(index: int) -> bytes | None:
+            try:
+                return self.event_json(events[index]).encode("utf-8", "backslashreplace")
+            except Exception as exc:
+                if index not in reported:
+                    reported.add(index)
+                    failed(events[index], exc)
+                return None
+
+        redacted = redact_where_needed(self.redactor, screened, self.max_chars, redact)
+        out: list[bytes] = []
+        for index, event in enumerate(events):
+            text = redacted[index] if index in redacted else self._as_is(event, index, redact)
+            if text is not None:
+                out.append(text)
+        return out
+
+    def _screened(self, event: ExecutionEvent, skip_root: bool) -> bytes | None:
+        """What the screen looks at; ``None`` when it should not bother (a string over the cap)."""
+        if holds_long_string(event.__dict__.values(), self.max_chars):  # spares serializing
+            return None
+        to_json = event.__pydantic_serializer__.to_json
+        screen = screened_text(to_json, event, event.attribution.__dict__, skip_root)
+        return None if screen is None or len(screen) > self.max_chars else screen
+
+    def _as_is(
+        self, event: ExecutionEvent, index: int, redact: Callable[[int], bytes | None]
+    ) -> bytes | None:
+        """An event the screen passed, serialized; redacted after all if it does not fit as is."""
+        try:
+            text = event.__pydantic_serializer__.to_json(event)
+        except ValueError:  # lone surrogates (in a field never redacted): the stdlib escapes them
+            return redact(index)
+        return text if len(text) <= self.max_record_chars else redact(index)
+
+    def event_json(self, event: ExecutionEvent) -> str:
+        """One event's JSON, redacted and truncated, field by field."""
+        redactor = self.redactor
+        learned = redactor.learned
+        changes = self._changes(event)
+        if redactor.learned != learned:  # a secret learned late in the event: once more
+            changes = self._changes(event)
+        if not changes:
+            try:
+                text = event.model_dump_json()
+            except ValueError:  # lone surrogates: the stdlib encoder escapes them
+                pass
+            else:
+                if len(text) <= self.max_record_chars:
+                    return text
+        data = event.model_dump(mode="json")
+        data.update(changes)
+        text = compact_json(data)
+        if len(text) > self.max_record_chars:  # each value under the cap, but too many of them
+            text = compact_json(cap_record(data, self.max_record_chars))
+        return text
+
+    def _changes(self, event: ExecutionEvent) -> dict[str, Any]:
+        redact = self.redactor.redact
+        changes: dict[str, Any] = {}
+        for name, value in event.__dict__.items():
+            if value is None or name in ENVELOPE_FIELDS:
+                continue
+            plain = value.__dict__ if isinstance(value, BaseModel) else value
+            new = redact(plain, max_chars=self.max_chars)
+            if new is not plain:
+                changes[name] = new
+        return changes

@@ -1,0 +1,118 @@
+"""Known secret values: scrubbed wherever they show up, bare.
+
+Standard library only (the coding-agent hook imports it). A
+:class:`~onlooker.plugins.audit.Redactor` keeps one :class:`KnownSecrets`:
+the values of secret-named environment variables, and the values it learned
+under secret keys (a tool that echoes its password in a result).
+"""
+
+from __future__ import annotations
+
+from onlooker._shared import json_dumps
+
+from ._secrets import is_secret_variable, marker
+
+TYPE_CHECKING = False  # not typing's: the hook imports this module
+if TYPE_CHECKING:
+    import re
+    from collections.abc import Mapping
+    from typing import Any, Final, final
+else:
+
+    def final(cls: type) -> type:
+        return cls
+
+
+__all__ = ["LEARNED_MARKER", "KnownSecrets"]
+
+LEARNED_MARKER: Final = marker("secret_field")
+"""What replaces a learned value: the marker of the key it was learned under."""
+_ENVIRONMENT: Final = marker("environment")
+_MAX_LEARNED: Final = 256  # the most recent values learned are kept
+_LOOP_KNOWN: Final = 8  # known secrets searched one by one up to this many, then by one regex
+
+
+@final
+class KnownSecrets:
+    """Values to scrub: the environment's secret ones, and those learned (the most recent 256).
+
+    ``environ`` gives the variables; those :func:`is_secret_variable` names are kept.
+    """
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environment = {
+            value: _ENVIRONMENT
+            for name, value in environ.items()
+            if is_secret_variable(name, value)
+        }
+        self._learned_values: dict[str, None] = {}
+        self.learned = 0
+        """How many values were learned so far (changes when a value teaches a new one)."""
+        self._known: dict[str, str] = {}  # every known value -> its marker
+        self._order: tuple[str, ...] = ()  # longest first
+        self._pattern: re.Pattern[str] | None = None
+        self._escaped: tuple[bytes, ...] | None = None
+        self.longest = 0
+        """The length of the longest known value."""
+        self._index()
+
+    def __bool__(self) -> bool:
+        return bool(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def has(self, text: str) -> bool:
+        """Whether some known value occurs in ``text``."""
+        pattern = self._pattern
+        if pattern is not None:
+            return pattern.search(text) is not None
+        return any(value in text for value in self._order)
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every known value replaced by its marker, longest first."""
+        pattern = self._pattern
+        if pattern is not None:
+            known = self._known
+            return pattern.sub(lambda match: known[match.group(0)], text)
+        for value in self._order:
+            if value in text:
+                text = text.replace(value, self._known[value])
+        return text
+
+    def escaped(self) -> tuple[bytes, ...]:
+        """Each known value as it appears inside a JSON string in UTF-8 (for a scan of JSON)."""
+        escaped = self._escaped
+        if escaped is None:
+            escaped = self._escaped = tuple(
+                json_dumps(value)[1:-1].encode("utf-8", "backslashreplace") for value in self._order
+            )
+        return escaped
+
+    def learn(self, value: Any) -> None:
+        """Remember the strings of six characters or more in ``value`` (found under a secret key)."""
+        if type(value) is dict:
+            for item in value.values():
+                self.learn(item)
+        elif type(value) is list:
+            for item in value:
+                self.learn(item)
+        elif type(value) is str and len(value) >= 6 and value not in self._known:
+            self._learned_values[value] = None
+            if len(self._learned_values) > _MAX_LEARNED:
+                del self._learned_values[next(iter(self._learned_values))]
+            self._index()
+            self.learned += 1
+
+    def _index(self) -> None:
+        known = dict.fromkeys(self._learned_values, LEARNED_MARKER)
+        known.update(self._environment)
+        self._known = known
+        self._order = tuple(sorted(known, key=len, reverse=True))
+        self._pattern = None
+        self._escaped = None
+        self.longest = len(self._order[0]) if self._order else 0
+        if len(self._order) > _LOOP_KNOWN:
+            import re
+
+            self._pattern = re.compile("|".join(map(re.escape, self._order)))
