@@ -454,7 +454,12 @@ class TestWriterErrors:
 
     @pytest.mark.parametrize("session_id", ["a", "A.b-c_1", "x" * 128, "2025.log"])
     def test_safe_session_ids(self, tmp_path: Path, session_id: str) -> None:
-        TrailWriter(tmp_path, session_id).close()
+        with TrailWriter(tmp_path, session_id) as writer:
+            writer.write(tool_events(1))
+        assert writer.session_id == session_id
+        assert os.listdir(tmp_path) == [session_id]
+        report = audit.verify(tmp_path / session_id)
+        assert report.ok and report.records == len(tool_events(1))
 
     @pytest.mark.parametrize(
         ("option", "value"),

@@ -9,12 +9,14 @@ import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import onlooker
 from onlooker.plugins import audit
 from onlooker.testing import RecordingObserver
+from running import run
 
 pytestmark = pytest.mark.anyio
 
@@ -48,21 +50,19 @@ async def child_program(ctx: onlooker.ExecutionContext) -> int:
     return int(await ctx.call("add", a=1, b=2))
 
 
-async def run(
-    plugin: onlooker.Plugin[audit.AuditTrail], recorder: RecordingObserver | None = None
-) -> tuple[onlooker.ExecutionResult[int], audit.AuditTrail]:
-    async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:
-        if recorder is not None:
-            engine.bus.subscribe(recorder)
-        result = await engine.execute(program, trigger="test")
-        trail = engine.extension(plugin)
-    return result, trail
+TOOLS: list[onlooker.Tool[..., Any]] = [add, fail]
 
 
 class TestRecording:
     async def test_every_event_reaches_the_trail_in_order(self, tmp_path: Path) -> None:
         recorder = RecordingObserver()
-        result, trail = await run(audit.plugin(directory=tmp_path, session_id="s1"), recorder)
+        result, trail = await run(
+            program,
+            tools=TOOLS,
+            extension=audit.plugin(directory=tmp_path, session_id="s1"),
+            recorder=recorder,
+            trigger="test",
+        )
         assert result.status == "completed" and result.value == 10
         assert trail.session_id == "s1"
         assert trail.session_dir == tmp_path / "s1"
@@ -85,16 +85,20 @@ class TestRecording:
             assert trail.statistics().pending == 0
 
     async def test_a_generated_session_id_sorts_by_time(self, tmp_path: Path) -> None:
-        _, first = await run(audit.plugin(directory=tmp_path))
-        _, second = await run(audit.plugin(directory=tmp_path))
+        _, first = await run(
+            program, tools=TOOLS, extension=audit.plugin(directory=tmp_path), trigger="test"
+        )
+        _, second = await run(
+            program, tools=TOOLS, extension=audit.plugin(directory=tmp_path), trigger="test"
+        )
         assert first.session_id != second.session_id
         assert first.session_id[:8].isdigit()
         assert sorted(os.listdir(tmp_path)) == sorted([first.session_id, second.session_id])
 
     async def test_engines_sharing_a_session_share_one_chain(self, tmp_path: Path) -> None:
         plugin = audit.plugin(directory=tmp_path, session_id="s1", max_bytes=3000, keep=100)
-        await run(plugin)
-        await run(plugin)
+        await run(program, tools=TOOLS, extension=plugin, trigger="test")
+        await run(program, tools=TOOLS, extension=plugin, trigger="test")
         report = audit.verify(tmp_path / "s1")
         assert report.ok and report.records == 36 and report.segments > 1
 
@@ -170,7 +174,12 @@ class TestSettings:
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         monkeypatch.setenv("ONLOOKER_AUDIT_DISABLE", "1")
-        result, trail = await run(audit.plugin(directory=tmp_path / "audit", session_id="s1"))
+        result, trail = await run(
+            program,
+            tools=TOOLS,
+            extension=audit.plugin(directory=tmp_path / "audit", session_id="s1"),
+            trigger="test",
+        )
         assert result.status == "completed"
         assert not trail.enabled
         assert trail.statistics() == audit.AuditStatistics(0, 0, 0, 0, 0)
@@ -292,7 +301,12 @@ class TestFailures:
     ) -> None:
         (tmp_path / "s1").mkdir()
         (tmp_path / "s1" / "events.jsonl").mkdir()  # the live file can never be opened
-        result, trail = await run(audit.plugin(directory=tmp_path, session_id="s1"))
+        result, trail = await run(
+            program,
+            tools=TOOLS,
+            extension=audit.plugin(directory=tmp_path, session_id="s1"),
+            trigger="test",
+        )
         assert result.status == "completed"
         stats = trail.statistics()
         assert stats.dropped == 18 and stats.written == 0 and stats.pending == 0
@@ -317,7 +331,13 @@ class Store:
 class TestReplay:
     async def test_replay_twice_equals_replay_once(self, tmp_path: Path) -> None:
         recorder = RecordingObserver()
-        _, trail = await run(audit.plugin(directory=tmp_path, session_id="s1"), recorder)
+        _, trail = await run(
+            program,
+            tools=TOOLS,
+            extension=audit.plugin(directory=tmp_path, session_id="s1"),
+            recorder=recorder,
+            trigger="test",
+        )
         store = Store()
         assert await audit.replay(trail.session_dir, store, batch_size=7) == 18
         once = dict(store.events)
@@ -327,13 +347,23 @@ class TestReplay:
         assert store.calls == 4  # 7 + 7 + 4, then one batch
 
     async def test_replay_skips_a_torn_tail(self, tmp_path: Path) -> None:
-        _, trail = await run(audit.plugin(directory=tmp_path, session_id="s1"))
+        _, trail = await run(
+            program,
+            tools=TOOLS,
+            extension=audit.plugin(directory=tmp_path, session_id="s1"),
+            trigger="test",
+        )
         trail.path.write_bytes(trail.path.read_bytes() + b'{"v":1,"seq":18,"at":"2025')
         store = Store()
         assert await audit.replay(trail.session_dir, store) == 18
 
     async def test_replay_refuses_a_corrupt_line(self, tmp_path: Path) -> None:
-        _, trail = await run(audit.plugin(directory=tmp_path, session_id="s1"))
+        _, trail = await run(
+            program,
+            tools=TOOLS,
+            extension=audit.plugin(directory=tmp_path, session_id="s1"),
+            trigger="test",
+        )
         lines = trail.path.read_bytes().splitlines(keepends=True)
         lines[3] = b"garbage\n"
         trail.path.write_bytes(b"".join(lines))
@@ -343,7 +373,13 @@ class TestReplay:
     async def test_replay_into_a_sqlite_history_store(self, tmp_path: Path) -> None:
         history = pytest.importorskip("onlooker.plugins.history")
         recorder = RecordingObserver()
-        result, trail = await run(audit.plugin(directory=tmp_path, session_id="s1"), recorder)
+        result, trail = await run(
+            program,
+            tools=TOOLS,
+            extension=audit.plugin(directory=tmp_path, session_id="s1"),
+            recorder=recorder,
+            trigger="test",
+        )
         url = f"sqlite:///{tmp_path / 'history.db'}"
         async with history.open(url) as store:
             assert await audit.replay(trail.session_dir, store) == 18
