@@ -24,14 +24,15 @@ from onlooker import ExecutionEvent
 from ._cap import cap_record
 from ._encode import (
     SUSPECT,
+    fast_json_bytes,
     holds_long_string,
+    json_bytes,
     redact_where_needed,
     root_is_plain,
     screened_text,
 )
 from ._redact import Redactor
 from ._secrets import ENVELOPE_FIELDS
-from ._writer import compact_json
 
 __all__ = ["MAX_RECORD_CHARS", "EventEncoder"]
 
@@ -64,7 +65,7 @@ class EventEncoder:
 
         def redact(index: int) -> bytes | None:
             try:
-                return self.event_json(events[index]).encode("utf-8", "backslashreplace")
+                return self.event_json(events[index])
             except Exception as exc:
                 if index not in reported:
                     reported.add(index)
@@ -97,8 +98,8 @@ class EventEncoder:
             return redact(index)
         return text if len(text) <= self.max_record_chars else redact(index)
 
-    def event_json(self, event: ExecutionEvent) -> str:
-        """One event's JSON, redacted and truncated, field by field."""
+    def event_json(self, event: ExecutionEvent) -> bytes:
+        """One event's JSON (UTF-8), redacted and truncated field by field, capped."""
         redactor = self.redactor
         learned = redactor.learned
         changes = self._changes(event)
@@ -106,18 +107,23 @@ class EventEncoder:
             changes = self._changes(event)
         if not changes:
             try:
-                text = event.model_dump_json()
+                text = event.__pydantic_serializer__.to_json(event)
             except ValueError:  # lone surrogates: the stdlib encoder escapes them
                 pass
             else:
-                if len(text) <= self.max_record_chars:
+                if self._fits(text):
                     return text
         data = event.model_dump(mode="json")
         data.update(changes)
-        text = compact_json(data)
-        if len(text) > self.max_record_chars:  # each value under the cap, but too many of them
-            text = compact_json(cap_record(data, self.max_record_chars))
+        (text,) = fast_json_bytes([data])  # what json writes, by pydantic-core
+        if not self._fits(text):  # each value under the cap, but too many of them
+            text = json_bytes(cap_record(data, self.max_record_chars))
         return text
+
+    def _fits(self, text: bytes) -> bool:
+        """Whether ``text`` holds at most :attr:`max_record_chars` characters."""
+        limit = self.max_record_chars
+        return len(text) <= limit or len(text.decode("utf-8", "replace")) <= limit
 
     def _changes(self, event: ExecutionEvent) -> dict[str, Any]:
         redact = self.redactor.redact
