@@ -17,8 +17,6 @@ public tables of :mod:`onlooker.plugins.history.tables`:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -28,12 +26,14 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 
-from onlooker import ErrorInfo, ExecutionEvent, parse_event
+from onlooker import ErrorInfo, ExecutionEvent, HistoryError, parse_event
 from onlooker.plugins.history import (
     ExecutionRecord,
     InteractionRecord,
     ToolCallRecord,
+    _read,
 )
+from onlooker.plugins.history._read import encode_cursor
 from onlooker.plugins.history.tables import events, executions, interactions, tool_calls
 
 __all__ = [
@@ -91,23 +91,12 @@ class Page:
     next_cursor: str | None
 
 
-def encode_cursor(sort_at: datetime, execution_id: str) -> str:
-    """An opaque keyset position: the last row's sort time and id."""
-    raw = json.dumps([sort_at.isoformat(), execution_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    """The position a cursor names; :class:`BadCursorError` if it is not one of ours."""
+    """The position a cursor names (history's own cursors); :class:`BadCursorError` if not one."""
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        at, execution_id = json.loads(raw)
-        moment = datetime.fromisoformat(at)
-        if moment.tzinfo is None or not isinstance(execution_id, str):
-            raise ValueError(cursor)
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        return _read.decode_cursor(cursor)
+    except HistoryError:
         raise BadCursorError(f"invalid cursor {cursor!r}: follow the list's own links") from None
-    return moment, execution_id
 
 
 def _record(row: RowMapping) -> ExecutionRecord:
