@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from . import plugins as plugins
     from . import policies as policies
     from . import testing as testing
+
+    # --- generated from _LAZY by tools/public_api.py (make exports); do not edit ---
     from ._bus import BusStatistics, EventBus, Overflow
     from ._context import ExecutionContext, Program, current_context
     from ._engine import ExecutionEngine
@@ -79,6 +81,7 @@ if TYPE_CHECKING:
     from ._scope import attribution, current_attribution, emit_event, observing
     from ._tools import Tool, ToolDeclaration, ToolRegistry, tool
     from ._tracked import TrackedExecution, TrackedToolCall
+    # --- end of generated code ---
 
 __version__ = "0.1.0"
 
@@ -162,24 +165,16 @@ _SUBMODULES = frozenset({"plugins", "policies", "testing"})
 if not TYPE_CHECKING:
 
     def __getattr__(name: str) -> Any:
-        import importlib
+        from ._shared import lazy_attribute
 
-        module = _LAZY.get(name)
-        if module is None:
-            if name in _SUBMODULES:  # `import onlooker; onlooker.policies.require_intent()`
-                value = importlib.import_module(f"onlooker.{name}")
-                globals()[name] = value
-                return value
-            raise AttributeError(f"module 'onlooker' has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"onlooker.{module}"), name)
-        globals()[name] = value
-        return value
+        return lazy_attribute(__name__, _LAZY, name, _SUBMODULES)
 
     def __dir__() -> list[str]:
         return sorted(set(globals()) | set(__all__))
 
 
-__all__ = [  # noqa: RUF022  # plainly sorted, as the contract says
+# --- generated from _LAZY by tools/public_api.py (make exports); do not edit ---
+__all__ = [  # noqa: RUF022  # plainly sorted, one name per line
     "Attribution",
     "AuditError",
     "BusStatistics",
@@ -248,3 +243,4 @@ __all__ = [  # noqa: RUF022  # plainly sorted, as the contract says
     "parse_event",
     "tool",
 ]
+# --- end of generated code ---

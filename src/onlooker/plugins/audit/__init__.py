@@ -18,18 +18,14 @@ TYPE_CHECKING = False  # not typing's: `import onlooker.plugins.audit` must stay
 if TYPE_CHECKING:
     from typing import Any
 
+    # --- generated from _LAZY by tools/public_api.py (make exports); do not edit ---
     from ._plugin import DISABLE_VARIABLE, AuditStatistics, AuditTrail, plugin
     from ._read import EventSink, replay, tail
     from ._redact import DEFAULT_RULES, DEFAULT_SECRET_KEYS, Redactor, Rule
     from ._types import FsyncMode
     from ._verify import BadLine, Reason, VerifyReport, verify
-    from ._writer import (
-        GENESIS,
-        RECORD_VERSION,
-        AuditWriteError,
-        TrailWriter,
-        WriterStatistics,
-    )
+    from ._writer import GENESIS, RECORD_VERSION, AuditWriteError, TrailWriter, WriterStatistics
+    # --- end of generated code ---
 
 _LAZY: dict[str, str] = {
     "AuditStatistics": "_plugin",
@@ -59,31 +55,28 @@ _LAZY: dict[str, str] = {
 if not TYPE_CHECKING:  # hidden from mypy, so a misspelt name is an error, not Any
 
     def __getattr__(name: str) -> Any:
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module 'onlooker.plugins.audit' has no attribute {name!r}")
-        # __import__, not importlib.import_module: importing importlib costs the hook ~1 ms
-        value = getattr(__import__(f"{__name__}.{module}", fromlist=[name]), name)
-        globals()[name] = value
-        return value
+        from ..._shared import lazy_attribute
+
+        return lazy_attribute(__name__, _LAZY, name)
 
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-__all__ = [
-    "DEFAULT_RULES",
-    "DEFAULT_SECRET_KEYS",
-    "DISABLE_VARIABLE",
-    "GENESIS",
-    "RECORD_VERSION",
+# --- generated from _LAZY by tools/public_api.py (make exports); do not edit ---
+__all__ = [  # noqa: RUF022  # plainly sorted, one name per line
     "AuditStatistics",
     "AuditTrail",
     "AuditWriteError",
     "BadLine",
+    "DEFAULT_RULES",
+    "DEFAULT_SECRET_KEYS",
+    "DISABLE_VARIABLE",
     "EventSink",
     "FsyncMode",
+    "GENESIS",
+    "RECORD_VERSION",
     "Reason",
     "Redactor",
     "Rule",
@@ -95,3 +88,4 @@ __all__ = [
     "tail",
     "verify",
 ]
+# --- end of generated code ---

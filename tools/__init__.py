@@ -1,0 +1,1 @@
+"""The maintainers' scripts (not shipped): ``.venv/bin/python tools/<script>.py``."""
