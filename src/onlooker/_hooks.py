@@ -275,31 +275,40 @@ async def run_pre_hooks(
             )
         if decision.metadata:
             metadata.update(decision.metadata)
-        action = decision.action
-        if action is HookAction.CONTINUE:
-            if decision.modified_input is not None:
-                use = use_context(
-                    tool,
-                    MappingProxyType(revalidate(decision.modified_input, name)),
-                    use.tool_call_id,
-                    use.attribution,
-                    use.execution_id,
-                    use.mutating,
-                )
-        elif action is HookAction.SKIP:
-            raise SkipCall(decision.reason)
-        elif action is HookAction.BLOCK:
-            reason = decision.reason or "no reason given"
-            raise ToolBlockedError(
-                f"tool {tool!r} blocked by {name}: {reason}", tool=tool, reason=reason, hook=name
+        use = _follow(decision, use, name, revalidate)
+    return use
+
+
+def _follow(
+    decision: PreHookResult, use: ToolUseContext, name: str, revalidate: Revalidate
+) -> ToolUseContext:
+    """What one pre-hook's verdict does: the context the call goes on with, or the refusal."""
+    tool = use.tool_name
+    action = decision.action
+    if action is HookAction.CONTINUE:
+        if decision.modified_input is not None:
+            use = use_context(
+                tool,
+                MappingProxyType(revalidate(decision.modified_input, name)),
+                use.tool_call_id,
+                use.attribution,
+                use.execution_id,
+                use.mutating,
             )
-        else:
-            reason = decision.reason or "no reason given"
-            raise HookAbortError(
-                f"execution aborted by pre-hook {name} on tool {tool!r}: {reason}",
-                tool=tool,
-                reason=reason,
-            )
+    elif action is HookAction.SKIP:
+        raise SkipCall(decision.reason)
+    elif action is HookAction.BLOCK:
+        reason = decision.reason or "no reason given"
+        raise ToolBlockedError(
+            f"tool {tool!r} blocked by {name}: {reason}", tool=tool, reason=reason, hook=name
+        )
+    else:
+        reason = decision.reason or "no reason given"
+        raise HookAbortError(
+            f"execution aborted by pre-hook {name} on tool {tool!r}: {reason}",
+            tool=tool,
+            reason=reason,
+        )
     return use
 
 

@@ -49,7 +49,7 @@ class HistoryMetrics(Exposed):
     def _read(self, conn: Connection) -> MetricsSnapshot:
         import sqlalchemy as sa
 
-        from onlooker.plugins.history.tables import executions, interactions, tool_calls
+        from onlooker.plugins.history.tables import executions, interactions
 
         snapshot = MetricsSnapshot()
         status = executions.c.status
@@ -60,6 +60,20 @@ class HistoryMetrics(Exposed):
             .group_by(status, trigger)
         ).all()
         snapshot.executions = [(str(s), str(t), int(n)) for s, t, n in rows]
+        self._read_tool_calls(conn, snapshot)
+        self._read_execution_durations(conn, snapshot)
+        snapshot.interactions_open = int(
+            conn.execute(
+                sa.select(sa.func.count()).where(interactions.c.status.is_(None))
+            ).scalar_one()
+        )
+        return snapshot
+
+    def _read_tool_calls(self, conn: Connection, snapshot: MetricsSnapshot) -> None:
+        """Calls by tool and status, and each tool's duration histogram; rare tools as OTHER."""
+        import sqlalchemy as sa
+
+        from onlooker.plugins.history.tables import tool_calls
 
         tops = conn.execute(
             sa.select(tool_calls.c.tool)
@@ -99,6 +113,11 @@ class HistoryMetrics(Exposed):
         snapshot.tool_calls = [(tool, s, n) for (tool, s), n in sorted(calls.items())]
         snapshot.tool_histograms = [(tool, *h) for tool, h in sorted(histograms.items())]
 
+    def _read_execution_durations(self, conn: Connection, snapshot: MetricsSnapshot) -> None:
+        import sqlalchemy as sa
+
+        from onlooker.plugins.history.tables import executions
+
         duration = executions.c.duration_ms
         row = conn.execute(
             sa.select(
@@ -116,12 +135,6 @@ class HistoryMetrics(Exposed):
             float(total_ms) / 1000,
             int(count),
         )
-        snapshot.interactions_open = int(
-            conn.execute(
-                sa.select(sa.func.count()).where(interactions.c.status.is_(None))
-            ).scalar_one()
-        )
-        return snapshot
 
     def collect(self) -> Iterator[Metric]:
         """The prometheus-client collector protocol: the last snapshot as metric families."""
