@@ -418,6 +418,33 @@ class TestExpiry:
         assert recorder.of(ExecutionFinished)[0].status == "expired"
         check_stream(recorder.events)
 
+    async def test_pauses_share_one_timer_each_keeping_its_own_deadline(self) -> None:
+        """Unanswered pauses expire, answered ones do not, whatever their order; a
+        question asked after an answer gets a whole timeout of its own."""
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=[note], pause_timeout=0.3) as engine:
+            engine.bus.subscribe(recorder)
+            pauses = [paused(await engine.execute_with_pause(ask_twice)) for _ in range(4)]
+            answered = [pauses[0], pauses[2]]
+            for pause in answered:  # their second question starts a fresh deadline
+                paused(await engine.resume(pause.execution_id, ACCEPT()))
+            with anyio.fail_after(10):
+                while len(recorder.of(ExecutionFinished)) < 4:
+                    await anyio.sleep(0.01)
+            results = [finished(await engine.resume(p.execution_id, ACCEPT())) for p in pauses]
+        assert [r.status for r in results] == ["expired"] * 4
+        by_execution = {e.execution_id: e.status for e in recorder.of(InteractionResolved)}
+        assert len(recorder.of(InteractionResolved)) == 6  # 2 answered + 4 expired questions
+        assert set(by_execution.values()) == {"expired"}  # each run's last question expired
+        accepted = [r for r in recorder.of(InteractionResolved) if r.status == "accepted"]
+        assert {r.execution_id for r in accepted} == {p.execution_id for p in answered}
+
+    async def test_closing_the_engine_ends_the_timer_of_waiting_pauses(self) -> None:
+        with anyio.fail_after(10):  # the deadline is an hour away: the close must not wait
+            async with ExecutionEngine(tools=[note], pause_timeout=3600) as engine:
+                pause = paused(await engine.execute_with_pause(ask_twice))
+        assert finished(await engine.resume(pause.execution_id, ACCEPT())).status == "cancelled"
+
     async def test_answered_in_time_does_not_expire(self) -> None:
         async with ExecutionEngine(tools=[note], pause_timeout=30) as engine:
             pause = paused(await engine.execute_with_pause(ask_twice))

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, final
 
+from anyio import TaskHandle
 from anyio.abc import TaskGroup
 from pydantic import JsonValue
 
 from ._context import Program, Spawn
+from ._deadlines import PauseDeadlines
 from ._errors import ExecutionNotPausedError, UnknownExecutionError
 from ._events import Attribution, Trigger, new_id
 from ._execution import run_execution
@@ -32,7 +34,7 @@ Outcome = ExecutionResult[Any] | PausedExecution
 class DetachedRuns:
     """Detached executions by root id, and the results of those that finished."""
 
-    __slots__ = ("_finished", "_keep_results", "_runs", "_runtime", "_spawn")
+    __slots__ = ("_deadlines", "_finished", "_keep_results", "_runs", "_runtime", "_spawn")
 
     def __init__(self, runtime: Runtime, spawn: Spawn, *, keep_results: int) -> None:
         self._runtime = runtime
@@ -40,6 +42,8 @@ class DetachedRuns:
         self._keep_results = keep_results
         self._runs: dict[str, DetachedRun] = {}
         self._finished: OrderedDict[str, ExecutionResult[Any]] = OrderedDict()
+        self._deadlines: dict[float, PauseDeadlines] = {}
+        """One timer per pause timeout (an engine has one, unless it is changed meanwhile)."""
 
     def is_open(self, execution_id: str) -> bool:
         """Whether a detached execution with this id is running or paused."""
@@ -61,19 +65,30 @@ class DetachedRuns:
         input: JsonValue,
     ) -> Outcome:
         """Start ``program`` in ``task_group``; return at its first question or its end."""
-        run = DetachedRun(new_id(), pause_timeout=pause_timeout)
+        deadlines = None
+        if pause_timeout is not None:
+            deadlines = self._deadlines.get(pause_timeout)
+            if deadlines is None:
+                deadlines = self._deadlines[pause_timeout] = PauseDeadlines(
+                    pause_timeout, task_group
+                )
+        scoped = _observers.get()
+
+        def launch(run: DetachedRun) -> TaskHandle[None]:
+            return task_group.start_soon(
+                self._run,
+                program,
+                run,
+                scoped,
+                attribution,
+                trigger,
+                owner,
+                input,
+                name=f"onlooker execution {run.root_id}",
+            )
+
+        run = DetachedRun(new_id(), deadlines=deadlines, launch=launch)
         self._runs[run.root_id] = run
-        task_group.start_soon(
-            self._run,
-            program,
-            run,
-            _observers.get(),
-            attribution,
-            trigger,
-            owner,
-            input,
-            name=f"onlooker execution {run.root_id}",
-        )
         return await run.next_outcome()
 
     async def resume(self, execution_id: str, response: InteractionResponse) -> Outcome:
@@ -94,15 +109,17 @@ class DetachedRuns:
         run = self._runs.get(execution_id)
         if run is None:
             return self._finished_result(execution_id)
-        run.scope.cancel()
+        run.cancel()
         await run.wait_ended()
         assert run.result is not None  # _run sets it before the end
         return run.result
 
     async def cancel_all(self) -> None:
         """Cancel every open execution and wait until each has ended."""
+        for deadlines in self._deadlines.values():
+            deadlines.stop()
         for run in list(self._runs.values()):
-            run.scope.cancel()
+            run.cancel()
         for run in list(self._runs.values()):
             await run.wait_ended()
 
@@ -126,19 +143,18 @@ class DetachedRuns:
     ) -> None:
         # The scope captured at execute_with_pause, whichever task resumes us.
         _observers.set(scoped)
-        try:
-            with run.scope:
-                await run_execution(
-                    self._runtime,
-                    self._spawn,
-                    program,
-                    run,
-                    run.root_id,
-                    attribution,
-                    trigger,
-                    owner=owner,
-                    input=input,
-                )
+        try:  # a cancellation ends here, in the task handle's own scope
+            await run_execution(
+                self._runtime,
+                self._spawn,
+                program,
+                run,
+                run.root_id,
+                attribution,
+                trigger,
+                owner=owner,
+                input=input,
+            )
         finally:
             run.phase = RunPhase.FINISHED
             self._runs.pop(run.root_id, None)

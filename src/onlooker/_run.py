@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Any, final
 
 import anyio
+from anyio import TaskHandle
 from pydantic import JsonValue
 
+from ._deadlines import PauseDeadlines
 from ._errors import ExecutionExpiredError, HookAbortError
 from ._events import InteractionMode
 from ._results import ElicitationHandler, ExecutionResult, InteractionResponse, PausedExecution
@@ -61,39 +64,53 @@ class RunState:
 class DetachedRun(RunState):
     """A run started by ``execute_with_pause``: a task of the engine's, paused and resumed.
 
-    Its cancel scope exists from construction. Everything a run only needs
+    Its task is started by its constructor (``launch``), so a run is whole
+    from construction, and cancelled through the task's own handle. Everything a run only needs
     while someone waits on it — the event that hands an outcome (a pause or
     the end) to ``execute_with_pause`` / ``resume``, the "ended" event that
     ``cancel`` waits for, the turn of a second concurrent question — is made
     by the waiter, when one waits: a paused execution holds one event (its
-    question's), not five (10,000 paused executions are tens of MB).
+    question's), not five (10,000 paused executions are tens of MB). Its
+    pause timeout is an entry in the engine's shared :class:`PauseDeadlines`,
+    not a cancel scope and a timer of its own.
     """
 
     __slots__ = (
         "_ended",
         "_outcome_ready",
+        "_task",
         "_turn",
         "asking",
+        "deadlines",
         "ended",
         "outcome",
-        "pause_timeout",
         "pending",
-        "scope",
     )
 
-    def __init__(self, root_id: str, *, pause_timeout: float | None) -> None:
+    def __init__(
+        self,
+        root_id: str,
+        *,
+        deadlines: PauseDeadlines | None,
+        launch: Callable[[DetachedRun], TaskHandle[None]],
+    ) -> None:
         super().__init__(root_id, mode="paused")
-        self.pause_timeout = pause_timeout
+        self.deadlines = deadlines
+        """Where an unanswered question expires; None: questions wait for ever."""
         self.pending: PendingAnswer | None = None
         self.outcome: PausedExecution | ExecutionResult[Any] | None = None
         self._outcome_ready: anyio.Event | None = None
-        self.scope = anyio.CancelScope()
         self.ended = False
         """Whether the run's task has finished (its result is final)."""
         self._ended: anyio.Event | None = None
         self.asking = False
         """Whether a question of this run is being asked (questions go one at a time)."""
         self._turn: anyio.Event | None = None
+        self._task = launch(self)  # last: the run is whole before its task can start
+
+    def cancel(self) -> None:
+        """Cancel the run's task (at once if it is paused); its closing events follow."""
+        self._task.cancel()
 
     def deliver(self, outcome: PausedExecution | ExecutionResult[Any]) -> None:
         """Hand ``outcome`` to whoever waits in :meth:`next_outcome`."""
@@ -161,18 +178,23 @@ class DetachedRun(RunState):
         self.pending = pending
         self.phase = RunPhase.PAUSED
         self.deliver(PausedExecution(self.root_id, interaction_id, message, schema, asking))
+        deadlines = self.deadlines
+        if deadlines is not None:
+            deadlines.add(pending)
         try:
-            with anyio.move_on_after(self.pause_timeout):
-                await pending.answered.wait()
+            await pending.answered.wait()
         finally:
+            if deadlines is not None:
+                deadlines.discard(pending)
             if self.pending is pending:
                 self.pending = None
             if self.phase is RunPhase.PAUSED:
                 self.phase = RunPhase.RUNNING
         if pending.response is None:
+            assert deadlines is not None  # only the timer wakes a question without an answer
             self.expired = True
             raise ExecutionExpiredError(
-                f"nobody answered within the pause timeout of {self.pause_timeout}s",
+                f"nobody answered within the pause timeout of {deadlines.timeout}s",
                 execution_id=self.root_id,
             )
         return pending.response
@@ -187,3 +209,7 @@ class PendingAnswer:
         self.interaction_id = interaction_id
         self.answered = anyio.Event()
         self.response: InteractionResponse | None = None
+
+    def expire(self) -> None:
+        """Wake the paused program with no answer: ``pause_timeout`` has passed."""
+        self.answered.set()
