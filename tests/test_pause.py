@@ -422,15 +422,21 @@ class TestExpiry:
         """Unanswered pauses expire, answered ones do not, whatever their order; a
         question asked after an answer gets a whole timeout of its own."""
         recorder = RecordingObserver()
+        all_ended = anyio.Event()
+
+        def count(event: ExecutionEvent) -> None:
+            if len(recorder.of(ExecutionFinished)) == 4:
+                all_ended.set()
+
         async with ExecutionEngine(tools=[note], pause_timeout=0.3) as engine:
             engine.bus.subscribe(recorder)
+            engine.bus.subscribe(count)
             pauses = [paused(await engine.execute_with_pause(ask_twice)) for _ in range(4)]
             answered = [pauses[0], pauses[2]]
             for pause in answered:  # their second question starts a fresh deadline
                 paused(await engine.resume(pause.execution_id, ACCEPT()))
             with anyio.fail_after(10):
-                while len(recorder.of(ExecutionFinished)) < 4:
-                    await anyio.sleep(0.01)
+                await all_ended.wait()
             results = [finished(await engine.resume(p.execution_id, ACCEPT())) for p in pauses]
         assert [r.status for r in results] == ["expired"] * 4
         by_execution = {e.execution_id: e.status for e in recorder.of(InteractionResolved)}
@@ -438,6 +444,21 @@ class TestExpiry:
         assert set(by_execution.values()) == {"expired"}  # each run's last question expired
         accepted = [r for r in recorder.of(InteractionResolved) if r.status == "accepted"]
         assert {r.execution_id for r in accepted} == {p.execution_id for p in answered}
+
+    async def test_a_detached_run_changes_nothing_in_the_callers_context(self) -> None:
+        async def selects_and_asks(ctx: ExecutionContext) -> str | None:
+            ctx.select_intent("deploy")
+            await ctx.elicit("go?")
+            return onlooker.current_attribution().intent_id
+
+        async with ExecutionEngine(tools=[note]) as engine:
+            pause = paused(await engine.execute_with_pause(selects_and_asks))
+            assert onlooker.current_attribution().intent_id is None
+            with pytest.raises(RuntimeError, match="no onlooker execution"):
+                onlooker.current_context()
+            result = finished(await engine.resume(pause.execution_id, ACCEPT()))
+        assert result.value == "deploy"
+        assert onlooker.current_attribution().intent_id is None
 
     async def test_closing_the_engine_ends_the_timer_of_waiting_pauses(self) -> None:
         with anyio.fail_after(10):  # the deadline is an hour away: the close must not wait

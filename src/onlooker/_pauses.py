@@ -84,7 +84,7 @@ class DetachedRuns:
                 trigger,
                 owner,
                 input,
-                name=f"onlooker execution {run.root_id}",
+                name="onlooker execution",  # one shared string: no per-run copy
             )
 
         run = DetachedRun(new_id(), deadlines=deadlines, launch=launch)
@@ -142,7 +142,8 @@ class DetachedRuns:
         input: JsonValue,
     ) -> None:
         # The scope captured at execute_with_pause, whichever task resumes us.
-        _observers.set(scoped)
+        if _observers.get() is not scoped:
+            _observers.set(scoped)
         try:  # a cancellation ends here, in the task handle's own scope
             await run_execution(
                 self._runtime,
