@@ -33,7 +33,7 @@ from onlooker._shared import (
 )
 
 from ._claude_session import HOOK_EVENTS, Session
-from ._claude_state import safe_id
+from ._claude_values import safe_id
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing alone costs milliseconds here
 if TYPE_CHECKING:

@@ -51,7 +51,8 @@ from __future__ import annotations
 
 import os
 
-from ._claude_state import AGENT_TOOLS, PROGRAM, Executions, digest, error_info, pick
+from ._claude_state import AGENT_TOOLS, PROGRAM, Executions
+from ._claude_values import digest, error_info, pick
 
 TYPE_CHECKING = False  # not typing's: the hook imports this module
 if TYPE_CHECKING:

@@ -13,36 +13,20 @@ from __future__ import annotations
 
 import os
 
-from onlooker._shared import attribution, envelope, iso_time, json_dumps, safe_session_id, sha256
+from onlooker._shared import attribution, envelope, iso_time
+
+from ._claude_values import digest, error_info, pick
 
 TYPE_CHECKING = False  # not typing's: the hook imports this module
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, Final
 
-__all__ = [
-    "AGENT_TOOLS",
-    "PROGRAM",
-    "Executions",
-    "digest",
-    "error_info",
-    "pick",
-    "safe_id",
-]
+__all__ = ["AGENT_TOOLS", "PROGRAM", "Executions"]
 
 PROGRAM: Final = "claude-code"
 """The program (and trigger kind) of a session's execution."""
 AGENT_TOOLS: Final = frozenset({"Agent", "Task"})  # the CLI shows the model "Task", hooks "Agent"
-
-
-def pick(payload: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    """The fields ``keys`` of a payload that are present (and not null)."""
-    return {key: payload[key] for key in keys if payload.get(key) is not None}
-
-
-def error_info(kind: str, message: str, cause: str = "failure") -> dict[str, str]:
-    """The JSON form of an :class:`onlooker.ErrorInfo`."""
-    return {"type": kind, "message": message, "cause": cause}
 
 
 class Executions:
@@ -389,21 +373,3 @@ class Executions:
         event.update(fields)
         execution["seq"] += 1
         self.events.append(event)
-
-
-def digest(value: object) -> str:
-    """A short fingerprint of a tool input (kept in the state instead of the input itself)."""
-    try:
-        text = json_dumps(value)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def safe_id(raw: object, redact: Callable[[str], str]) -> str | None:
-    """An id from a payload as recorded: safe characters, and never a secret (then a digest)."""
-    if not isinstance(raw, str) or not raw:
-        return None
-    if redact(raw) != raw:
-        return "redacted-" + sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return safe_session_id(raw)

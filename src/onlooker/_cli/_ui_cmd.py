@@ -64,13 +64,7 @@ def ui(
     writes to the database and never creates one. Runs until interrupted
     (Ctrl-C); exits 1 when the database cannot be read or the port is taken.
     """
-    missing = [name for name in _EXTRA_MODULES if not _importable(name)]
-    if missing:
-        stderr.print(
-            f"[red]error[/]: onlooker ui needs {', '.join(missing)}, which is not installed: "
-            'pip install "onlooker\\[ui]"'
-        )
-        raise typer.Exit(1)
+    _require_the_extra()
     if audit is not None and not audit.is_dir():
         raise typer.BadParameter(f"no such directory: {str(audit)!r}", param_hint="--audit")
 
@@ -95,19 +89,30 @@ def ui(
         allowed_hosts=LOOPBACK_HOSTS if loopback else None,
     )
 
-    def started(address: str) -> None:
-        stderr.print(
-            f"serving {escape(label)} (read-only) at {escape(address)}/ — Ctrl-C stops",
-            soft_wrap=True,
-        )
-        if not loopback:
-            stderr.print(
-                "[yellow]warning[/]: listening beyond this machine: anyone who can reach "
-                "it can read the recorded tool arguments and results"
-            )
-
     with contextlib.suppress(KeyboardInterrupt):
-        serve(app, host, port, on_start=started)
+        serve(app, host, port, on_start=lambda address: _announce(label, address, loopback))
+
+
+def _require_the_extra() -> None:
+    missing = [name for name in _EXTRA_MODULES if not _importable(name)]
+    if missing:
+        stderr.print(
+            f"[red]error[/]: onlooker ui needs {', '.join(missing)}, which is not installed: "
+            'pip install "onlooker\\[ui]"'
+        )
+        raise typer.Exit(1)
+
+
+def _announce(label: str, address: str, loopback: bool) -> None:
+    stderr.print(
+        f"serving {escape(label)} (read-only) at {escape(address)}/ — Ctrl-C stops",
+        soft_wrap=True,
+    )
+    if not loopback:
+        stderr.print(
+            "[yellow]warning[/]: listening beyond this machine: anyone who can reach "
+            "it can read the recorded tool arguments and results"
+        )
 
 
 async def _check(url: str | None) -> str:
