@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import sqlalchemy as sa
+from pydantic import JsonValue
+from pydantic_core import to_json
 
 from onlooker import (
     Attribution,
@@ -132,6 +136,82 @@ class TestRedactionBeforeRows:
         assert [item.event.event_id for item in ready] == ["f1", "s2"]
         assert all(secret not in item.body for item in ready)
         assert dead.count == 0
+
+    def test_a_secret_learned_later_reaches_events_the_screen_had_passed(
+        self, tmp_path: Path
+    ) -> None:
+        secret = "q8Zr7731xyzzy"
+        echoed = call(1, result={"echo": f"got {secret} back"})  # no hint of a secret
+        dead = DeadLetters([tmp_path / "dead.jsonl"], logging.getLogger("test"))
+        scrubber = Scrubber(None, 1000)
+        assert scrubber.prepare([echoed], dead)[0].event is echoed  # passed as it came
+        ready = scrubber.prepare(
+            [call(2, result={"echo": secret}), started(3, {"token": secret})], dead
+        )
+        assert [secret in item.body for item in ready] == [False, False]
+        echoed_again = ready[0].event
+        assert isinstance(echoed_again, ToolCallFinished)
+        assert echoed_again.result == {"echo": "[REDACTED:secret_field]"}
+
+    def test_a_huge_value_is_cut_and_redacted_in_what_is_kept(self, tmp_path: Path) -> None:
+        learned = "hunter2hunter2"  # learned from the first event, echoed in the huge value
+        near, beyond = "AKIAIOSFODNN7EXAMPLE", "ghp_" + "a1B2c3D4e5F6g7H8i9J0" * 2
+        text = f"key {near} then {learned} " + "y" * 100_000 + f" {beyond} {learned}"
+        teaching = started(1, {"password": learned})
+        huge = started(2, {"text": text, "n": 7})
+        dead = DeadLetters([tmp_path / "dead.jsonl"], logging.getLogger("test"))
+        ready = Scrubber(None, 1000).prepare([teaching, huge], dead)
+        assert [item.event.event_id for item in ready] == ["s1", "s2"] and dead.count == 0
+        kept = ready[1].event
+        assert isinstance(kept, ToolCallStarted) and kept.args["n"] == 7
+        cut = kept.args["text"]
+        assert isinstance(cut, str) and len(cut) < 1100
+        assert cut.startswith("key [REDACTED:aws_access_key] then [REDACTED:")
+        assert "…[truncated " in cut and cut.endswith(" chars]")
+        for item in ready:
+            assert [word for word in (near, beyond, learned) if word in item.body] == []
+            assert item.body == item.event.model_dump_json()  # serialized once, as parsed back
+        (row,) = _rows.build_rows(ready[1:], "sqlite").tool_calls.values()
+        assert json.loads(row["args"]) == kept.args
+
+    def test_events_the_screen_passes_are_stored_as_they_came(self, tmp_path: Path) -> None:
+        events = every_kind()
+        dead = DeadLetters([tmp_path / "dead.jsonl"], logging.getLogger("test"))
+        ready = Scrubber(None, 20_000).prepare(events, dead)
+        assert [item.event for item in ready] == events
+        assert [item.body for item in ready] == [event.model_dump_json() for event in events]
+
+
+def started(seq: int, args: dict[str, JsonValue]) -> ToolCallStarted:
+    return ToolCallStarted(
+        event_id=f"s{seq}",
+        execution_id="x",
+        seq=seq,
+        at=T0,
+        attribution=Attribution(),
+        tool_call_id=f"c{seq}",
+        tool="t",
+        args=args,
+    )
+
+
+class TestArgumentsColumn:
+    ARGS: ClassVar[list[dict[str, JsonValue]]] = [
+        {},
+        {"text": 'quote " back \\ slash \n nul \x00 é 漢 😀'},
+        {"nested": {"args": [1, 2.5, 1e-05, -0.0, None, True]}, ',"args":': "x"},
+        {"big": 12345678901234567890, "small": 1e-7, "list": [{"a": []}]},
+    ]
+
+    @pytest.mark.parametrize("args", ARGS)
+    @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+    def test_it_holds_the_arguments_json(self, args: dict[str, JsonValue], backend: str) -> None:
+        event = started(1, args)
+        event = event.model_copy(update={"tool": 'a ,"args": b'})  # the key, quoted in a value
+        (row,) = rows_of([event], backend).tool_calls.values()
+        expected = to_json(event.args).decode()
+        assert row["args"] == expected  # a NUL stays escaped: \u0000
+        assert json.loads(row["args"]) == event.args
 
 
 @pytest.mark.anyio

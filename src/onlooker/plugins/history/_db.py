@@ -34,6 +34,7 @@ from sqlalchemy.pool import QueuePool, StaticPool
 from onlooker import HistoryError
 
 from ._bulk import bulk_for
+from ._checkpoint import BACKSTOP_PAGES, Checkpointer
 from ._rows import Rows, Stored, build_rows
 from ._schema import check_schema, events, setup_schema
 
@@ -179,6 +180,7 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     try:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")  # see _checkpoint.py
     finally:
         cursor.close()
 
@@ -204,6 +206,9 @@ class Database:
         except (ArgumentError, NoSuchModuleError, ImportError, OSError) as exc:
             raise HistoryError(f"cannot use history database {self.masked_url}: {exc}") from None
         self._file = _sqlite_file(self.url) if self.backend == "sqlite" else None
+        self._checkpointer = (
+            Checkpointer(self._file, _logger) if self._file is not None and not read_only else None
+        )
         self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the open file
         self._reopen_lock = threading.Lock()
         self.reopened = 0
@@ -277,6 +282,8 @@ class Database:
             # removed while we wrote: the batch went into the unlinked file
             self._check_file()
             new = self._insert(rows)
+        if self._checkpointer is not None:
+            self._checkpointer.committed(sum(len(item.body) for item in batch))
         return new
 
     def rows_of(self, batch: Sequence[Stored]) -> Rows:
@@ -350,12 +357,16 @@ class Database:
                 ", recreating it and its directory" if found is None else "",
             )
             self.engine.dispose()  # pooled connections hold the old file
+            if self._checkpointer is not None:
+                self._checkpointer.reconnect()
             self._file.parent.mkdir(parents=True, exist_ok=True)
             self.setup()
             self.reopened += 1
 
     def dispose(self) -> None:
-        """Close every pooled connection."""
+        """Close every connection (the checkpointer's first: the last one checkpoints the log)."""
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         self.engine.dispose()
 
 

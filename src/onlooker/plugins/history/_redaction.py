@@ -6,14 +6,19 @@ policy, or the one given to the plugin) runs over every event before it is
 written anywhere, and strings longer than ``max_value_chars`` are cut with
 the audit trail's marker (``…[truncated N chars]``).
 
-A batch goes through the redactor in one call: the values of every event
-(its fields but the envelope, as the trail redacts them) in one list. The
-redactor hands back the very list when nothing changed, the common case,
-and walks the whole list again when it learned a secret on the way, so a
-secret learned from one event (a value under a secret key) is scrubbed from
-every event of the batch, before it or after it. Only the events whose
-values changed are rebuilt. Each event is then serialized once
-(:class:`~._rows.Stored`), for the database and the spill files alike.
+A batch goes through the audit trail's screen (``plugins/audit/_encode.py``):
+each event's JSON without the fields redaction never reads (the envelope,
+and the root attribution) tells whether the redactor could change it. Most
+events hold no hint of a secret: they are serialized as they are, once. The
+few the screen suspects are redacted field by field and rebuilt; an event
+holding a string over the cap is not serialized at all first (a quick look
+at its fields sends it straight to redaction), and the redactor cuts such a
+string before scanning it, so its cost follows what is kept, not the
+string's length. When redacting an event teaches the redactor a secret (a
+value under a secret key), the whole batch is screened again, so a secret
+learned from one event is scrubbed from every event of the batch, before
+it or after it. Each event is then serialized once (:class:`~._rows.Stored`),
+for the database and the spill files alike.
 """
 
 from __future__ import annotations
@@ -24,8 +29,15 @@ from typing import Any, Final, get_args
 
 from pydantic import BaseModel
 
-from onlooker import ExecutionEvent, parse_event
+from onlooker import ExecutionEvent
 from onlooker.plugins.audit import Redactor
+from onlooker.plugins.audit._encode import (  # the trail's screen: one way to do it
+    SUSPECT,
+    holds_long_string,
+    redact_where_needed,
+    root_is_plain,
+    screened_text,
+)
 from onlooker.plugins.audit._redact import ENVELOPE_FIELDS  # the trail's very list
 
 from ._db import describe
@@ -61,24 +73,18 @@ class Scrubber:
         An event that cannot be redacted goes to ``dead`` as its envelope
         alone; one that cannot be serialized or capped, redacted and whole.
         """
-        clean: list[ExecutionEvent | None] = list(batch)
-        values, owners = _values(batch)
-        try:
-            with self._lock:
-                redacted = self.redactor.redact(values, max_chars=self.max_value_chars)
-        except Exception:  # find the event at fault: one at a time
-            redacted = values
-            for index, original in enumerate(batch):
-                try:
-                    clean[index] = self.scrub(original)
-                except Exception as exc:
-                    dead.event(original, f"cannot be redacted: {exc!r}", redacted=False)
-                    clean[index] = None
-        if redacted is not values:
-            self._apply(clean, _changes(values, redacted, owners), dead)
+        suspects = _Suspects(self, batch, dead)
+        with self._lock:
+            skip_root = root_is_plain(self.redactor)
+            screened = [self._screened(event, skip_root) for event in batch]
+            redacted = redact_where_needed(
+                self.redactor, screened, self.max_value_chars, suspects.store
+            )
         ready: list[Stored] = []
-        for event in clean:
-            if event is None:
+        for index, event in enumerate(batch):
+            if index in redacted:  # stored already, or set aside
+                if redacted[index] is not None:
+                    ready.append(suspects.ready[index])
                 continue
             try:
                 ready.append(stored(event))
@@ -86,33 +92,73 @@ class Scrubber:
                 dead.event(event, describe(exc))
         return ready
 
-    @staticmethod
-    def _apply(
-        clean: list[ExecutionEvent | None],
-        changes: dict[int, dict[str, Any]],
-        dead: DeadLetters,
-    ) -> None:
-        """Rebuild the events whose values the redactor changed."""
-        for index, fields in changes.items():
-            event = clean[index]
-            assert event is not None  # a failed event has no changes
-            try:
-                clean[index] = _rebuilt(event, fields)
-            except Exception as exc:
-                dead.event(event, f"cannot be redacted: {exc!r}", redacted=False)
-                clean[index] = None
+    def _screened(self, event: ExecutionEvent, skip_root: bool) -> bytes:
+        """What the screen looks at in ``event``; :data:`SUSPECT` sends it to the redactor."""
+        if holds_long_string(event.__dict__.values(), self.max_value_chars):
+            return SUSPECT  # to be cut: spares serializing the whole string first
+        to_json = event.__pydantic_serializer__.to_json
+        screen = screened_text(to_json, event, event.attribution.__dict__, skip_root)
+        return SUSPECT if screen is None else screen
 
-    def scrub(self, event: ExecutionEvent) -> ExecutionEvent:
-        """``event`` with secrets redacted and long strings cut; ``event`` itself if unchanged."""
-        with self._lock:
-            return self._redact(event)
+    def redact(self, event: ExecutionEvent) -> ExecutionEvent:
+        """``event`` redacted field by field and capped; ``event`` itself if unchanged.
 
-    def _redact(self, event: ExecutionEvent) -> ExecutionEvent:
-        values, owners = _values([event])
+        The reference, for the events the screen suspects. The caller holds
+        the lock (:meth:`prepare` does).
+        """
+        fields = event.__dict__
+        names = [
+            name
+            for name in _PAYLOAD[event.kind]
+            if fields[name] is not None and type(fields[name]) not in _PLAIN
+        ]
+        values = [_plain(fields[name]) for name in names]
         redacted = self.redactor.redact(values, max_chars=self.max_value_chars)
         if redacted is values:
             return event
-        return _rebuilt(event, _changes(values, redacted, owners)[0])
+        changes = {
+            name: after
+            for name, before, after in zip(names, values, redacted, strict=True)
+            if after is not before
+        }
+        return _rebuilt(event, changes)
+
+
+class _Suspects:
+    """The events of one batch that the screen sent to the redactor, redacted and stored."""
+
+    def __init__(
+        self, scrubber: Scrubber, batch: Sequence[ExecutionEvent], dead: DeadLetters
+    ) -> None:
+        self.scrubber = scrubber
+        self.batch = batch
+        self.dead = dead
+        self.ready: dict[int, Stored] = {}
+        self._reported: set[int] = set()  # an event redacted again (a secret learned) fails once
+
+    def store(self, index: int) -> bytes | None:
+        """Event ``index`` redacted (from the event as it came) and stored; ``None``: set aside."""
+        event = self.batch[index]
+        self.ready.pop(index, None)
+        try:
+            clean = self.scrubber.redact(event)
+        except Exception as exc:
+            self._set_aside(index, event, f"cannot be redacted: {exc!r}", redacted=False)
+            return None
+        try:
+            self.ready[index] = stored(clean)
+        except Exception as exc:  # it does not serialize, or does not fit once cut
+            self._set_aside(index, clean, describe(exc), redacted=True)
+            return None
+        return _STORED
+
+    def _set_aside(self, index: int, event: ExecutionEvent, reason: str, *, redacted: bool) -> None:
+        if index not in self._reported:
+            self._reported.add(index)
+            self.dead.event(event, reason, redacted=redacted)
+
+
+_STORED: Final = b""  # what _Suspects.store returns for an event it stored (not None)
 
 
 def _payload_fields(cls: type[ExecutionEvent]) -> tuple[str, ...]:
@@ -124,37 +170,14 @@ _PAYLOAD: Final = {
     cls.__name__: _payload_fields(cls) for cls in get_args(get_args(ExecutionEvent)[0])
 }
 
-
-def _values(batch: Sequence[ExecutionEvent]) -> tuple[list[Any], list[tuple[int, str]]]:
-    """The batch's payload values in one list (models as their fields), and whose each is."""
-    values: list[Any] = []
-    owners: list[tuple[int, str]] = []
-    for index, event in enumerate(batch):
-        fields = event.__dict__
-        for name in _PAYLOAD[event.kind]:
-            value = fields[name]
-            if value is None or type(value) in _PLAIN:
-                continue
-            values.append(value.__dict__ if isinstance(value, BaseModel) else value)
-            owners.append((index, name))
-    return values, owners
-
-
 _PLAIN: Final = frozenset({int, float, bool})  # nothing to redact in them
 
 
-def _changes(
-    values: list[Any], redacted: list[Any], owners: list[tuple[int, str]]
-) -> dict[int, dict[str, Any]]:
-    """The fields that redaction changed, by event index."""
-    changes: dict[int, dict[str, Any]] = {}
-    for before, after, (index, name) in zip(values, redacted, owners, strict=True):
-        if after is not before:
-            changes.setdefault(index, {})[name] = after
-    return changes
+def _plain(value: Any) -> Any:
+    """A field's value as the redactor reads it: a model as its fields."""
+    return value.__dict__ if isinstance(value, BaseModel) else value
 
 
 def _rebuilt(event: ExecutionEvent, changes: dict[str, Any]) -> ExecutionEvent:
-    data = event.model_dump(mode="json")
-    data.update(changes)
-    return parse_event(data)
+    """``event`` with ``changes``, validated again (the unchanged fields as they are)."""
+    return type(event).model_validate({**event.__dict__, **changes})

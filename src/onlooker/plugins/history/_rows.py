@@ -16,7 +16,9 @@ in any order, gives the same rows.
 
 This is the write path's hot loop, on a thread that shares the GIL with the
 execution: each event's JSON is made once (``stored``), its JSON values
-once more for their own columns, and one dict per entity, nothing else.
+once more for their own columns (but a tool call's arguments, often the
+largest, which are cut from its event's JSON), and one dict per entity,
+nothing else.
 """
 
 from __future__ import annotations
@@ -111,6 +113,24 @@ _AT: Final = '"at":"'
 _NUL: Final = "\\u0000"  # how JSON spells NUL
 
 
+_ARGS: Final = ',"args":'
+if tuple(ToolCallStarted.model_fields)[-1] != "args":
+    raise RuntimeError("ToolCallStarted's last field must be args (see _args_json)")
+
+
+def _args_json(body: str, event: ToolCallStarted) -> str:
+    """The call's arguments as JSON, cut from the end of its body (its last field).
+
+    Every field written before ``args`` is a string, a number or the
+    attribution's, so the first ``,"args":`` of the body is its key: a large
+    argument is not serialized a second time for its column.
+    """
+    start = body.find(_ARGS)
+    if start < 0 or body[-1] != "}":  # not the shape expected: serialize them
+        return to_json(event.args).decode()
+    return body[start + len(_ARGS) : -1]
+
+
 def _sqlite_time(body: str, at: datetime) -> str:
     """``at`` as SQLAlchemy's SQLite ``DateTime`` stores it (UTC, microseconds)."""
     start = body.find(_AT) + 6
@@ -188,12 +208,12 @@ def _interaction(rows: Rows, event: InteractionStarted | InteractionResolved) ->
     return row
 
 
-def _project(rows: Rows, event: ExecutionEvent, at: Any) -> Row:
-    """Fill in what ``event`` says about its entity; returns the entity's row."""
+def _project(rows: Rows, event: ExecutionEvent, body: str, at: Any) -> Row:
+    """Fill in what ``event`` (its JSON: ``body``) says about its entity; returns the entity's row."""
     match event:
         case ToolCallStarted():
             row = _tool_call(rows, event)
-            row["args"] = _json(event.args)
+            row["args"] = _args_json(body, event)
             row["started_at"] = at
         case ToolCallFinished():
             row = _tool_call(rows, event)
@@ -246,7 +266,7 @@ def build_rows(batch: Sequence[Stored], backend: str) -> Rows:
     logged = rows.events
     for event, body in batch:
         at: Any = _sqlite_time(body, event.at) if sqlite else event.at
-        row = _project(rows, event, at)
+        row = _project(rows, event, body, at)
         if sqlite or _NUL not in body:
             logged.append((*_ENVELOPE(event.__dict__), at, body))
         else:

@@ -1,0 +1,92 @@
+"""History's SQLite checkpoints, run beside the writer (``_checkpoint.py``)."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from onlooker.plugins import history
+from onlooker.plugins.history._checkpoint import BACKSTOP_PAGES, CHECKPOINT_CHARS, Checkpointer
+from test_history_support import execution_events
+
+LOGGER = logging.getLogger("test")
+
+
+@pytest.fixture
+def logged(tmp_path: Path) -> Iterator[tuple[Path, sqlite3.Connection]]:
+    """A WAL database whose log holds 100 rows of 10 KB the file does not hold yet."""
+    path = tmp_path / "h.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t (v TEXT)")
+    conn.executemany("INSERT INTO t VALUES (?)", [("y" * 10_000,)] * 100)
+    yield path, conn
+    conn.close()
+
+
+def test_a_checkpoint_copies_the_log_into_the_file(
+    logged: tuple[Path, sqlite3.Connection],
+) -> None:
+    path, conn = logged
+    before = path.stat().st_size
+    checkpointer = Checkpointer(path, LOGGER)
+    connection = checkpointer._checkpoint(None)
+    assert connection is not None
+    connection.close()
+    assert before < 100_000 < path.stat().st_size  # the rows are in the file now
+    assert conn.execute("SELECT count(*) FROM t").fetchone() == (100,)
+
+
+def test_it_never_creates_a_removed_file(tmp_path: Path) -> None:
+    path = tmp_path / "gone.db"
+    assert Checkpointer(path, LOGGER)._checkpoint(None) is None
+    assert not path.exists()
+
+
+def test_close_stops_the_thread_and_later_nudges_do_nothing(
+    logged: tuple[Path, sqlite3.Connection],
+) -> None:
+    path, _ = logged
+    checkpointer = Checkpointer(path, LOGGER)
+    checkpointer.nudge()
+    thread = checkpointer._thread
+    assert thread is not None and thread.is_alive()
+    checkpointer.close()
+    assert not thread.is_alive()
+    checkpointer.nudge()
+    assert checkpointer._thread is thread
+    assert not any(t.name.startswith("onlooker history checkpoint") for t in threading.enumerate())
+
+
+def test_it_checkpoints_once_enough_was_committed(
+    logged: tuple[Path, sqlite3.Connection],
+) -> None:
+    path, _ = logged
+    checkpointer = Checkpointer(path, LOGGER)
+    started = []
+    for chars in (CHECKPOINT_CHARS - 1, 1):
+        checkpointer.committed(chars)
+        started.append(checkpointer._thread is not None)
+    checkpointer.close()
+    assert started == [False, True]  # none after a small batch; one once enough was committed
+
+
+@pytest.mark.anyio
+async def test_the_writer_checkpoints_only_past_the_backstop(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+    events = execution_events("a", tools=[("t", "completed", 1.0)])
+    async with history.open(f"sqlite:///{path}") as store:
+        assert await store.write_events(events) == len(events)
+        pages = await store.query(
+            lambda conn: conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar_one()
+        )
+    assert pages == BACKSTOP_PAGES
+    async with history.open(f"sqlite:///{path}") as store:  # closing checkpointed everything
+        assert await store.events("a") == events
+    assert not path.with_name("h.db-wal").exists()
