@@ -142,6 +142,22 @@ class TestLifecycle:
         _, recorder = await run(program, tools=TOOLS, trigger=full)
         assert recorder.of(ExecutionStarted)[0].trigger == full
 
+    async def test_a_string_triggers_metadata_is_read_only(self) -> None:
+        """Executions started with one string share one Trigger: none can write into the
+        metadata of another's."""
+
+        async def tags_its_trigger(ctx: ExecutionContext) -> None:
+            ctx.trigger.metadata["user"] = "alice"
+
+        async def reads_its_trigger(ctx: ExecutionContext) -> dict[str, Any]:
+            return dict(ctx.trigger.metadata)
+
+        tagged, _ = await run(tags_its_trigger, tools=TOOLS, trigger="cli")
+        assert tagged.error is not None and "metadata=" in tagged.error.message
+        later, recorder = await run(reads_its_trigger, tools=TOOLS, trigger="cli")
+        assert later.value == {}
+        assert recorder.of(ExecutionStarted)[0].trigger == Trigger(kind="cli")
+
     @pytest.mark.parametrize("trigger", ["", 3, None])
     async def test_bad_trigger(self, trigger: Any) -> None:
         async def program(ctx: ExecutionContext) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -460,6 +462,47 @@ class TestExpiry:
         assert result.value == "deploy"
         assert onlooker.current_attribution().intent_id is None
 
+    async def test_a_question_shielded_from_the_close_still_expires(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """The engine's timer outlives the close while a question waits: a program that
+        shields its question from cancellation cannot hold the close past its pause timeout."""
+
+        async def shielded(ctx: ExecutionContext) -> str:
+            with anyio.CancelScope(shield=True):
+                answer = await ctx.elicit("roll back?")
+            return answer.action
+
+        recorder = RecordingObserver()
+        with anyio.fail_after(10):
+            async with ExecutionEngine(pause_timeout=0.3, shutdown_timeout=0.05) as engine:
+                engine.bus.subscribe(recorder)
+                pause = paused(await engine.execute_with_pause(shielded))
+        assert [r.status for r in recorder.of(InteractionResolved)] == ["expired"]
+        assert finished(await engine.resume(pause.execution_id, ACCEPT())).status == "expired"
+
+    async def test_the_timer_keeps_nothing_of_the_run_that_paused_first(self) -> None:
+        """The timer task is the engine's: a finished run's input is freed, whoever paused first."""
+
+        class Blob(dict[str, str]):  # a dict that a weak reference can follow
+            pass
+
+        async def ask_once(ctx: ExecutionContext) -> str:
+            return (await ctx.elicit("go?")).action
+
+        async with ExecutionEngine(pause_timeout=3600) as engine:
+            blob = Blob(text="x" * 1000)
+            alive = weakref.ref(blob)
+            pause = paused(await engine.execute_with_pause(ask_once, input=blob))  # type: ignore[arg-type]  # a dict, weakly referenceable
+            del blob
+            assert finished(await engine.resume(pause.execution_id, ACCEPT())).ok
+            for _ in range(100):  # the run's task ends just after it delivered its result
+                await anyio.sleep(0.01)
+                gc.collect()
+                if alive() is None:
+                    break
+            assert alive() is None
+
     async def test_closing_the_engine_ends_the_timer_of_waiting_pauses(self) -> None:
         with anyio.fail_after(10):  # the deadline is an hour away: the close must not wait
             async with ExecutionEngine(tools=[note], pause_timeout=3600) as engine:
@@ -628,3 +671,37 @@ class TestExpiryWithConcurrentQuestions:
         assert [r.status for r in recorder.of(InteractionResolved)] == ["expired", "expired"]
         assert [e.status for e in recorder.of(ExecutionFinished)] == ["expired"] * 3
         check_stream(recorder.events)
+
+
+def test_pauses_under_trio_in_guest_mode_on_an_asyncio_loop() -> None:
+    """Trio as a guest of an asyncio loop: an asyncio loop runs in the thread, but the
+    program's code runs in trio, so a question must not wait on an asyncio future."""
+    import asyncio
+
+    import trio
+
+    outcomes: list[str] = []
+
+    async def ask_once(ctx: ExecutionContext) -> str:
+        return (await ctx.elicit("go?")).action
+
+    async def trio_main() -> None:
+        async with ExecutionEngine(pause_timeout=30) as engine:
+            pause = paused(await engine.execute_with_pause(ask_once))
+            with anyio.fail_after(5):
+                result = finished(await engine.resume(pause.execution_id, ACCEPT()))
+            outcomes.append(f"{result.status} {result.value}")
+
+    async def host() -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+        trio.lowlevel.start_guest_run(
+            trio_main,
+            run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+            done_callback=done.set_result,
+            host_uses_signal_set_wakeup_fd=True,
+        )
+        (await done).unwrap()
+
+    asyncio.run(host())
+    assert outcomes == ["completed accept"]

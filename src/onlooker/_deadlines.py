@@ -1,13 +1,15 @@
 """One timer for every paused question of an engine: those nobody answers in time expire.
 
 A cancel scope and a timer per paused execution cost about a kilobyte each.
-Every pause of an engine waits for the same ``pause_timeout``, so deadlines
-arrive in the order the pauses began: one task, sleeping until the earliest,
-serves them all, and a pause costs one entry in an ordered table.
+Pauses that share a ``pause_timeout`` reach their deadlines in the order
+they began, so each timeout keeps its waiters in an ordered table, and one
+task, sleeping until the earliest head, serves them all: a pause costs one
+entry in a table.
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from typing import Protocol, final
 
@@ -26,51 +28,67 @@ class Waiter(Protocol):
 
 @final
 class PauseDeadlines:
-    """The deadlines of paused questions that share one ``timeout``, and the task that keeps them.
+    """The deadlines of an engine's paused questions, and the task that keeps them.
 
-    The task starts at the first pause, in the engine's task group, and ends
-    with :meth:`stop` (the engine's close) or the group's cancellation.
+    :meth:`start` runs the task in the engine's task group (in the engine's
+    context, not a run's); after :meth:`stop` it ends once no question waits,
+    so a question shielded from the close still expires in time.
     """
 
-    __slots__ = ("_scope", "_task_group", "_waiting", "_wake", "timeout")
+    __slots__ = ("_stopping", "_waiting", "_wake")
 
-    def __init__(self, timeout: float, task_group: TaskGroup) -> None:
-        self.timeout = timeout
-        self._task_group = task_group
-        self._waiting: OrderedDict[Waiter, float] = OrderedDict()
+    def __init__(self) -> None:
+        self._waiting: dict[float, OrderedDict[Waiter, float]] = {}
+        """By timeout: waiters in the order they began, with their deadlines."""
         self._wake: anyio.Event | None = None
-        self._scope: anyio.CancelScope | None = None
+        self._stopping = False
 
-    def add(self, waiter: Waiter) -> None:
+    def start(self, task_group: TaskGroup) -> None:
+        task_group.start_soon(self._keep, name="onlooker pause deadlines")
+
+    def add(self, waiter: Waiter, timeout: float) -> None:
         """Expire ``waiter`` ``timeout`` seconds from now unless :meth:`discard` comes first."""
-        self._waiting[waiter] = anyio.current_time() + self.timeout
-        if self._scope is None:
-            self._scope = anyio.CancelScope()
-            self._task_group.start_soon(self._keep, name="onlooker pause deadlines")
+        queue = self._waiting.get(timeout)
+        if queue is None:
+            queue = self._waiting[timeout] = OrderedDict()
+        queue[waiter] = anyio.current_time() + timeout
+        if len(queue) == 1:  # a new head: it may come before what the task sleeps until
+            self._wake_up()
+
+    def discard(self, waiter: Waiter, timeout: float) -> None:
+        """``waiter`` was answered (or gave up): it no longer has a deadline."""
+        queue = self._waiting.get(timeout)
+        if queue is not None and queue.pop(waiter, None) is not None and not queue:
+            del self._waiting[timeout]
+            if self._stopping and not self._waiting:
+                self._wake_up()
+
+    def stop(self) -> None:
+        """The engine is closing: end the task once no question waits."""
+        self._stopping = True
+        self._wake_up()
+
+    def _wake_up(self) -> None:
         wake, self._wake = self._wake, None
         if wake is not None:
             wake.set()
 
-    def discard(self, waiter: Waiter) -> None:
-        """``waiter`` was answered (or gave up): it no longer has a deadline."""
-        self._waiting.pop(waiter, None)
-
-    def stop(self) -> None:
-        """End the task (the engine is closing); pauses still waiting no longer expire."""
-        if self._scope is not None:
-            self._scope.cancel()
-
     async def _keep(self) -> None:
-        assert self._scope is not None
-        with self._scope:
-            while True:
-                if not self._waiting:
-                    self._wake = anyio.Event()
-                    await self._wake.wait()
-                    continue
-                waiter, deadline = next(iter(self._waiting.items()))
-                if anyio.current_time() < deadline:
-                    # If the head is answered meanwhile, this wakes early: no harm.
-                    await anyio.sleep_until(deadline)
-                elif self._waiting.pop(waiter, None) is not None:
-                    waiter.expire()
+        while not (self._stopping and not self._waiting):
+            wake = self._wake = anyio.Event()
+            heads = [next(iter(queue.values())) for queue in self._waiting.values()]
+            with anyio.move_on_at(min(heads, default=math.inf)):
+                await wake.wait()
+            self._expire_due()
+
+    def _expire_due(self) -> None:
+        now = anyio.current_time()
+        for timeout, queue in list(self._waiting.items()):
+            while queue:
+                waiter, deadline = next(iter(queue.items()))
+                if deadline > now:
+                    break
+                del queue[waiter]
+                waiter.expire()
+            if not queue:
+                del self._waiting[timeout]

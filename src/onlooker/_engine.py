@@ -125,6 +125,7 @@ class ExecutionEngine:
             )
             self._runtime.hooks.replace(self._own_hooks + tuple(extra_hooks))
             self.bus._start(task_group)
+            self._detached.open(task_group)
         except BaseException as exc:
             self._phase = EnginePhase.CLOSED
             with anyio.CancelScope(shield=True):

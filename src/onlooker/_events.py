@@ -111,9 +111,27 @@ class Attribution(BaseModel):
 
 @functools.lru_cache(maxsize=256)
 def _trigger_of_kind(kind: str) -> Trigger:
-    """One shared (frozen) ``Trigger`` per plain-string kind: each costs ~0.5 KB, and a paused
-    execution keeps its own."""
-    return Trigger(kind=kind)
+    """One shared ``Trigger`` per plain-string kind, its empty metadata read-only.
+
+    Each costs about 0.5 KB, which a paused execution would keep; shared, a
+    program that wrote into ``ctx.trigger.metadata`` would write into every
+    execution's, so that metadata refuses writes.
+    """
+    return Trigger.model_construct(kind=kind, metadata=_NoMetadata())
+
+
+class _NoMetadata(dict[str, JsonValue]):
+    """The empty, read-only metadata of a shared trigger."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise TypeError(
+            "this trigger is shared by every execution started with the same string: "
+            "pass onlooker.Trigger(kind=..., metadata=...) for metadata of your own"
+        )
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _refuse  # type: ignore[assignment]  # every mutator refuses
 
 
 def as_trigger(trigger: Trigger | str) -> Trigger:

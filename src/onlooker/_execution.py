@@ -39,8 +39,12 @@ async def run_execution(
     *,
     owner: str | None,
     input: JsonValue,
+    own_task: bool = False,
 ) -> ExecutionResult[T]:
     """Run ``program`` as execution ``execution_id`` of ``run``; return its result.
+
+    ``own_task``: this runs alone in a task of its own (a detached root),
+    whose context ends with it.
 
     A failing program is a ``failed`` result (``expired`` after its pause
     timed out); a cancellation is emitted ``cancelled`` and propagates. A
@@ -50,7 +54,7 @@ async def run_execution(
     name = _name_of(program)
     emitter = Emitter(runtime.bus, execution_id)
     ctx = ExecutionContext(runtime, run, emitter, spawn, attribution, name, trigger, input)
-    tokens = _enter(ctx, attribution, own_task=run.mode == "paused" and execution_id == run.root_id)
+    tokens = _enter(ctx, attribution, own_task=own_task)
     began = perf_counter()
     try:
         try:

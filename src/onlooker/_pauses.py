@@ -42,8 +42,11 @@ class DetachedRuns:
         self._keep_results = keep_results
         self._runs: dict[str, DetachedRun] = {}
         self._finished: OrderedDict[str, ExecutionResult[Any]] = OrderedDict()
-        self._deadlines: dict[float, PauseDeadlines] = {}
-        """One timer per pause timeout (an engine has one, unless it is changed meanwhile)."""
+        self._deadlines = PauseDeadlines()
+
+    def open(self, task_group: TaskGroup) -> None:
+        """Start the pauses' timer in ``task_group`` (the engine's, as it opens)."""
+        self._deadlines.start(task_group)
 
     def is_open(self, execution_id: str) -> bool:
         """Whether a detached execution with this id is running or paused."""
@@ -65,16 +68,10 @@ class DetachedRuns:
         input: JsonValue,
     ) -> Outcome:
         """Start ``program`` in ``task_group``; return at its first question or its end."""
-        deadlines = None
-        if pause_timeout is not None:
-            deadlines = self._deadlines.get(pause_timeout)
-            if deadlines is None:
-                deadlines = self._deadlines[pause_timeout] = PauseDeadlines(
-                    pause_timeout, task_group
-                )
         scoped = _observers.get()
 
         def launch(run: DetachedRun) -> TaskHandle[None]:
+            self._runs[run.root_id] = run  # before its task exists: it may end at once
             return task_group.start_soon(
                 self._run,
                 program,
@@ -87,8 +84,9 @@ class DetachedRuns:
                 name="onlooker execution",  # one shared string: no per-run copy
             )
 
-        run = DetachedRun(new_id(), deadlines=deadlines, launch=launch)
-        self._runs[run.root_id] = run
+        run = DetachedRun(
+            new_id(), pause_timeout=pause_timeout, deadlines=self._deadlines, launch=launch
+        )
         return await run.next_outcome()
 
     async def resume(self, execution_id: str, response: InteractionResponse) -> Outcome:
@@ -116,8 +114,7 @@ class DetachedRuns:
 
     async def cancel_all(self) -> None:
         """Cancel every open execution and wait until each has ended."""
-        for deadlines in self._deadlines.values():
-            deadlines.stop()
+        self._deadlines.stop()  # it ends once no question waits
         for run in list(self._runs.values()):
             run.cancel()
         for run in list(self._runs.values()):
@@ -155,6 +152,7 @@ class DetachedRuns:
                 trigger,
                 owner=owner,
                 input=input,
+                own_task=True,
             )
         finally:
             run.phase = RunPhase.FINISHED

@@ -85,6 +85,7 @@ class DetachedRun(RunState):
         "deadlines",
         "ended",
         "outcome",
+        "pause_timeout",
         "pending",
     )
 
@@ -92,12 +93,15 @@ class DetachedRun(RunState):
         self,
         root_id: str,
         *,
-        deadlines: PauseDeadlines | None,
+        pause_timeout: float | None,
+        deadlines: PauseDeadlines,
         launch: Callable[[DetachedRun], TaskHandle[None]],
     ) -> None:
         super().__init__(root_id, mode="paused")
+        self.pause_timeout = pause_timeout
+        """Seconds a question waits for ``resume`` (None: for ever)."""
         self.deadlines = deadlines
-        """Where an unanswered question expires; None: questions wait for ever."""
+        """The engine's timer, where an unanswered question expires."""
         self.pending: PendingAnswer | None = None
         self.outcome: PausedExecution | ExecutionResult[Any] | None = None
         self._outcome_ready: anyio.Event | None = None
@@ -187,13 +191,13 @@ class DetachedRun(RunState):
         self.pending = pending
         self.phase = RunPhase.PAUSED
         self.deliver(PausedExecution(self.root_id, interaction_id, message, schema, asking))
-        if self.deadlines is not None:
-            self.deadlines.add(pending)
+        if self.pause_timeout is not None:
+            self.deadlines.add(pending, self.pause_timeout)
         return pending
 
     def _stop_waiting(self, pending: PendingAnswer) -> None:
-        if self.deadlines is not None:
-            self.deadlines.discard(pending)
+        if self.pause_timeout is not None:
+            self.deadlines.discard(pending, self.pause_timeout)
         if self.pending is pending:
             self.pending = None
         if self.phase is RunPhase.PAUSED:
@@ -201,10 +205,9 @@ class DetachedRun(RunState):
 
     def _answer_of(self, pending: PendingAnswer) -> InteractionResponse:
         if pending.response is None:
-            assert self.deadlines is not None  # only the timer wakes a question unanswered
-            self.expired = True
+            self.expired = True  # only the timer wakes a question without an answer
             raise ExecutionExpiredError(
-                f"nobody answered within the pause timeout of {self.deadlines.timeout}s",
+                f"nobody answered within the pause timeout of {self.pause_timeout}s",
                 execution_id=self.root_id,
             )
         return pending.response
@@ -214,7 +217,7 @@ class DetachedRun(RunState):
 class PendingAnswer:
     """A paused question and, once ``resume`` delivers it, its answer.
 
-    On asyncio it waits on a bare future: anyio's ``Event`` wraps an
+    In an asyncio task it waits on a bare future: anyio's ``Event`` wraps an
     ``asyncio.Event`` whose waiter deque alone is about 0.7 KB, kept by every
     paused execution. On trio, anyio's ``Event`` is as light as a future.
     """
@@ -225,9 +228,10 @@ class PendingAnswer:
         self.interaction_id = interaction_id
         self.response: InteractionResponse | None = None
         self._signal: asyncio.Future[None] | anyio.Event
-        try:
-            self._signal = asyncio.get_running_loop().create_future()
-        except RuntimeError:  # no asyncio loop: trio
+        task = _asyncio_task()
+        if task is not None:
+            self._signal = task.get_loop().create_future()
+        else:  # trio (guest mode on an asyncio loop too: its code runs outside asyncio tasks)
             self._signal = anyio.Event()
 
     async def wait(self) -> None:
@@ -253,3 +257,11 @@ class PendingAnswer:
             signal.set()
         elif not signal.done():  # done: cancelled with its waiter
             signal.set_result(None)
+
+
+def _asyncio_task() -> asyncio.Task[object] | None:
+    """The asyncio task running this code, if an asyncio task runs it (as ``sniffio`` asks)."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no asyncio loop in this thread
+        return None
