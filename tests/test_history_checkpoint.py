@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
-import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,7 +62,41 @@ def test_close_stops_the_thread_and_later_nudges_do_nothing(
     assert not thread.is_alive()
     checkpointer.nudge()
     assert checkpointer._thread is thread
-    assert not any(t.name.startswith("onlooker history checkpoint") for t in threading.enumerate())
+    assert not thread.is_alive()
+
+
+def test_a_reconnect_lets_go_of_the_removed_file_at_once(
+    logged: tuple[Path, sqlite3.Connection],
+) -> None:
+    path, conn = logged
+    conn.close()  # SQLite keeps a closed descriptor open while another connection locks the file
+    before = _open_on(path)
+    checkpointer = Checkpointer(path, LOGGER)
+    checkpointer.nudge()
+    for _ in range(500):  # the thread opens its connection with its first checkpoint
+        if _open_on(path) > before:
+            break
+        time.sleep(0.01)
+    assert _open_on(path) > before
+    checkpointer.reconnect()
+    for _ in range(500):
+        if _open_on(path) == before:
+            break
+        time.sleep(0.01)
+    assert _open_on(path) == before  # closed without waiting for the next checkpoint
+    checkpointer.close()
+
+
+def _open_on(path: Path) -> int:
+    """How many of this process's descriptors are open on ``path`` (Linux's /proc)."""
+    opened = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            if Path(os.readlink(fd)) == path.resolve():
+                opened += 1
+        except OSError:
+            continue
+    return opened
 
 
 def test_it_checkpoints_once_enough_was_committed(

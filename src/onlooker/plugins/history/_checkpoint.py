@@ -79,9 +79,10 @@ class Checkpointer:
             self._wanted.notify()
 
     def reconnect(self) -> None:
-        """The file was replaced: the next checkpoint opens it again."""
+        """The file was replaced: let go of the old one now; the next checkpoint opens the new."""
         with self._lock:
             self._reconnect = True
+            self._wanted.notify()
 
     def close(self) -> None:
         """Stop the thread (after the checkpoint under way, if any) and close its connection."""
@@ -97,16 +98,17 @@ class Checkpointer:
         try:
             while True:
                 with self._lock:
-                    while not (self._pending or self._stopping):
+                    while not (self._pending or self._stopping or self._reconnect):
                         self._wanted.wait()
                     if self._stopping:
                         return
-                    self._pending = False
                     if self._reconnect and connection is not None:
-                        connection.close()
+                        connection.close()  # it holds the removed file open
                         connection = None
                     self._reconnect = False
-                connection = self._checkpoint(connection)
+                    wanted, self._pending = self._pending, False
+                if wanted:
+                    connection = self._checkpoint(connection)
         finally:
             if connection is not None:
                 connection.close()
