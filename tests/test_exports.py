@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -195,3 +196,21 @@ def test_every_table_name_loads_from_its_module(package: str) -> None:
         assert getattr(module, name) is getattr(importlib.import_module(f"{package}.{home}"), name)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = module.nope
+
+
+def test_the_generated_imports_are_sorted_as_ruff_sorts_them(tmp_path: Path) -> None:
+    """``make exports`` and ``make lint`` never disagree, whatever names come."""
+    from tools import public_api
+
+    names = ["T", "Tool10", "Tool2", "HTTPStatus", "MAX_2", "MAX_10", "helper", "Helper", "a_b"]
+    module = tmp_path / "sample.py"
+    lines = public_api.import_lines(dict.fromkeys(names, "_things"), indent="")
+    module.write_text("\n".join(["from __future__ import annotations", "", *lines, ""]))
+    ruff = Path(sys.executable).with_name("ruff")
+    checked = subprocess.run(
+        [str(ruff), "check", "--isolated", "--select", "I", "--line-length", "100", str(module)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert checked.returncode == 0, checked.stdout

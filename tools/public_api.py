@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -47,13 +48,20 @@ def read_table(source: str) -> dict[str, str]:
     raise ValueError("no `_LAZY: dict[str, str] = {...}` table at the top level")
 
 
-def isort_key(name: str) -> tuple[int, str]:
-    """ruff's isort order within one import: CONSTANTS, then Classes, then functions."""
-    if name.isupper():
-        return (0, name)
-    if name[:1].isupper():
-        return (1, name)
-    return (2, name)
+def isort_key(name: str) -> tuple[int, list[int | str]]:
+    """ruff's isort order within one import: CONSTANTS, then Classes, then the rest.
+
+    Within each, case-insensitive and numbers by value (``Tool2`` before
+    ``Tool10``); a one-letter capital (``T``) is a class, as ruff has it.
+    """
+    if len(name) > 1 and name.isupper():
+        kind = 0
+    elif name[:1].isupper():
+        kind = 1
+    else:
+        kind = 2
+    parts = re.split(r"(\d+)", name.lower())
+    return (kind, [int(part) if part.isdigit() else part for part in parts])
 
 
 def import_lines(table: dict[str, str], indent: str) -> list[str]:
