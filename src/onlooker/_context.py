@@ -22,7 +22,6 @@ from ._events import (
     child_attribution,
     new_id,
     snapshot_object,
-    spawn_trigger,
 )
 from ._lifecycle import Runtime, fail_call, finish_call, open_call, settle_call
 from ._results import (
@@ -34,6 +33,7 @@ from ._results import (
 from ._run import RunState
 from ._scope import _attribution
 from ._tools import Tool
+from ._triggers import spawn_trigger
 
 if TYPE_CHECKING:
     from ._plugin import Plugin

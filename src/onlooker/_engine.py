@@ -21,7 +21,7 @@ from pydantic import JsonValue
 from ._bus import DEFAULT_SHUTDOWN_TIMEOUT, EventBus, check_timeout
 from ._context import Program
 from ._errors import PluginError, TrackingError
-from ._events import Trigger, as_trigger, new_id
+from ._events import Trigger, new_id
 from ._execution import child_runner, root_attribution, run_execution
 from ._hooks import HookMatcher, HookPlans
 from ._install import install_plugins
@@ -34,6 +34,7 @@ from ._scope import _observers
 from ._tools import Tool, ToolDeclaration, ToolRegistry
 from ._tracked import TrackedExecution
 from ._tracking import TrackedRuns, track
+from ._triggers import as_trigger
 
 __all__ = ["ExecutionEngine"]
 

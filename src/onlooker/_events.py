@@ -8,7 +8,6 @@ cost of an observed tool call); everything from outside goes through
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 from collections.abc import Mapping
@@ -107,45 +106,6 @@ class Attribution(BaseModel):
     parent_tool_call_id: str | None = None
     depth: int = 0
     intent_id: str | None = None
-
-
-@functools.lru_cache(maxsize=256)
-def _trigger_of_kind(kind: str) -> Trigger:
-    """One shared ``Trigger`` per plain-string kind, its empty metadata read-only.
-
-    Each costs about 0.5 KB, which a paused execution would keep; shared, a
-    program that wrote into ``ctx.trigger.metadata`` would write into every
-    execution's, so that metadata refuses writes.
-    """
-    return Trigger.model_construct(kind=kind, metadata=_NoMetadata())
-
-
-class _NoMetadata(dict[str, JsonValue]):
-    """The empty, read-only metadata of a shared trigger."""
-
-    __slots__ = ()
-
-    def _refuse(self, *args: object, **kwargs: object) -> None:
-        raise TypeError(
-            "this trigger is shared by every execution started with the same string: "
-            "pass onlooker.Trigger(kind=..., metadata=...) for metadata of your own"
-        )
-
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _refuse  # type: ignore[assignment]  # every mutator refuses
-
-
-def as_trigger(trigger: Trigger | str) -> Trigger:
-    """A ``Trigger`` from a ``Trigger`` or its kind as a plain string."""
-    if isinstance(trigger, Trigger):
-        return trigger
-    if isinstance(trigger, str) and trigger:
-        return _trigger_of_kind(trigger)
-    raise TypeError(f"trigger must be a Trigger or a non-empty string, not {trigger!r}")
-
-
-def spawn_trigger(parent_execution_id: str) -> Trigger:
-    """The trigger of a child execution (``ctx.spawn``, ``run.child``)."""
-    return Trigger(kind="spawn", metadata={"parent_execution_id": parent_execution_id})
 
 
 def child_attribution(

@@ -27,9 +27,7 @@ from ._events import (
     ExecutionStatus,
     InteractionStatus,
     Trigger,
-    as_trigger,
     child_attribution,
-    spawn_trigger,
 )
 from ._lifecycle import CANCELLED, Runtime
 from ._results import error_info
@@ -37,6 +35,7 @@ from ._scope import _Scoped
 from ._tracked_call import TrackedCalls, TrackedToolCall
 from ._tracked_checks import check_status, final_error, given_id, program_name, tool_arguments
 from ._tracked_questions import TrackedQuestions
+from ._triggers import as_trigger, spawn_trigger
 
 __all__ = ["TrackedExecution", "TrackedToolCall"]
 

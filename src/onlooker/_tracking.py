@@ -7,11 +7,12 @@ from typing import Final, final
 
 from pydantic import JsonValue
 
-from ._events import Attribution, ErrorInfo, Trigger, as_trigger
+from ._events import Attribution, ErrorInfo, Trigger
 from ._lifecycle import Runtime
 from ._scope import _Scoped
 from ._tracked import EngineCallback, TrackedExecution
 from ._tracked_checks import given_id, program_name
+from ._triggers import as_trigger
 
 __all__ = ["TrackedRuns", "track"]
 

@@ -68,17 +68,10 @@ def ui(
     if audit is not None and not audit.is_dir():
         raise typer.BadParameter(f"no such directory: {str(audit)!r}", param_hint="--audit")
 
-    import anyio
-
-    import onlooker
     from onlooker._ui import LOOPBACK_HOSTS, create_app, serve
 
     url = db_url(db)
-    try:  # a missing or foreign database is a message now, not a failed server start
-        label = anyio.run(_check, url)
-    except onlooker.OnlookerError as exc:
-        stderr.print(f"[red]error[/]: {escape(str(exc))}")
-        raise typer.Exit(1) from None
+    label = _readable(url)
     declared = _load_tools(tools or [])
     loopback = _is_loopback(host)
     app = create_app(
@@ -113,6 +106,22 @@ def _announce(label: str, address: str, loopback: bool) -> None:
             "[yellow]warning[/]: listening beyond this machine: anyone who can reach "
             "it can read the recorded tool arguments and results"
         )
+
+
+def _readable(url: str | None) -> str:
+    """The database's name (password hidden) once opened read-only, or exit 1 saying why.
+
+    A missing or foreign database is a message now, not a failed server start.
+    """
+    import anyio
+
+    import onlooker
+
+    try:
+        return anyio.run(_check, url)
+    except onlooker.OnlookerError as exc:
+        stderr.print(f"[red]error[/]: {escape(str(exc))}")
+        raise typer.Exit(1) from None
 
 
 async def _check(url: str | None) -> str:
