@@ -163,4 +163,3 @@ class DetachedRuns:
             while len(self._finished) > self._keep_results:
                 self._finished.popitem(last=False)
             run.deliver(result)
-            run.end()

@@ -68,22 +68,19 @@ class DetachedRun(RunState):
     Its task is started by its constructor (``launch``), so a run is whole
     from construction, and cancelled through the task's own handle. Everything a run only needs
     while someone waits on it — the event that hands an outcome (a pause or
-    the end) to ``execute_with_pause`` / ``resume``, the "ended" event that
-    ``cancel`` waits for, the turn of a second concurrent question — is made
-    by the waiter, when one waits: a paused execution holds one event (its
-    question's), not five (10,000 paused executions are tens of MB). Its
+    the end) to ``execute_with_pause`` / ``resume``, the turn of a second
+    concurrent question — is made by the waiter, when one waits: a paused
+    execution holds its question's wait, not five events (10,000 paused executions are tens of MB). Its
     pause timeout is an entry in the engine's shared :class:`PauseDeadlines`,
     not a cancel scope and a timer of its own.
     """
 
     __slots__ = (
-        "_ended",
         "_outcome_ready",
         "_task",
         "_turn",
         "asking",
         "deadlines",
-        "ended",
         "outcome",
         "pause_timeout",
         "pending",
@@ -105,9 +102,6 @@ class DetachedRun(RunState):
         self.pending: PendingAnswer | None = None
         self.outcome: PausedExecution | ExecutionResult[Any] | None = None
         self._outcome_ready: anyio.Event | None = None
-        self.ended = False
-        """Whether the run's task has finished (its result is final)."""
-        self._ended: anyio.Event | None = None
         self.asking = False
         """Whether a question of this run is being asked (questions go one at a time)."""
         self._turn: anyio.Event | None = None
@@ -132,19 +126,9 @@ class DetachedRun(RunState):
             await self._outcome_ready.wait()
         return self.outcome
 
-    def end(self) -> None:
-        """Mark the run's task finished and wake whoever waits in :meth:`wait_ended`."""
-        self.ended = True
-        ended, self._ended = self._ended, None
-        if ended is not None:
-            ended.set()
-
     async def wait_ended(self) -> None:
-        """Wait until the run's task has finished."""
-        while not self.ended:
-            if self._ended is None:
-                self._ended = anyio.Event()
-            await self._ended.wait()
+        """Wait until the run's task has finished (its result is final)."""
+        await self._task.wait()
 
     def answering(self, response: InteractionResponse) -> None:
         """Deliver ``response`` to the paused question (the caller checked it is paused)."""
