@@ -54,9 +54,11 @@ class Scrubber:
     """Redacts and caps events: the same event back when nothing changes (the common case)."""
 
     def __init__(self, redactor: Redactor | None, max_value_chars: int) -> None:
-        if isinstance(max_value_chars, bool) or not isinstance(max_value_chars, int):
-            raise ValueError(f"max_value_chars must be a positive int, not {max_value_chars!r}")
-        if max_value_chars < 1:
+        if (
+            isinstance(max_value_chars, bool)
+            or not isinstance(max_value_chars, int)
+            or max_value_chars < 1
+        ):
             raise ValueError(f"max_value_chars must be a positive int, not {max_value_chars!r}")
         if redactor is not None and not isinstance(redactor, Redactor):
             raise TypeError(
