@@ -35,6 +35,7 @@ __all__ = [
     "pydantic_to_json",
     "redact_where_needed",
     "root_is_plain",
+    "screen_event",
     "screened_text",
 ]
 
@@ -163,6 +164,20 @@ def screened_text(
         return to_json(event, exclude=skip)
     except ValueError:
         return None
+
+
+def screen_event(event: Any, max_chars: int, skip_root: bool) -> bytes:
+    """What the screen looks at in a pydantic event, or :data:`SUSPECT` to redact it unseen.
+
+    An event holding a string over ``max_chars`` is not serialized first (it
+    is to be cut, and serializing a huge string costs more than cutting it);
+    one pydantic cannot serialize (lone surrogates) is redacted field by field.
+    """
+    if holds_long_string(event.__dict__.values(), max_chars):
+        return SUSPECT
+    to_json = event.__pydantic_serializer__.to_json
+    screen = screened_text(to_json, event, event.attribution.__dict__, skip_root)
+    return SUSPECT if screen is None or len(screen) > max_chars else screen
 
 
 def root_is_plain(redactor: Redactor) -> bool:

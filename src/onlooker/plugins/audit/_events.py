@@ -23,13 +23,11 @@ from onlooker import ExecutionEvent
 
 from ._cap import cap_record
 from ._encode import (
-    SUSPECT,
     fast_json_bytes,
-    holds_long_string,
     json_bytes,
     redact_where_needed,
     root_is_plain,
-    screened_text,
+    screen_event,
 )
 from ._redact import Redactor
 from ._secrets import ENVELOPE_FIELDS
@@ -58,9 +56,7 @@ class EventEncoder:
     ) -> list[bytes]:
         """The events' members, in order; an event that cannot be serialized goes to ``failed``."""
         skip_root = root_is_plain(self.redactor)
-        screened = [  # what the screen looks at in each
-            self._screened(event, skip_root) or SUSPECT for event in events
-        ]
+        screened = [screen_event(event, self.max_chars, skip_root) for event in events]
         reported: set[int] = set()  # an event redacted again fails once
 
         def redact(index: int) -> bytes | None:
@@ -79,14 +75,6 @@ class EventEncoder:
             if text is not None:
                 out.append(text)
         return out
-
-    def _screened(self, event: ExecutionEvent, skip_root: bool) -> bytes | None:
-        """What the screen looks at; ``None`` when it should not bother (a string over the cap)."""
-        if holds_long_string(event.__dict__.values(), self.max_chars):  # spares serializing
-            return None
-        to_json = event.__pydantic_serializer__.to_json
-        screen = screened_text(to_json, event, event.attribution.__dict__, skip_root)
-        return None if screen is None or len(screen) > self.max_chars else screen
 
     def _as_is(
         self, event: ExecutionEvent, index: int, redact: Callable[[int], bytes | None]

@@ -32,11 +32,9 @@ from pydantic import BaseModel
 from onlooker import ExecutionEvent
 from onlooker.plugins.audit import Redactor
 from onlooker.plugins.audit._encode import (  # the trail's screen: one way to do it
-    SUSPECT,
-    holds_long_string,
     redact_where_needed,
     root_is_plain,
-    screened_text,
+    screen_event,
 )
 from onlooker.plugins.audit._redact import ENVELOPE_FIELDS  # the trail's very list
 
@@ -78,7 +76,7 @@ class Scrubber:
         suspects = _Suspects(self, batch, dead)
         with self._lock:
             skip_root = root_is_plain(self.redactor)
-            screened = [self._screened(event, skip_root) for event in batch]
+            screened = [screen_event(e, self.max_value_chars, skip_root) for e in batch]
             redacted = redact_where_needed(
                 self.redactor, screened, self.max_value_chars, suspects.store
             )
@@ -93,14 +91,6 @@ class Scrubber:
             except Exception as exc:  # it does not serialize, or does not fit once cut
                 dead.event(event, describe(exc))
         return ready
-
-    def _screened(self, event: ExecutionEvent, skip_root: bool) -> bytes:
-        """What the screen looks at in ``event``; :data:`SUSPECT` sends it to the redactor."""
-        if holds_long_string(event.__dict__.values(), self.max_value_chars):
-            return SUSPECT  # to be cut: spares serializing the whole string first
-        to_json = event.__pydantic_serializer__.to_json
-        screen = screened_text(to_json, event, event.attribution.__dict__, skip_root)
-        return SUSPECT if screen is None else screen
 
     def redact(self, event: ExecutionEvent) -> ExecutionEvent:
         """``event`` redacted field by field and capped; ``event`` itself if unchanged.
