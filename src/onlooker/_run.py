@@ -171,7 +171,7 @@ class DetachedRun(RunState):
             raise ExecutionExpiredError(
                 "this execution has expired; it cannot ask again", execution_id=self.root_id
             )
-        pending = PendingAnswer(interaction_id)
+        pending = PendingAnswer()
         self.pending = pending
         self.phase = RunPhase.PAUSED
         self.deliver(PausedExecution(self.root_id, interaction_id, message, schema, asking))
@@ -206,10 +206,9 @@ class PendingAnswer:
     paused execution. On trio, anyio's ``Event`` is as light as a future.
     """
 
-    __slots__ = ("_signal", "interaction_id", "response")
+    __slots__ = ("_signal", "response")
 
-    def __init__(self, interaction_id: str) -> None:
-        self.interaction_id = interaction_id
+    def __init__(self) -> None:
         self.response: InteractionResponse | None = None
         self._signal: asyncio.Future[None] | anyio.Event
         task = _asyncio_task()
