@@ -640,6 +640,47 @@ class TestCloseByCancellation:
         check_stream(recorder.events)
 
 
+class TestAnswerAfterCancel:
+    async def test_an_answer_in_the_same_tick_as_a_cancel_wakes_nobody(self) -> None:
+        """The cancel reaches the waiting question first; an answer that comes before the
+        cancelled waiter runs again must find nobody to wake (trio would refuse to
+        reschedule a task twice), and the waiter ends cancelled."""
+        from onlooker._run import PendingAnswer
+
+        pending = PendingAnswer()
+        woke: list[str] = []
+
+        async def waiter(scope: anyio.CancelScope) -> None:
+            with scope:
+                await pending.wait()
+                woke.append("answered")
+            woke.append("cancelled" if scope.cancel_called else "left")
+
+        scope = anyio.CancelScope()
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter, scope)
+                await anyio.wait_all_tasks_blocked()
+                scope.cancel()
+                pending.answer(ACCEPT({"late": True}))  # the same tick: the waiter has not run
+        assert woke == ["cancelled"]
+
+    async def test_a_late_answer_after_a_cancel_through_the_engine(
+        self, check_stream: Check
+    ) -> None:
+        """Through the engine, cancel and resume racing: one wins, the stream stays whole."""
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=[note]) as engine:
+            engine.bus.subscribe(recorder)
+            pause = paused(await engine.execute_with_pause(ask_twice))
+            with anyio.fail_after(5):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(engine.cancel, pause.execution_id)
+                    tg.start_soon(engine.resume, pause.execution_id, ACCEPT({"n": 1}))
+        assert [e.status for e in recorder.of(ExecutionFinished)] == ["cancelled"]
+        check_stream(recorder.events)
+
+
 class TestExpiryWithConcurrentQuestions:
     async def test_a_question_queued_behind_an_expired_one_expires_too(
         self, check_stream: Check

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Callable
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 import anyio
 from anyio import TaskHandle
@@ -15,6 +15,9 @@ from ._deadlines import PauseDeadlines
 from ._errors import ExecutionExpiredError, HookAbortError
 from ._events import InteractionMode
 from ._results import ElicitationHandler, ExecutionResult, InteractionResponse, PausedExecution
+
+if TYPE_CHECKING:
+    from trio.lowlevel import Abort, Task
 
 __all__ = ["DetachedRun", "PendingAnswer", "RunPhase", "RunState"]
 
@@ -201,29 +204,37 @@ class DetachedRun(RunState):
 class PendingAnswer:
     """A paused question and, once ``resume`` delivers it, its answer.
 
-    In an asyncio task it waits on a bare future: anyio's ``Event`` wraps an
-    ``asyncio.Event`` whose waiter deque alone is about 0.7 KB, kept by every
-    paused execution. On trio, anyio's ``Event`` is as light as a future.
+    It waits on the lightest thing each backend offers, since every paused
+    execution keeps one: in an asyncio task a bare future (anyio's ``Event``
+    wraps an ``asyncio.Event`` whose waiter deque alone is about 0.7 KB);
+    on trio the waiting task itself, parked with trio's low-level
+    ``wait_task_rescheduled`` (a ``trio.Event`` brings a parking lot and
+    anyio's wrapper, about 0.5 KB).
     """
 
-    __slots__ = ("_signal", "response")
+    __slots__ = ("_signal", "_woken", "response")
 
     def __init__(self) -> None:
         self.response: InteractionResponse | None = None
-        self._signal: asyncio.Future[None] | anyio.Event
+        self._woken = False
+        self._signal: asyncio.Future[None] | Task | None = None  # trio: the parked task
         task = _asyncio_task()
         if task is not None:
             self._signal = task.get_loop().create_future()
-        else:  # trio (guest mode on an asyncio loop too: its code runs outside asyncio tasks)
-            self._signal = anyio.Event()
 
     async def wait(self) -> None:
         """Wait for :meth:`answer` or :meth:`expire`."""
         signal = self._signal
-        if isinstance(signal, anyio.Event):
-            await signal.wait()
-        else:
+        if isinstance(signal, asyncio.Future):
             await signal
+        elif not self._woken:  # trio (guest mode on an asyncio loop too: no asyncio task runs it)
+            from trio import lowlevel
+
+            self._signal = lowlevel.current_task()
+            try:
+                await lowlevel.wait_task_rescheduled(self._unpark)
+            finally:
+                self._signal = None
 
     def answer(self, response: InteractionResponse) -> None:
         """Deliver ``resume``'s answer and wake the paused program."""
@@ -235,11 +246,25 @@ class PendingAnswer:
         self._wake()
 
     def _wake(self) -> None:
+        if self._woken:
+            return
+        self._woken = True
         signal = self._signal
-        if isinstance(signal, anyio.Event):
-            signal.set()
-        elif not signal.done():  # done: cancelled with its waiter
-            signal.set_result(None)
+        if isinstance(signal, asyncio.Future):
+            if not signal.done():  # done: cancelled with its waiter
+                signal.set_result(None)
+        elif signal is not None:
+            from trio import lowlevel
+
+            self._signal = None
+            lowlevel.reschedule(signal)
+
+    def _unpark(self, _: object) -> Abort:
+        """Let trio cancel the parked waiter: from now on there is nobody to wake."""
+        from trio import lowlevel
+
+        self._signal = None
+        return lowlevel.Abort.SUCCEEDED
 
 
 def _asyncio_task() -> asyncio.Task[object] | None:
