@@ -117,6 +117,25 @@ class TestShapes:
             == "A=[REDACTED:env] B=[REDACTED:env] cmd --flag"
         )
 
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("f(password=password)", "f(password=[REDACTED:secret_assignment])"),
+            ("call(api_key=KEY)", "call(api_key=[REDACTED:secret_assignment])"),
+            ('dict(token="abc")', 'dict(token="[REDACTED:secret_assignment]")'),
+            ("(SECRET=abc)", "(SECRET=[REDACTED:env])"),
+            ("(FOO=bar cmd)", "(FOO=[REDACTED:env] cmd)"),
+            ("echo $(API_KEY=abc123 curl x)", "echo $(API_KEY=[REDACTED:env] curl x)"),
+            ("f(PASSWORD=x))", "f(PASSWORD=[REDACTED:env]))"),
+            ("run DB_PASSWORD=pa)ss now", "run DB_PASSWORD=[REDACTED:env] now"),
+        ],
+    )
+    def test_a_closing_parenthesis_after_a_value_is_kept(
+        self, redactor: Redactor, text: str, expected: str
+    ) -> None:
+        """A call or a subshell around an assignment keeps its ``)``: only the value goes."""
+        assert redactor.redact_text(text) == expected
+
 
 class TestKeys:
     def test_values_under_secret_keys_are_replaced_whole(self, redactor: Redactor) -> None:

@@ -129,7 +129,9 @@ class Rule:
         return f"Rule({self.name!r}, {self.pattern.pattern!r})"
 
 
-_ENV_ASSIGNMENT = r"""([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|'[^']*'|[^\s;&|]*)"""
+# An unquoted value never ends with ")": that closes a call or a subshell around it.
+_UNQUOTED = r"""(?:[^\s;&|]*[^\s;&|)])?"""
+_ENV_ASSIGNMENT = r"""([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|'[^']*'|""" + _UNQUOTED + ")"
 
 
 def _redact_env_run(match: re.Match[str]) -> str:
@@ -234,7 +236,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "env",
         r"""(?:^|[;|(`\n]|&&)[ \t]*(?:(?:export|env)[ \t]+)?"""
-        r"""(?:[A-Za-z_][A-Za-z0-9_]*=(?:"(?:[^"\\]|\\.)*"|'[^']*'|[^\s;&|]*)(?:[ \t]+|$))+""",
+        r"""(?:[A-Za-z_][A-Za-z0-9_]*=(?:"(?:[^"\\]|\\.)*"|'[^']*'|"""
+        + _UNQUOTED
+        + r""")(?:[ \t]+|$))+""",
         _redact_env_run,
         hints=["="],
     ),
@@ -243,7 +247,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "env",
         r"""(?<![A-Za-z0-9_$])[A-Z][A-Z0-9_]*=(?!\[REDACTED:)"""
-        r"""(?P<secret>"(?:[^"\\]|\\.)*"|'[^']*'|[^\s;&|"']+)""",
+        r"""(?P<secret>"(?:[^"\\]|\\.)*"|'[^']*'|[^\s;&|"']*[^\s;&|"')])""",
         hints=["="],
     ),
     # password = "...", db_password=..., password: ... (YAML), "api_key": "..."
