@@ -436,6 +436,65 @@ class TestAsyncObservers:
             engine.bus.subscribe(lambda e: None)
 
 
+class TestPlainCallableReturningAnAwaitable:
+    """DESIGN: a plain callable ``(event) -> None | Awaitable[None]`` is an observer too."""
+
+    async def test_a_lambda_returning_a_coroutine_gets_every_event_in_order(
+        self, recwarn: pytest.WarningsRecorder
+    ) -> None:
+        seen: list[int] = []
+
+        async def record(e: ExecutionEvent) -> None:
+            await anyio.lowlevel.checkpoint()
+            seen.append(e.seq)
+
+        async with ExecutionEngine(tools=[step]) as engine:
+            engine.bus.subscribe(lambda e: record(e), name="lambda")
+            await engine.execute(calls)
+            await engine.bus.flush()
+            assert seen == list(range(10))
+            stats = engine.bus.statistics()
+            assert stats.delivered == 10  # each event once, not once more when it turned async
+            assert stats.observer_errors == 0
+            assert stats.subscribers == 1
+        assert not [w for w in recwarn if "never awaited" in str(w.message)]
+
+    async def test_a_sync_handle_returning_an_awaitable_and_its_disposal(self) -> None:
+        seen: list[int] = []
+
+        class Deferring:
+            def handle(self, e: ExecutionEvent) -> Any:
+                async def later() -> None:
+                    seen.append(e.seq)
+
+                return later()
+
+        async with ExecutionEngine() as engine:
+            subscription = engine.bus.subscribe(Deferring(), name="deferring")
+            for seq in range(3):
+                engine.bus.emit(event(seq))
+            await engine.bus.flush()
+            subscription.dispose()
+            engine.bus.emit(event(3))
+            await engine.bus.flush()
+            assert engine.bus.statistics().subscribers == 0
+        assert seen == [0, 1, 2]
+
+    async def test_it_still_gets_events_in_order_under_backpressure(self) -> None:
+        seen: list[int] = []
+
+        async def record(e: ExecutionEvent) -> None:
+            await anyio.lowlevel.checkpoint()
+            seen.append(e.seq)
+
+        async with ExecutionEngine() as engine:
+            engine.bus.subscribe(lambda e: record(e), queue_size=2)
+            for seq in range(20):
+                await engine.bus.send(event(seq))
+            await engine.bus.flush()
+        assert seen == list(range(20))
+
+
 class TestBusBeforeTheEngine:
     async def test_async_observer_subscribed_before_the_engine_starts(self) -> None:
         bus = EventBus()

@@ -106,6 +106,25 @@ class TestObserving:
         with pytest.raises(TypeError, match="synchronous"):
             observing(handle)
 
+    def test_a_callable_returning_an_awaitable_is_an_error_in_a_scope(
+        self, caplog: pytest.LogCaptureFixture, recwarn: pytest.WarningsRecorder
+    ) -> None:
+        """A scope runs observers inline: an awaitable it cannot await is closed, and
+        the failure is counted and logged with what to do instead."""
+
+        async def record(e: ExecutionEvent) -> None:
+            raise AssertionError("never runs")
+
+        with (
+            caplog.at_level(logging.ERROR, logger="onlooker"),
+            onlooker.observing(lambda e: record(e), name="lazy"),
+        ):
+            onlooker.emit_event(event())
+        (record_,) = [r for r in caplog.records if r.name == "onlooker"]
+        assert "lazy" in record_.getMessage()
+        assert "engine.bus.subscribe" in record_.getMessage()
+        assert not [w for w in recwarn if "never awaited" in str(w.message)]
+
     def test_not_an_observer(self) -> None:
         with pytest.raises(TypeError):
             observing("nope")  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ logged with the observer's name and the reason (:data:`DropReason`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -178,9 +178,33 @@ class EventBus:
             raise RuntimeError("this bus is closed")
         handle, is_async = resolve_handler(observer)
         label = name or observer_name(observer)
-        if not is_async:
-            return self._subscribe_sync(Subscriber(label, handle))
-        queue = AsyncQueue(self, label, handle, queue_size, overflow, stall_timeout)  # type: ignore[arg-type]  # resolve_handler said it is async
+        if is_async:
+            queue = AsyncQueue(self, label, handle, queue_size, overflow, stall_timeout)  # type: ignore[arg-type]  # resolve_handler said it is async
+            return self._subscribe_async(queue)
+        # A plain callable may still return an awaitable: then it becomes asynchronous.
+        became: list[rx_abc.DisposableBase] = []
+
+        def turned_async(first: Awaitable[object]) -> None:
+            self._sync = tuple(s for s in self._sync if s is not subscriber)
+            pending = [first]  # the awaitable of the event being delivered: its worker's first
+
+            async def awaiting(event: ExecutionEvent) -> None:
+                await (pending.pop() if pending else handle(event))  # type: ignore[misc]  # it returns awaitables
+
+            queue = AsyncQueue(self, label, awaiting, queue_size, overflow, stall_timeout)
+            became.append(self._subscribe_async(queue))  # emit() hands it the event next
+
+        subscriber = Subscriber(label, handle, turned_async)
+        as_sync = self._subscribe_sync(subscriber)
+
+        def dispose() -> None:
+            as_sync.dispose()
+            for disposable in became:
+                disposable.dispose()
+
+        return Disposable(dispose)
+
+    def _subscribe_async(self, queue: AsyncQueue) -> rx_abc.DisposableBase:
         self._queues.append(queue)
         if self._task_group is not None:
             self._start_worker(queue)

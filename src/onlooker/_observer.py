@@ -24,6 +24,7 @@ __all__ = [
     "Subscriber",
     "SyncHandler",
     "Tally",
+    "TurnedAsync",
     "deliver",
     "log_observer_failure",
     "observer_name",
@@ -78,15 +79,28 @@ class _Counted(Protocol):
     errors: int
 
 
+TurnedAsync: TypeAlias = Callable[[Awaitable[object]], None]
+
+
 @final
 class Subscriber:
-    """One synchronous observer as the bus or an ``observing()`` scope calls it."""
+    """One synchronous observer as the bus or an ``observing()`` scope calls it.
 
-    __slots__ = ("errors", "handle", "name")
+    ``turned_async``: where a plain callable that returned an awaitable is
+    handed over (the bus makes it an asynchronous observer, with the
+    awaitable as its first event's); ``None`` where only synchronous
+    observers run (an ``observing()`` scope, ``bus.events``), which makes
+    such a return an error.
+    """
 
-    def __init__(self, name: str, handle: SyncHandler) -> None:
+    __slots__ = ("errors", "handle", "name", "turned_async")
+
+    def __init__(
+        self, name: str, handle: SyncHandler, turned_async: TurnedAsync | None = None
+    ) -> None:
         self.name = name
         self.handle = handle
+        self.turned_async = turned_async
         self.errors = 0
         """Exceptions this observer raised (logged and swallowed), whoever emitted."""
 
@@ -133,19 +147,42 @@ def deliver(
     ``ToolCallFinished`` (closed as ``cancelled``) they then receive.
     """
     failure: BaseException | None = None
-    failed = 0
+    undelivered = 0
     for subscriber in subscribers:
         try:
-            subscriber.handle(event)
+            returned = subscriber.handle(event)
+            if returned is not None and _handed_over(subscriber, returned):
+                undelivered += 1  # its worker delivers it
         except Exception as exc:
-            failed += 1
+            undelivered += 1
             tally.failed(subscriber, event, exc)
         except BaseException as exc:
-            failed += 1
+            undelivered += 1
             if failure is None:
                 failure = exc
-    tally.delivered += len(subscribers) - failed
+    tally.delivered += len(subscribers) - undelivered
     return failure
+
+
+def _handed_over(subscriber: Subscriber, returned: object) -> bool:
+    """A synchronous call returned ``returned``: an awaitable goes to an async worker.
+
+    A plain callable may be asynchronous without saying so (``lambda e:
+    record(e)``); the bus then turns it into an asynchronous observer.
+    Where only synchronous observers run, the awaitable is closed and the
+    call fails with an error that says what to do.
+    """
+    if not inspect.isawaitable(returned):
+        return False  # a value: ignored, as an observer's result always is
+    if subscriber.turned_async is not None:
+        subscriber.turned_async(returned)
+        return True
+    if inspect.iscoroutine(returned):
+        returned.close()  # never started: nothing ran
+    raise TypeError(
+        f"observer {subscriber.name!r} returned an awaitable, but only synchronous observers "
+        "run here (observing() scopes, bus.events): subscribe it with engine.bus.subscribe"
+    )
 
 
 def log_observer_failure(name: str, event: ExecutionEvent, exc: Exception) -> None:
