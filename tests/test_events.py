@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pydantic
@@ -156,6 +156,15 @@ class TestRoundTrip:
         assert parse_event(event.model_dump()) == event
         assert type(parse_event(raw)) is type(event)
         assert parse_event(raw).model_dump_json() == raw
+
+    def test_a_time_with_another_offset_is_read_in_utc(self) -> None:
+        """``at`` is a UTC time: one given with another offset is the same instant, in UTC."""
+        raw = one_of_each()[1].model_dump(mode="json")
+        event = parse_event({**raw, "at": "2024-01-01T05:30:00+05:30"})
+        assert event.at == datetime(2024, 1, 1, tzinfo=UTC)
+        assert event.at.utcoffset() == timedelta(0)
+        assert '"at":"2024-01-01T00:00:00Z"' in event.model_dump_json()
+        assert parse_event(event.model_dump_json()) == event
 
     @pytest.mark.anyio
     async def test_engine_events_round_trip(self, anyio_backend: str) -> None:
@@ -402,6 +411,31 @@ class TestSnapshots:
         assert result.value == (1, {2: "two"}, {3})  # the program gets the real object
         finished = recorder.of(ToolCallFinished)[0]
         assert finished.result == [1, {"2": "two"}, [3]]
+        for event in recorder.events:
+            assert parse_event(event.model_dump_json()) == event
+
+    @pytest.mark.anyio
+    async def test_infinity_and_nan_become_null_as_in_the_json(self, anyio_backend: str) -> None:
+        """JSON has no infinity or NaN: the event holds what its JSON says, ``None``, so
+        ``model_dump_json()`` still round-trips exactly."""
+        recorder = RecordingObserver()
+        inf, nan = float("inf"), float("nan")
+
+        async def program(ctx: ExecutionContext) -> Any:
+            await ctx.call(keep_any, thing=inf)
+            await ctx.call(keep_any, thing={"scores": [1.5, nan, -inf], "ok": 2.0})
+            return -inf
+
+        async with ExecutionEngine(tools=[keep_any]) as engine:
+            with onlooker.observing(recorder):
+                result = await engine.execute(program, input={"limit": inf})
+        assert result.value == -inf  # the program gets the real value
+        started, finished = recorder.of(ToolCallStarted), recorder.of(ToolCallFinished)
+        assert recorder.of(ExecutionStarted)[0].input == {"limit": None}
+        assert started[0].args == {"thing": None}
+        assert finished[0].result is None
+        assert started[1].args == {"thing": {"scores": [1.5, None, None], "ok": 2.0}}
+        assert recorder.of(ExecutionFinished)[0].result is None
         for event in recorder.events:
             assert parse_event(event.model_dump_json()) == event
 

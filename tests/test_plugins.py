@@ -94,7 +94,7 @@ class TestExtensions:
         async with ExecutionEngine(tools=[write_file, read_file, edit_file], plugins=[plugin]) as e:
             context = e.extension(plugin).context
             assert context is not None
-            assert context.plugin_id == "ctx-check"
+            assert context.plugin_id == context.id == "ctx-check"
             assert isinstance(context.logger, logging.Logger)
             assert context.logger.name == "onlooker.plugins.ctx-check"
             assert context.bus is e.bus

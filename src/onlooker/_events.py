@@ -11,10 +11,12 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from math import isfinite
 from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar, Union, final
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -145,13 +147,21 @@ class ErrorInfo(BaseModel):
     cause: ErrorCause
 
 
+def _in_utc(at: datetime) -> datetime:
+    """A timezone-aware time in UTC (the envelope's ``at`` is UTC whatever offset it came in)."""
+    return at if at.utcoffset() == _NO_OFFSET else at.astimezone(UTC)
+
+
+_NO_OFFSET: Final = timedelta(0)
+
+
 class _Envelope(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     event_id: str
     execution_id: str
     seq: Annotated[int, Field(ge=0)]
-    at: AwareDatetime
+    at: Annotated[AwareDatetime, AfterValidator(_in_utc)]
     attribution: Attribution
     schema_version: int = SCHEMA_VERSION
 
@@ -331,12 +341,14 @@ def snapshot(value: object) -> JsonValue:
     pydantic serializes them; anything else by its ``repr``). A value it
     cannot convert (a cycle, a failing ``__repr__``, undecodable bytes) is
     copied part by part instead, each part that fails becoming a string
-    saying so: a snapshot never fails the event that carries it.
+    saying so: a snapshot never fails the event that carries it. JSON has
+    no infinity or NaN: such a float becomes ``None``, as the event's JSON
+    writes it, so an event equals what its JSON reads back as.
     """
     if isinstance(value, _SCALARS):
-        return value  # immutable scalars are their own snapshot
+        return None if isinstance(value, float) and not isfinite(value) else value
     try:
-        return to_jsonable_python(value, fallback=repr)  # type: ignore[no-any-return]
+        return to_jsonable_python(value, fallback=repr, inf_nan_mode="null")  # type: ignore[no-any-return]
     except Exception:
         pass
     try:
@@ -356,22 +368,21 @@ def snapshot_object(value: Mapping[Any, object]) -> dict[str, JsonValue]:
     becomes a string saying so and the others keep their shape.
     """
     return {
-        k if type(k) is str else str(k): v if isinstance(v, _SCALARS) else snapshot(v)
+        k if type(k) is str else str(k): (
+            v if isinstance(v, _SCALARS) and (type(v) is not float or isfinite(v)) else snapshot(v)
+        )
         for k, v in value.items()
     }
 
 
 def _copy(value: object) -> JsonValue:
     if isinstance(value, _SCALARS):
-        return value
+        return None if isinstance(value, float) and not isfinite(value) else value
     if type(value) is dict:
-        return {
-            k if type(k) is str else str(k): v if isinstance(v, _SCALARS) else _copy(v)
-            for k, v in value.items()
-        }
+        return {k if type(k) is str else str(k): _copy(v) for k, v in value.items()}
     if type(value) is list or type(value) is tuple:
-        return [v if isinstance(v, _SCALARS) else _copy(v) for v in value]
+        return [_copy(v) for v in value]
     try:
-        return to_jsonable_python(value, fallback=repr)  # type: ignore[no-any-return]
+        return to_jsonable_python(value, fallback=repr, inf_nan_mode="null")  # type: ignore[no-any-return]
     except Exception as exc:  # only this value is marked; its neighbours keep their shape
         return _unserializable(value, exc)

@@ -24,11 +24,17 @@ class PluginContext:
     """What a plugin's ``extension`` factory is given."""
 
     plugin_id: str
+    """The plugin's ``id`` (as given to :func:`define_plugin`; also :attr:`id`)."""
     logger: logging.Logger
     """``onlooker.plugins.<id>``."""
     tools: ToolRegistry
     """The engine's tools: name, description, ``mutating``, ``reads`` / ``writes`` / ``edits``."""
     bus: EventBus
+
+    @property
+    def id(self) -> str:
+        """The plugin's ``id``, spelled as :func:`define_plugin` and :class:`Plugin` spell it."""
+        return self.plugin_id
 
 
 @final
