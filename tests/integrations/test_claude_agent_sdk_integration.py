@@ -601,6 +601,44 @@ class TestTypedHookInputs:
         assert finished.error is not None and "kill switch" in finished.error.message
         check_stream(recorded.recorder.events)
 
+    async def test_after_an_abort_the_turn_refuses_every_later_call(
+        self, tmp_path: Path, check_stream: Check
+    ) -> None:
+        """DESIGN §10: after an ABORT every later call is refused. Claude may still ask for
+        a parallel sibling of the aborted call, or a sub-agent's next step: each is denied
+        (and stops the turn), none starts a new execution; the session's next prompt does."""
+        async with engine_for(tmp_path, [HookMatcher(pattern="Bash", pre=(abort,))]) as recorded:
+            sdk = Sdk(hooks(recorded.engine))
+            await sdk.send(prompt("clean up"))
+            await sdk.send(pre("Agent", DELEGATE, "toolu_agent"))
+            await sdk.send(subagent_start("agent_1"))
+            await sdk.send(pre("Bash", RM, "toolu_1", agent_id="agent_1"))
+            sibling = await sdk.send(pre("Write", NOTES, "toolu_2"))
+            next_step = await sdk.send(pre("Read", MISSING, "toolu_3", agent_id="agent_1"))
+            await sdk.send(stop("done"))
+            executions = {e.execution_id for e in recorded.recorder.events}
+            await sdk.send(prompt("read it", prompt_id="next"))
+            allowed = await sdk.send(pre("Read", MISSING, "toolu_4"))
+        reason = "onlooker refused this {} call: the run was aborted (kill switch)"
+        for output, tool in ((sibling, "Write"), (next_step, "Read")):
+            assert output == {
+                "continue_": False,
+                "stopReason": reason.format(tool),
+                "hookSpecificOutput": {
+                    "hookEventName": "PreToolUse",
+                    "permissionDecision": "deny",
+                    "permissionDecisionReason": reason.format(tool),
+                },
+            }
+        assert allowed == {}
+        assert len(executions) == 2  # the turn and its sub-agent: no third one
+        started = [e.tool_call_id for e in recorded.recorder.of(ToolCallStarted)]
+        assert started == ["toolu_agent", "toolu_1", "toolu_4"]
+        child, root, after = recorded.recorder.of(ExecutionFinished)[:3]
+        assert (child.status, root.status) == ("cancelled", "failed")
+        assert after.execution_id not in executions
+        check_stream(recorded.recorder.events)
+
     async def test_an_interrupted_tool_is_cancelled_and_skip_is_a_deny(
         self, tmp_path: Path, check_stream: Check
     ) -> None:
@@ -688,7 +726,7 @@ class TestAdapterErrors:
     async def test_a_refusal_is_sent_even_when_recording_fails(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        async def broken(self: object, turn: object) -> None:
+        async def broken(self: object, turn: object, reason: str) -> None:
             raise RuntimeError("disk full")
 
         monkeypatch.setattr(_adapter.Adapter, "_abort", broken)

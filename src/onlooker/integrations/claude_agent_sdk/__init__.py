@@ -26,8 +26,10 @@ PreToolUse             ``run.tool_started(tool_name, tool_input, tool_call_id=to
                        on the turn (started here if no prompt started it) or, with
                        ``agent_id``, on that sub-agent's child execution. Refused (SKIP,
                        BLOCK) -> ``permissionDecision: "deny"`` with the reason; ABORT ->
-                       the same plus ``continue: false`` and the turn finishes ``failed``;
-                       a ``modified_input`` -> ``updatedInput``
+                       the same plus ``continue: false`` and the turn finishes ``failed``
+                       (until ``Stop`` or the next prompt, every later call of the
+                       session gets that deny too); a ``modified_input`` ->
+                       ``updatedInput``
 PostToolUse            ``call.finished(tool_response, duration_ms=duration_ms)``; a
                        post-hook rewrite -> ``updatedToolOutput`` (and
                        ``updatedMCPToolOutput`` for ``mcp__`` tools); a post-hook ABORT

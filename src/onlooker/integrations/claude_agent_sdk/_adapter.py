@@ -48,6 +48,7 @@ class _Turn:
     agents: set[str] = field(default_factory=set)  # sub-agents still running
     stopped: bool = False  # Stop / SubagentStop came; finish once `agents` is empty
     result: str | None = None
+    aborted: str | None = None  # a hook's ABORT ended it, for this reason
 
     @property
     def root(self) -> _Turn:
@@ -134,8 +135,8 @@ class Adapter:
 
     async def _turn(self, session_id: str, prompt_id: str | None) -> _Turn:
         turn = self._turns.get(session_id)
-        if turn is None or turn.run.finished:  # no UserPromptSubmit, or the engine closed it
-            turn = await self._begin(session_id, prompt_id, prompt=None)
+        if turn is None or (turn.run.finished and turn.aborted is None):
+            turn = await self._begin(session_id, prompt_id, prompt=None)  # no prompt, or closed
         return turn
 
     async def _stop(self, data: StopHookInput) -> None:
@@ -165,12 +166,21 @@ class Adapter:
                 parent.agents.discard(current.agent_id)
             current = parent  # a stopped parent that waited for this one finishes now
 
-    async def _abort(self, turn: _Turn) -> None:
-        """A hook's ABORT ended the execution: finish the turn (``failed``, the tree says why)."""
+    async def _abort(self, turn: _Turn, reason: str) -> None:
+        """A hook's ABORT ended the execution: finish the turn (``failed``, the tree says why).
+
+        The turn stays the session's until its ``Stop`` or next prompt, so the
+        calls Claude still asks for in it (parallel siblings, a sub-agent's
+        next step) are refused, not started in a new execution.
+        """
         root = turn.root
-        if self._turns.get(root.session_id) is root:
-            del self._turns[root.session_id]
+        root.aborted = reason
         await root.run.finish("completed")  # an aborted tree finishes failed
+
+    def _aborted(self, session_id: str) -> str | None:
+        """Why the session's turn was aborted, if it was (its later calls are all refused)."""
+        turn = self._turns.get(session_id)
+        return None if turn is None else turn.aborted
 
     # -- sub-agents -------------------------------------------------------------------
 
@@ -231,6 +241,9 @@ class Adapter:
     async def _pre_tool_use(self, data: PreToolUseHookInput) -> SyncHookJSONOutput:
         session_id, tool_use_id = data["session_id"], data["tool_use_id"]
         tool, args = data["tool_name"], data["tool_input"]
+        aborted = self._aborted(session_id)
+        if aborted is not None:
+            return _stop_turn(f"onlooker refused this {tool} call: the run was aborted ({aborted})")
         turn = await self._owner_of(
             session_id, data.get("agent_id"), data.get("agent_type"), data.get("prompt_id")
         )
@@ -239,7 +252,7 @@ class Adapter:
             refusal = _deny(call)
             if call.action is HookAction.ABORT:
                 try:
-                    await self._abort(turn)
+                    await self._abort(turn, call.reason or "refused by a hook")
                 except Exception:  # the refusal is sent whatever happens to the record
                     logger.exception("onlooker could not finish the aborted turn")
             return refusal
@@ -271,6 +284,8 @@ class Adapter:
             if agent_id is not None:  # a background launch can end before SubagentStart
                 self._launched[session_id, agent_id] = spawn
         found = self._calls.pop((session_id, tool_use_id), None)
+        if found is None and self._aborted(session_id) is not None:
+            return None  # refused after the abort: nothing to close
         if found is None:
             logger.warning(
                 "Claude's %s call %s ended without a recorded PreToolUse; recording it now",
@@ -303,7 +318,7 @@ class Adapter:
         try:
             output = await call.finished(response, duration_ms=_duration(data))
         except HookAbortError as abort:
-            await self._abort(turn)
+            await self._abort(turn, str(abort))
             return {"continue_": False, "stopReason": f"onlooker aborted the run: {abort}"}
         if output is response or output == response:
             return {}
@@ -342,6 +357,19 @@ def _deny(call: TrackedToolCall) -> SyncHookJSONOutput:
         output["continue_"] = False
         output["stopReason"] = reason
     return output
+
+
+def _stop_turn(reason: str) -> SyncHookJSONOutput:
+    """The PreToolUse answer to a call of an aborted turn: deny it, and stop the turn."""
+    return {
+        "continue_": False,
+        "stopReason": reason,
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "deny",
+            "permissionDecisionReason": reason,
+        },
+    }
 
 
 def _launched_agent(response: object) -> str | None:
