@@ -272,9 +272,8 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
         registry = self._registry
         if run_id in registry.runs:
             return
-        governed = (
-            parent_run_id is not None and (parent_run_id, tool_call_id or "") in registry.governed
-        )
+        key = (parent_run_id, tool_call_id or "") if parent_run_id is not None else None
+        governed = key is not None and key in registry.governed
         tool_call_id = tool_call_id or str(run_id)
         parent = registry.runs.get(parent_run_id) if parent_run_id is not None else None
         if parent is None:  # a tool run on its own: an execution of one call
@@ -291,6 +290,7 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
             run = Run(parent.execution, name, parent_run_id, tool_call_id=tool_call_id)
         registry.runs[run_id] = run
         if governed:
+            run.governed = key
             return  # wrap_tool_call records this call
         call = await open_call(run.execution, name, args, tool_call_id)
         run.call = call
@@ -301,6 +301,8 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
         run = self._registry.runs.pop(run_id, None)
         if run is None:
             return
+        if run.governed is not None and error is not None:
+            self._registry.raised[run.governed] = error  # for the wrapper, which records it
         call = run.call
         failure: BaseException | str | None = error
         if failure is None:

@@ -84,7 +84,16 @@ class Home:
 class Run:
     """One LangChain run the handler saw: where its events go, and what it is."""
 
-    __slots__ = ("call", "execution", "inputs", "name", "own", "parent_run_id", "tool_call_id")
+    __slots__ = (
+        "call",
+        "execution",
+        "governed",
+        "inputs",
+        "name",
+        "own",
+        "parent_run_id",
+        "tool_call_id",
+    )
 
     def __init__(
         self,
@@ -107,29 +116,35 @@ class Run:
         """For a tool run: the id its call is recorded under."""
         self.call: TrackedToolCall | None = None
         """For a tool run the handler records (not one the wrapper owns)."""
+        self.governed: tuple[UUID, str] | None = None
+        """For a tool run a wrapper records: its key in :attr:`Registry.governed`."""
 
 
 @final
 class Registry:
     """What the handlers and wrappers of one engine share."""
 
-    __slots__ = ("governed", "home", "runs")
+    __slots__ = ("governed", "home", "raised", "runs")
 
     def __init__(self) -> None:
         self.runs: dict[UUID, Run] = {}
         self.governed: dict[tuple[UUID, str], int] = {}
         """(``ToolNode`` run id, ``tool_call_id``) of the calls a wrapper records right now."""
+        self.raised: dict[tuple[UUID, str], BaseException] = {}
+        """What the tool of a governed call raised, as the handler saw it: a ``ToolNode``
+        that handles tool errors hands the wrapper only an error message."""
         self.home = Home()
 
     def govern(self, key: tuple[UUID, str]) -> None:
         """A wrapper records this call: the handler must not."""
         self.governed[key] = self.governed.get(key, 0) + 1
 
-    def release(self, key: tuple[UUID, str]) -> None:
-        """The wrapper is done with this call."""
+    def release(self, key: tuple[UUID, str]) -> BaseException | None:
+        """The wrapper is done running this call; what its tool raised, if the handler saw it."""
         left = self.governed.pop(key, 1) - 1
         if left:
             self.governed[key] = left
+        return self.raised.pop(key, None)
 
 
 _REGISTRIES: Final[weakref.WeakKeyDictionary[ExecutionEngine, Registry]] = (

@@ -97,10 +97,10 @@ class _ToolNodeGovernor:
         if call.input != tool_call["args"]:
             request = request.override(tool_call={**tool_call, "args": call.input})
         key = (node_run_id, tool_call_id) if node_run_id is not None else None
-        result = await self._execute(execute, request, key, call, standalone)
+        result, raised = await self._execute(execute, request, key, call, standalone)
         try:
             return await self._home.call(
-                lambda: self._record(call, standalone, tool_call_id, result)
+                lambda: self._record(call, standalone, tool_call_id, result, raised)
             )
         except HookAbortError:
             raise  # a post-hook ABORT ends the run, as in onlooker's own executions
@@ -158,19 +158,23 @@ class _ToolNodeGovernor:
         key: tuple[UUID, str] | None,
         call: TrackedToolCall,
         standalone: TrackedExecution | None,
-    ) -> ToolMessage | Command[Any]:
-        """Run the tool, the handler told (by ``key``) to leave the call to this wrapper."""
+    ) -> tuple[ToolMessage | Command[Any], BaseException | None]:
+        """Run the tool, the handler told (by ``key``) to leave the call to this wrapper.
+
+        Also returns what the tool raised when the ``ToolNode`` turned that into
+        an error message (the handler saw it, if one is attached).
+        """
         if key is not None:
             self._registry.govern(key)
         try:
-            return await execute(request)
+            result = await execute(request)
         except BaseException as exc:  # recorded failed (cancelled for a cancellation)
             with anyio.CancelScope(shield=True):
                 await _quietly(self._home, partial(_failed, call, standalone, exc))
             raise
         finally:
-            if key is not None:
-                self._registry.release(key)
+            raised = self._registry.release(key) if key is not None else None
+        return result, raised
 
     async def _record(
         self,
@@ -178,13 +182,18 @@ class _ToolNodeGovernor:
         standalone: TrackedExecution | None,
         request_id: str,
         result: ToolMessage | Command[Any],
+        raised: BaseException | None,
     ) -> ToolMessage | Command[Any]:
-        """Record the tool's result; what the graph gets (the post-hooks' rewrite, if any)."""
+        """Record the tool's result; what the graph gets (the post-hooks' rewrite, if any).
+
+        An error message is recorded as what the tool raised, when known.
+        """
         message = _tool_message(result, request_id, self._message_type, self._command_type)
         if message is not None and message.status == "error":
-            await call.failed(text(message.content))
+            error = raised if isinstance(raised, Exception) else text(message.content)
+            await call.failed(error)
             if standalone is not None:
-                await standalone.finish("failed", error=text(message.content))
+                await standalone.finish("failed", error=error)
             return result
         output: object = message.content if message is not None else result
         try:
