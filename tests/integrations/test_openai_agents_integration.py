@@ -7,10 +7,11 @@ nothing is exported.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from agents import (
     set_trace_processors,
     set_tracing_disabled,
 )
+from agents.exceptions import ToolInputGuardrailTripwireTriggered
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 import onlooker
@@ -44,7 +46,7 @@ from onlooker.integrations.openai_agents import (
     tool_guardrail,
 )
 from onlooker.plugins import audit, history
-from onlooker.testing import RecordingObserver
+from onlooker.testing import RecordingObserver, check_invariants
 
 pytestmark = pytest.mark.anyio
 
@@ -337,8 +339,6 @@ class TestFailures:
             tools = Tools(tool_guardrail(engine))
             model = ScriptedModel([[function_call("lookup", {"city": "Lima"}, call_id="a1")]])
             agent = Agent(name="aborted", model=model, tools=[tools.lookup])
-            from agents.exceptions import ToolInputGuardrailTripwireTriggered
-
             with pytest.raises(ToolInputGuardrailTripwireTriggered):
                 await Runner.run(agent, "go", hooks=hooks)
 
@@ -349,6 +349,185 @@ class TestFailures:
             ("call", "lookup", "a1"),
             ("done", "lookup", "a1", "blocked"),
             ("end", "failed"),
+        ]
+
+
+def abort_danger(ctx: ToolUseContext) -> PreHookResult:
+    return PreHookResult(action=HookAction.ABORT, reason="kill switch")
+
+
+class Batch:
+    """Tools a model turn asks for in parallel: one that waits, one a pre-hook aborts, one more."""
+
+    def __init__(self, guard: ToolInputGuardrail[Any]) -> None:
+        self.ran: list[str] = []
+        self.started = asyncio.Event()
+
+        @function_tool(tool_input_guardrails=[guard])
+        async def wait() -> str:
+            """Wait for something that never comes."""
+            self.started.set()
+            await asyncio.Event().wait()
+            return "never"
+
+        @function_tool(tool_input_guardrails=[guard])
+        def danger() -> str:
+            """A pre-hook aborts every call of it."""
+            self.ran.append("danger")
+            return "done"
+
+        @function_tool(tool_input_guardrails=[guard])
+        def wipe(path: str) -> str:
+            """Wipe a path."""
+            self.ran.append(f"wipe:{path}")
+            return "wiped"
+
+        self.wait, self.danger, self.wipe = wait, danger, wipe
+
+
+async def ended(recorder: RecordingObserver) -> list[ExecutionFinished]:
+    """The runs' ends once the processor's deferred records landed, before the engine closes.
+
+    The engine's own close would finish a run left open ``cancelled``: checked
+    here, the status is the one the adapter recorded.
+    """
+    for _ in range(200):
+        if ends := recorder.of(ExecutionFinished):
+            return ends
+        await asyncio.sleep(0.01)
+    raise AssertionError("no run was finished")
+
+
+class TestParallelAbort:
+    async def test_an_abort_refuses_the_rest_of_its_batch_in_the_same_execution(
+        self, check_stream: Check
+    ) -> None:
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine(
+            hooks=[HookMatcher(pattern="danger", pre=(abort_danger,))]
+        ) as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks = OnlookerRunHooks(engine)
+            batch = Batch(tool_guardrail(engine))
+            model = ScriptedModel(
+                [
+                    [
+                        function_call("wait", {}, call_id="w1"),
+                        function_call("danger", {}, call_id="d1"),
+                        function_call("wipe", {"path": "/"}, call_id="x1"),
+                    ],
+                    [assistant_message("unreachable")],
+                ]
+            )
+            agent = Agent(name="batch", model=model, tools=[batch.wait, batch.danger, batch.wipe])
+            with pytest.raises(ToolInputGuardrailTripwireTriggered):
+                await Runner.run(agent, "go", hooks=hooks)
+            (end,) = await ended(recorder)
+
+        events = recorder.events
+        check_stream(events)
+        check_invariants(events)
+        assert batch.ran == []
+        assert len(recorder.of(ExecutionStarted)) == 1  # no second execution for the sibling
+        finished = {e.tool_call_id: e.status for e in recorder.of(ToolCallFinished)}
+        # the call allowed before the abort was cancelled by the SDK, its body never finished
+        assert finished == {"w1": "cancelled", "d1": "blocked", "x1": "blocked"}
+        assert end.status == "failed"
+        assert end.error is not None and end.error.type == "HookAbortError"
+
+    async def test_without_the_processor_the_aborted_run_still_refuses_its_batch(
+        self, check_stream: Check
+    ) -> None:
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine(
+            hooks=[HookMatcher(pattern="danger", pre=(abort_danger,))]
+        ) as engine:
+            engine.bus.subscribe(recorder)
+            hooks = OnlookerRunHooks(engine)
+            batch = Batch(tool_guardrail(engine))
+            model = ScriptedModel(
+                [
+                    [
+                        function_call("danger", {}, call_id="d1"),
+                        function_call("wipe", {"path": "/"}, call_id="x1"),
+                    ],
+                    [assistant_message("unreachable")],
+                ]
+            )
+            agent = Agent(name="batch", model=model, tools=[batch.danger, batch.wipe])
+            with pytest.raises(ToolInputGuardrailTripwireTriggered):
+                await Runner.run(agent, "go", hooks=hooks)
+
+        check_stream(recorder.events)
+        assert batch.ran == []
+        # the abort finished the run at once (nothing else would); the sibling found it ended
+        assert tool_events(recorder.events) == [
+            ("start", "batch"),
+            ("call", "danger", "d1"),
+            ("done", "danger", "d1", "blocked"),
+            ("end", "failed"),
+        ]
+
+
+Cancel = Callable[[Agent[Any], OnlookerRunHooks, asyncio.Event], Awaitable[None]]
+
+
+async def by_timeout(agent: Agent[Any], hooks: OnlookerRunHooks, started: asyncio.Event) -> None:
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(Runner.run(agent, "go", hooks=hooks), timeout=0.2)
+
+
+async def by_task_cancel(
+    agent: Agent[Any], hooks: OnlookerRunHooks, started: asyncio.Event
+) -> None:
+    task = asyncio.create_task(Runner.run(agent, "go", hooks=hooks))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def by_streamed_cancel(
+    agent: Agent[Any], hooks: OnlookerRunHooks, started: asyncio.Event
+) -> None:
+    result = Runner.run_streamed(agent, "go", hooks=hooks)
+
+    async def consume() -> None:
+        async for _ in result.stream_events():
+            pass
+
+    consumer = asyncio.create_task(consume())
+    await started.wait()
+    result.cancel()
+    await consumer
+
+
+class TestCancellation:
+    @pytest.mark.parametrize("cancel", [by_timeout, by_task_cancel, by_streamed_cancel])
+    async def test_a_cancelled_run_finishes_cancelled(
+        self, cancel: Cancel, check_stream: Check
+    ) -> None:
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks = OnlookerRunHooks(engine)
+            batch = Batch(tool_guardrail(engine))
+            model = ScriptedModel(
+                [[function_call("wait", {}, call_id="w1")], [assistant_message("unreachable")]]
+            )
+            agent = Agent(name="waiter", model=model, tools=[batch.wait])
+            await cancel(agent, hooks, batch.started)
+            await ended(recorder)
+
+        check_stream(recorder.events)
+        assert batch.started.is_set()
+        assert tool_events(recorder.events) == [
+            ("start", "waiter"),
+            ("call", "wait", "w1"),
+            ("done", "wait", "w1", "cancelled"),
+            ("end", "cancelled"),
         ]
 
 

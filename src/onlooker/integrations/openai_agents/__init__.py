@@ -23,18 +23,25 @@ SDK callback                               onlooker
 tool input guardrail (``tool_guardrail``)  ``run.tool_started(tool_name, arguments,
                                            tool_call_id=ToolContext.tool_call_id)``; a refusal
                                            becomes ``reject_content(reason)`` (``SKIP`` /
-                                           ``BLOCK``) or ``raise_exception`` (``ABORT``)
+                                           ``BLOCK``) or ``raise_exception`` (``ABORT``: the
+                                           run stays open until its agent span ends, so
+                                           ``tool_started`` refuses the rest of the batch;
+                                           without the processor ``run.finish()`` at once)
 ``on_tool_start``                          ``run.tool_started(...)`` only for a call the
                                            guardrail did not open (watch only)
 ``on_tool_end``                            ``call.failed(...)`` when the tool's trace span
                                            carries an error (the SDK hands a failing tool's
                                            message to ``on_tool_end`` as a normal result),
                                            else ``call.finished(result)``
-function span ends, call still open        ``call.failed(span error)`` (the tool raised past
-(``OnlookerTracingProcessor``)             ``failure_error_function``), else
+function span ends, call still open        ``call.failed(...)``: ``cancelled`` when the task
+(``OnlookerTracingProcessor``)             ending the span is being cancelled, else the span
+                                           error (the tool raised past
+                                           ``failure_error_function``); else
                                            ``call.finished(span output)``
-agent span ends, run still open            ``run.finish("failed", error=span error)``; with
-(``OnlookerTracingProcessor``)             no error ``run.finish("completed")``
+agent span ends, run still open            after an ``ABORT`` ``run.finish()`` (``failed``);
+(``OnlookerTracingProcessor``)             ``run.finish("cancelled")`` when the run's task is
+                                           being cancelled; ``run.finish("failed",
+                                           error=span error)``; else ``run.finish("completed")``
 =========================================  ==================================================
 
 What cannot be governed: the SDK hands a function tool the arguments the
@@ -47,8 +54,10 @@ hosted MCP) run on OpenAI's side and reach no hook; local non-function tools
 (computer, shell, apply-patch) are recorded from ``on_tool_start`` /
 ``on_tool_end`` without arguments or call id, and cannot be refused.
 Failures are told apart only while tracing is enabled (the function span is
-what says a tool failed). The SDK runs on asyncio only; run it on the
-engine's event loop.
+what says a tool failed). A cancelled run leaves no error on its spans: the
+processor tells it apart by the task that ends them, which is being
+cancelled (``Task.cancelling()``). The SDK runs on asyncio only; run it on
+the engine's event loop.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from agents import ToolGuardrailFunctionOutput, ToolInputGuardrail, ToolInputGuardrailData
 
@@ -24,7 +24,8 @@ def tool_guardrail(engine: ExecutionEngine) -> ToolInputGuardrail[Any]:
     tracked call with the SDK's ``tool_call_id``; a ``SKIP`` or ``BLOCK``
     verdict refuses the call with ``reject_content`` (the model reads the
     reason, the tool never runs), an ``ABORT`` halts the run
-    (``raise_exception``). A ``modified_input`` cannot reach the tool, so such
+    (``raise_exception``) and refuses every later call of it (the rest of a
+    parallel batch). A ``modified_input`` cannot reach the tool, so such
     a call is refused too. If onlooker cannot record the call (an adapter
     error, a closed engine), the call runs unrecorded and the error is logged,
     as in every other adapter: an adapter's failure never breaks the agent.
@@ -49,6 +50,10 @@ class _Guardrail:
             run = state.run_for(context) or await state.open_run(
                 context, data.agent, program=None, owner=None
             )
+            if run.aborted and run.track.finished:  # nothing left to record this call in
+                return ToolGuardrailFunctionOutput.raise_exception(
+                    output_info={"onlooker": HookAction.ABORT.value, "reason": _ABORTED}
+                )
             args = arguments(context.tool_arguments)
             call, entry = await state.open_call(
                 run, context, context.tool_name, args, context.tool_call_id
@@ -60,8 +65,11 @@ class _Guardrail:
             return ToolGuardrailFunctionOutput.allow(output_info={"onlooker": "error"})
         info = {"onlooker": call.action.value, "tool_call_id": call.tool_call_id}
         if call.action is HookAction.ABORT:
-            # The SDK raises and the run stops: finish it now, as a native execution would.
-            await guarded(state.finish_run(run, "completed"), "an aborted run")
+            # The run stays known until it ends, so that the calls still to come in it (a
+            # parallel batch's siblings) are refused by the same execution, not a new one.
+            run.aborted = True
+            if run.agent_span_id is None:  # no agent span will tell the processor it ended
+                await guarded(run.track.finish(), "an aborted run")  # recorded failed
             return ToolGuardrailFunctionOutput.raise_exception(output_info=info | _why(call))
         if not call.allowed:
             verdict = "skipped" if call.action is HookAction.SKIP else "blocked"
@@ -81,6 +89,9 @@ class _Guardrail:
         state.remember(entry)
         CURRENT.set(entry)
         return ToolGuardrailFunctionOutput.allow(output_info=info)
+
+
+_ABORTED: Final = "the execution was aborted"
 
 
 def _why(call: TrackedToolCall) -> dict[str, str]:

@@ -27,7 +27,7 @@ class OnlookerRunHooks(RunHooks[Any]):
     it. The hooks close the tool calls :func:`tool_guardrail` opened, and
     open (watch only) those it did not see. Give every tool the guardrail to
     govern its calls, and register :class:`OnlookerTracingProcessor` so that a
-    run that raises is recorded ``failed``.
+    run that raises is recorded ``failed``, and one cancelled ``cancelled``.
     """
 
     def __init__(

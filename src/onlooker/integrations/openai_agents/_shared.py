@@ -19,17 +19,21 @@ from agents import Agent, RunContextWrapper
 from agents.tool_context import ToolContext
 from agents.tracing import AgentSpanData, FunctionSpanData, Span, get_current_span
 
+from onlooker import ErrorInfo
+
 from .._json import json_copy
 
 if TYPE_CHECKING:
-    from onlooker import ExecutionEngine, TrackedExecution, TrackedToolCall
+    from onlooker import ExecutionEngine, ExecutionStatus, TrackedExecution, TrackedToolCall
 
 __all__ = [
+    "CANCELLED",
     "CURRENT",
     "Call",
     "Run",
     "State",
     "arguments",
+    "cancelling",
     "guarded",
     "logger",
     "span_error",
@@ -41,6 +45,11 @@ logger: Final = logging.getLogger("onlooker.integrations.openai_agents")
 
 _TRIGGER: Final = "openai-agents"
 _NO_OP_SPAN: Final = "no-op"  # the id the SDK gives every span while tracing is disabled
+
+CANCELLED: Final = ErrorInfo(
+    type="Cancelled", message="the OpenAI Agents SDK cancelled the call", cause="interrupt"
+)
+"""What a call the SDK cancelled closes with (``call.failed`` records it ``cancelled``)."""
 
 
 class Call:
@@ -67,6 +76,7 @@ class Run:
     """One ``Runner.run``: its tracked execution and its open calls."""
 
     __slots__ = (
+        "aborted",
         "agent",
         "agent_span_id",
         "calls",
@@ -93,6 +103,7 @@ class Run:
         self.agent = agent  # the agent whose `on_agent_end` finishes the run
         self.agent_span_id: str | None = None
         self.handoff = False
+        self.aborted = False  # a pre-hook's ABORT: every later call of the run is refused
         self.calls: dict[str, Call] = {}  # open function-tool calls by the SDK's call id
         self.local: dict[int, list[Call]] = {}  # open calls of id-less local tools, by tool
 
@@ -213,13 +224,18 @@ class State:
         self.span_runs[span.span_id] = run
 
     async def finish_run(
-        self, run: Run, status: str, *, result: object = None, error: str | None = None
+        self,
+        run: Run,
+        status: ExecutionStatus,
+        *,
+        result: object = None,
+        error: str | None = None,
     ) -> None:
         self.forget(run)
-        if status == "failed":
-            await run.track.finish("failed", error=error)
-        else:
+        if status == "completed":
             await run.track.finish("completed", result=json_copy(result))
+        else:
+            await run.track.finish(status, error=error)
 
     # -- calls ------------------------------------------------------------------------
 
@@ -252,7 +268,9 @@ class State:
             del self.span_calls[entry.span_id]
         entry.context = None
 
-    async def close_call(self, entry: Call, result: object, failure: str | None) -> None:
+    async def close_call(
+        self, entry: Call, result: object, failure: str | ErrorInfo | None
+    ) -> None:
         self.forget_call(entry)
         if entry.call.done:
             return
@@ -314,6 +332,20 @@ def arguments(raw: str) -> dict[str, Any]:
     except ValueError:
         return {"arguments": raw}
     return parsed if isinstance(parsed, dict) else {"arguments": parsed}
+
+
+def cancelling() -> bool:
+    """Whether the task running this callback is being cancelled.
+
+    A cancelled ``Runner.run`` (``task.cancel()``, a timeout, a streamed run's
+    ``cancel()``) leaves no error on its spans: the task ending them is all
+    that tells it from a run that ended well.
+    """
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # a span ended on a thread with no event loop
+        return False
+    return task is not None and task.cancelling() > 0
 
 
 def _span_id(span: Span[Any]) -> str | None:

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 from agents.tracing import AgentSpanData, FunctionSpanData, Span, Trace, TracingProcessor
 
-from ._shared import logger, span_error, state_of
+from ._shared import CANCELLED, Run, cancelling, logger, span_error, state_of
 
 if TYPE_CHECKING:
-    from onlooker import ExecutionEngine
+    from onlooker import ExecutionEngine, ExecutionStatus
 
 __all__ = ["OnlookerTracingProcessor"]
 
@@ -20,11 +20,13 @@ class OnlookerTracingProcessor(TracingProcessor):
     The SDK reports a failing tool to ``on_tool_end`` as a normal result; the
     function span carries the error. This processor closes a call whose span
     ends while it is still open (the tool raised past
-    ``failure_error_function``; a nested run without the hooks) as the span
-    says: ``failed`` with its error, else ``completed`` with its output. It
-    finishes a run whose agent span ends before ``on_agent_end``: ``failed``
-    when the span carries an error (``Runner.run`` raised), else
-    ``completed``. Register it with
+    ``failure_error_function``; a nested run without the hooks; the SDK
+    cancelled it) as the span says: ``cancelled`` when the task ending it is
+    being cancelled, ``failed`` with its error, else ``completed`` with its
+    output. It finishes a run whose agent span ends before ``on_agent_end``:
+    ``failed`` after a pre-hook's ``ABORT`` or when the span carries an error
+    (``Runner.run`` raised), ``cancelled`` when the run's task is being
+    cancelled, else ``completed``. Register it with
     ``add_trace_processor`` (keeps exporting to OpenAI) or
     ``set_trace_processors([...])`` (nothing leaves the machine). It records
     nothing while tracing is disabled.
@@ -56,13 +58,13 @@ class OnlookerTracingProcessor(TracingProcessor):
             if isinstance(data, FunctionSpanData):
                 entry = state.span_calls.get(span.span_id)
                 if entry is not None:  # no on_tool_end came: the span is all there is to go by
-                    failure, output = span_error(span), data.output
+                    failure = CANCELLED if cancelling() else span_error(span)
+                    output = data.output
                     state.schedule(lambda: state.close_call(entry, output, failure))
             elif isinstance(data, AgentSpanData):
                 run = state.span_runs.get(span.span_id)
                 if run is not None and not run.handoff:
-                    error = span_error(span)
-                    status = "completed" if error is None else "failed"
+                    status, error = _run_end(run, span)
                     state.schedule(lambda: state.finish_run(run, status, error=error))
         except Exception:
             logger.exception("could not record a span end")
@@ -72,3 +74,13 @@ class OnlookerTracingProcessor(TracingProcessor):
 
     def force_flush(self) -> None:
         """Nothing buffered here: the engine's plugins flush their own records."""
+
+
+def _run_end(run: Run, span: Span[Any]) -> tuple[ExecutionStatus, str | None]:
+    """How a run whose agent span ends before ``on_agent_end`` finishes, and with what error."""
+    if run.aborted:  # the core finishes an aborted run failed, with the abort as its error
+        return "completed", None
+    if cancelling():  # the SDK sets no error on a cancelled run's span
+        return "cancelled", None
+    error = span_error(span)
+    return ("completed" if error is None else "failed"), error
