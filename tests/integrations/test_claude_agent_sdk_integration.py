@@ -12,6 +12,7 @@ working in a temporary directory.
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import logging
@@ -747,6 +748,14 @@ class TestAdapterErrors:
         monkeypatch.setitem(sys.modules, "claude_agent_sdk", None)
         with pytest.raises(ImportError, match=r'pip install "onlooker\[claude-agent-sdk\]"'):
             hooks(onlooker.ExecutionEngine())
+
+    def test_importing_without_the_sdk_names_the_extra(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setitem(sys.modules, "claude_agent_sdk", None)
+        monkeypatch.delitem(sys.modules, "onlooker.integrations.claude_agent_sdk")
+        with pytest.raises(ImportError, match=r'pip install "onlooker\[claude-agent-sdk\]"'):
+            importlib.import_module("onlooker.integrations.claude_agent_sdk")
 
 
 # -- the real CLI against a scripted Messages API -------------------------------------------

@@ -8,6 +8,7 @@ MCP has no sub-agents, so there is no child execution to track.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -502,6 +503,14 @@ class TestContainment:
         monkeypatch.setitem(sys.modules, "mcp_types", None)
         with pytest.raises(ImportError, match=r'pip install "onlooker\[mcp\]"'):
             OnlookerMiddleware(onlooker.ExecutionEngine())
+
+    def test_importing_without_the_sdk_names_the_extra(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setitem(sys.modules, "mcp_types", None)
+        monkeypatch.delitem(sys.modules, "onlooker.integrations.mcp")
+        with pytest.raises(ImportError, match=r'pip install "onlooker\[mcp\]"'):
+            importlib.import_module("onlooker.integrations.mcp")
 
 
 def test_request_id_of() -> None:

@@ -97,7 +97,7 @@ def _audit_index(audit_dir: str | Path | None) -> AuditIndex | None:
 
 
 def _declarations(tools: Iterable[Tool[..., Any] | ToolDeclaration]) -> dict[str, ToolDeclaration]:
-    from onlooker.integrations.claude_agent_sdk import BUILTIN_TOOLS
+    from onlooker.integrations._claude_declarations import BUILTIN_TOOLS
 
     found = {declared.name: declared for declared in BUILTIN_TOOLS}
     for item in tools:

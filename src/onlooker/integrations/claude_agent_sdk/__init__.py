@@ -79,8 +79,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import require
-from ._adapter import Adapter, logger
-from ._declarations import BUILTIN_TOOLS, HOOK_EVENTS, TRIGGER, ToolInterrupted
+
+require("claude_agent_sdk", extra="claude-agent-sdk", framework="Claude Agent SDK")
+
+from .._claude_declarations import (  # noqa: E402  # after require(): a missing extra is named
+    BUILTIN_TOOLS,
+    HOOK_EVENTS,
+    TRIGGER,
+    ToolInterrupted,
+)
+from ._adapter import Adapter, logger  # noqa: E402
 
 if TYPE_CHECKING:
     from claude_agent_sdk import HookMatcher

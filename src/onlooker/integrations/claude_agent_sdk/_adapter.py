@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from onlooker import HookAbortError, HookAction, Trigger
 
-from ._declarations import AGENT_TOOLS, TRIGGER, ToolInterrupted
+from .._claude_declarations import AGENT_TOOLS, TRIGGER, ToolInterrupted
 
 if TYPE_CHECKING:
     from claude_agent_sdk.types import (

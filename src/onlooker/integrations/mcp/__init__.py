@@ -65,6 +65,10 @@ engine must run on the server's event loop (open it around ``run_*_async``).
 
 from __future__ import annotations
 
-from ._middleware import OnlookerMiddleware, request_id_of
+from .. import require
+
+require("mcp_types", extra="mcp", framework="MCP")
+
+from ._middleware import OnlookerMiddleware, request_id_of  # noqa: E402  # after require()
 
 __all__ = ["OnlookerMiddleware", "request_id_of"]

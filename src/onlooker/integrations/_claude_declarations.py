@@ -1,4 +1,8 @@
-"""What the adapter declares: its trigger kind, the hook events it serves, Claude's built-in tools."""
+"""What the Claude Agent SDK adapter declares: its trigger kind, hook events, Claude's built-in tools.
+
+Outside the adapter's package, which needs the SDK: the web view reads
+Claude's built-in tool declarations with or without it.
+"""
 
 from __future__ import annotations
 
