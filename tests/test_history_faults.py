@@ -18,13 +18,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import sqlalchemy as sa
 
 import onlooker
+import postgres
 from onlooker import Attribution, ExecutionContext, ExecutionEvent, ToolCallStarted
 from onlooker.plugins import audit, history
-from onlooker.plugins.history import _rows, tables
+from onlooker.plugins.history import _rows, _writer, tables
+from onlooker.plugins.history._db import Database
 from onlooker.plugins.history._spill import DeadLetters, Spill, SpillFile
 from onlooker.plugins.history._writer import MAX_COOLDOWN
 from test_history_support import (
@@ -784,3 +787,78 @@ class TestValueCap:
             history.plugin(max_value_chars=0)
         with pytest.raises(TypeError, match="Redactor"):
             history.plugin(redactor="yes")  # type: ignore[arg-type]
+
+
+class TestLockedDatabase:
+    """A database another connection keeps locked must not freeze the program or the close."""
+
+    async def test_the_program_goes_on_while_the_database_is_locked(
+        self,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture,
+    ) -> None:
+        """The writer's backpressure blocks the emitter, and so the event loop: it must stop
+        once the writer takes nothing, or the loop freezes for as long as the lock lasts."""
+        monkeypatch.setattr(_writer, "STALL_SECONDS", 0.1)
+        db = tmp_path / "history.db"
+        plugin = history.plugin(f"sqlite:///{db}?timeout=1", batch_size=100, retry_delays=FAST)
+        calls = 600  # 1,200 events: past the 1,024 the writer lets wait before it holds us
+
+        async def busy(ctx: ExecutionContext) -> None:
+            for i in range(calls):
+                await ctx.call("add", a=i, b=1)
+
+        async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin]) as engine:
+            store = engine.extension(plugin)
+            await engine.execute(one_call)
+            await store.flush()
+            lock = sqlite3.connect(db, isolation_level=None)
+            lock.execute("BEGIN EXCLUSIVE")
+            try:
+                with caplog.at_level(logging.WARNING, logger="onlooker.plugins.history"):
+                    # Frozen, the loop could not even run this deadline until the writer
+                    # gave up on its retries (about 5 s here).
+                    with anyio.fail_after(3):
+                        result = await engine.execute(busy)
+            finally:
+                lock.execute("ROLLBACK")
+                lock.close()
+        assert result.status == "completed"
+        assert "they wait in memory and the program goes on" in caplog.text
+        stats = store.statistics()
+        assert stats is not None and stats.dropped == 0
+        assert stats.written + stats.spilled == stats.accepted == 4 + 2 + 2 * calls
+
+    async def test_postgresql_gives_up_on_a_lock_and_spills(self, tmp_path: Path) -> None:
+        """Without a lock timeout, COPY waits for another session's lock for ever, and the
+        engine's close with it."""
+        import psycopg
+
+        cluster = postgres.cluster_or_skip()
+        url = cluster.create_database()
+        try:
+            db = Database(url)
+            db.setup()
+            with db.engine.connect() as conn:
+                assert conn.exec_driver_sql("SHOW lock_timeout").scalar() == "5s"
+            db.engine.dispose()
+            # The URL's own options come after onlooker's: the test need not wait 5 s a try.
+            short = f"{url}?options=-c%20lock_timeout%3D100"
+            spill = tmp_path / "spill.jsonl"
+            plugin = history.plugin(short, spill_path=spill, retry_delays=FAST)
+            holder = psycopg.connect(
+                host="127.0.0.1", port=cluster.port, user="postgres", dbname=url.rsplit("/", 1)[1]
+            )
+            try:
+                holder.execute("LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+                with anyio.fail_after(20):
+                    async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin]) as engine:
+                        await engine.execute(one_call)
+                stats = engine.extension(plugin).statistics()
+            finally:
+                holder.close()
+            assert stats is not None and stats.spilled == stats.accepted == 4
+            assert spill.is_file()
+        finally:
+            cluster.drop_database(url)

@@ -51,7 +51,8 @@ __all__ = [
 _logger: Final = logging.getLogger("onlooker.plugins.history")
 
 DEFAULT_PATH: Final = Path(".onlooker") / "history.db"
-_SQLITE_TIMEOUT: Final = 5.0
+_LOCK_TIMEOUT: Final = 5.0
+"""Seconds a write waits for a lock another connection holds (SQLite and PostgreSQL)."""
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")
 
 
@@ -132,7 +133,7 @@ def _read_only_sqlite(path: Path) -> Callable[[], sqlite3.Connection]:
     uri = "file:" + urllib.parse.quote(str(path.absolute())) + "?mode=ro"
 
     def connect() -> sqlite3.Connection:
-        return sqlite3.connect(uri, uri=True, timeout=_SQLITE_TIMEOUT, check_same_thread=False)
+        return sqlite3.connect(uri, uri=True, timeout=_LOCK_TIMEOUT, check_same_thread=False)
 
     return connect
 
@@ -160,11 +161,21 @@ def _create_engine(url: URL, read_only: bool) -> Engine:
         path.parent.mkdir(parents=True, exist_ok=True)
         connect_args: dict[str, Any] = {}
         if "timeout" not in url.query:
-            connect_args["timeout"] = _SQLITE_TIMEOUT
+            connect_args["timeout"] = _LOCK_TIMEOUT
         engine = sa.create_engine(url, connect_args=connect_args, hide_parameters=True)
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    connect_args = {"options": "-c default_transaction_read_only=on"} if read_only else {}
+    # A lock another session holds fails a statement after this long, as SQLite's busy
+    # timeout does: the writer then retries and spills instead of waiting for ever.
+    given = url.query.get("options")  # the URL's own options come last, so they win
+    options = " ".join(
+        [
+            f"-c lock_timeout={int(_LOCK_TIMEOUT * 1000)}",
+            *(["-c default_transaction_read_only=on"] if read_only else []),
+            *([given] if isinstance(given, str) else list(given or ())),
+        ]
+    )
+    connect_args = {"options": options}
     return sa.create_engine(
         url,
         pool_pre_ping=True,

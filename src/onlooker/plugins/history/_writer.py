@@ -54,6 +54,7 @@ __all__ = [
     "DEFAULT_RETRY_DELAYS",
     "FIRST_COOLDOWN",
     "MAX_COOLDOWN",
+    "STALL_SECONDS",
     "BatchWriter",
     "HistoryWriterStatistics",
 ]
@@ -62,6 +63,8 @@ DEFAULT_RETRY_DELAYS: Final = (0.05, 0.2, 0.5, 1.0)
 FIRST_COOLDOWN: Final = 0.5
 """Seconds batches go straight to the spill after the database refused one; doubles each time."""
 MAX_COOLDOWN: Final = 30.0
+STALL_SECONDS: Final = 1.0
+"""How long an emitter waits for a writer that takes nothing before letting events pile up."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +128,7 @@ class BatchWriter:
         self._progress = threading.Condition(self._lock)  # flush() and backpressure wait on it
         self._idle = False  # the writer waits for a first event: the next one wakes it
         self._urgent = False
+        self._stalled = False  # the writer took nothing for a while: emitters do not wait
         self._closing = False
         self._accepted = 0
         self._handled = 0
@@ -154,8 +158,11 @@ class BatchWriter:
             with self._lock:
                 self._idle = False
                 self._wakeup.notify()
-        elif size >= self._max_pending:
+        elif size >= self._max_pending and not self._stalled:
             self._wait_for_room()
+        elif self._stalled and size < self._max_pending // 2:
+            self._stalled = False
+            self._logger.info("history: the writer caught up with %s", self._db.masked_url)
 
     async def flush(self) -> None:
         """Wait until every event accepted so far is written (or spilled)."""
@@ -194,11 +201,32 @@ class BatchWriter:
         return self._thread.is_alive()
 
     def _wait_for_room(self) -> None:
-        """Backpressure: the writer is far behind; wait until it has caught up halfway."""
+        """Backpressure: the writer is far behind; wait until it has caught up halfway.
+
+        This blocks the emitting task, and with it the event loop, so only while
+        the writer makes progress: a writer that takes nothing for
+        :data:`STALL_SECONDS` (a locked or hung database) is stalled, and the
+        events wait in memory, the program going on, until it has caught up
+        halfway again.
+        """
         with self._lock:
+            handled, since = self._handled, time.monotonic()
             while len(self._buffer) >= self._max_pending // 2 and self._running():
                 self._wakeup.notify()
-                self._progress.wait(0.5)
+                self._progress.wait(0.1)
+                if self._handled != handled:
+                    handled, since = self._handled, time.monotonic()
+                elif time.monotonic() - since >= STALL_SECONDS:
+                    self._stalled = True
+                    break
+        if self._stalled:
+            self._logger.warning(
+                "history: the writer has taken nothing from %s for %g s with %d events waiting; "
+                "they wait in memory and the program goes on",
+                self._db.masked_url,
+                STALL_SECONDS,
+                len(self._buffer),
+            )
 
     def _wait_handled(self, target: int) -> None:
         with self._lock:
