@@ -6,11 +6,11 @@ import contextlib
 import json
 import xml.etree.ElementTree as ET
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import onlooker
@@ -27,6 +27,8 @@ from onlooker.plugins.summary import ExecutionSummary, SummaryStore, ToolCallErr
 from running import run
 
 pytestmark = pytest.mark.anyio
+
+_ANY_CHARACTER: Final = st.characters(exclude_categories=())  # lone surrogates too
 
 
 @onlooker.tool(reads="path")
@@ -348,6 +350,17 @@ class TestXml:
                 assert got == want
         if _xml_safe(message):
             assert root.get("program") == message
+
+    @given(st.lists(st.text(_ANY_CHARACTER), max_size=5), st.text(_ANY_CHARACTER))
+    @example(["caf\udce9.txt"], "bad \ud800")
+    def test_any_text_gives_json(self, names: list[str], message: str) -> None:
+        """JSON text must be valid Unicode: a lone surrogate (an undecodable file name)
+        becomes U+FFFD, as in XML; everything else reads back unchanged."""
+        report = sample(files_read=tuple(names), errors=[], program=message)
+        parsed = json.loads(report.model_dump_json())
+        for got, name in zip(parsed["files_read"], report.files_read, strict=True):
+            assert got == "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in name)
+        assert report.model_dump()["files_read"] == report.files_read  # Python keeps them
 
     def test_json_round_trip(self) -> None:
         report = sample()

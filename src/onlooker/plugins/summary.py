@@ -17,9 +17,17 @@ import re
 import xml.etree.ElementTree as ET
 from collections import OrderedDict
 from datetime import UTC, datetime
-from typing import Final, Literal, assert_never
+from typing import Any, Final, Literal, assert_never
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 import onlooker
 from onlooker import (
@@ -45,6 +53,18 @@ _FROZEN: Final = ConfigDict(frozen=True, extra="forbid")
 _NOT_XML: Final = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 """Characters XML 1.0 cannot carry (control characters, lone surrogates)."""
 _ROLES: Final = ("reads", "writes", "edits")
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _without_surrogates(value: Any) -> Any:
+    """``value`` (JSON-shaped) with every lone surrogate in its strings as U+FFFD."""
+    if isinstance(value, str):
+        return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_surrogates(item) for item in value]
+    return value
 
 
 class ToolCallError(BaseModel):
@@ -90,6 +110,13 @@ class ExecutionSummary(BaseModel):
     errors: list[ToolCallError] = Field(default_factory=list)
     children: list[ExecutionSummary] = Field(default_factory=list)
     """The summaries of the executions this one spawned, in the order they started."""
+
+    @model_serializer(mode="wrap")
+    def _json_safe(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        """In JSON, a lone surrogate (an undecodable file name) becomes U+FFFD, as in XML:
+        JSON text must be valid Unicode, and pydantic refuses to write one."""
+        data = handler(self)
+        return _without_surrogates(data) if info.mode_is_json() else data
 
     def to_xml(self, *, indent: bool = False) -> str:
         """This summary as well-formed XML (a string without an XML declaration).
