@@ -296,6 +296,36 @@ class TestFailures:
         assert problems and all(problem["delayed"] for problem in problems)
         assert "Operation not permitted" in problems[0]["message"]
 
+    async def test_removed_session_files_are_noticed_said_and_noted(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A cleanup job removes the session's directory mid-run: the trail goes on in new
+        files, chained to the last record written, and says so three ways (a WARNING, the
+        counter, audit.err) and in the trail itself, so verify can tell what happened."""
+        import shutil
+
+        plugin = audit.plugin(directory=tmp_path / "audit", session_id="s1")
+        async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:
+            trail = engine.extension(plugin)
+            await engine.execute(program)
+            await trail.flush()
+            before = trail.statistics().written
+            shutil.rmtree(trail.session_dir)
+            with caplog.at_level(logging.WARNING, logger="onlooker.plugins.audit"):
+                result = await engine.execute(program)
+                await trail.flush()
+        assert result.status == "completed"
+        assert trail.statistics().reopened == 1
+        assert "the session's files were removed" in caplog.text
+        (problem,) = [json.loads(line) for line in trail.error_path.read_text().splitlines()]
+        assert problem["after_seq"] == before - 1
+        first = json.loads(trail.path.read_text().splitlines()[0])
+        assert first["seq"] == before
+        assert first["note"] == {"kind": "reopened", "files_removed_after_seq": before - 1}
+        report = audit.verify(trail.session_dir)
+        assert not report.ok and report.reason == "head_truncated"
+        assert "found the session's files removed" in report.detail
+
     async def test_records_still_refused_at_close_are_counted_as_dropped(
         self, tmp_path: Path
     ) -> None:

@@ -59,6 +59,8 @@ class AuditStatistics:
     """Events handed over and not yet written (including those waiting for a retry)."""
     rotations: int
     """Segments rotated."""
+    reopened: int = 0
+    """Times the session's files were found removed (a ``WARNING``, a note in the trail)."""
 
 
 @final
@@ -127,6 +129,7 @@ class AuditTrail:
             dropped=self._dropped,
             pending=len(self._pending) + (self._taken - self._settled) + len(self._retry),
             rotations=writer.rotations,
+            reopened=writer.reopened,
         )
 
     async def flush(self) -> None:
@@ -227,6 +230,7 @@ class AuditTrail:
             return
         writer = self._writer
         failing = writer.failing
+        reopened = writer.statistics().reopened
         try:
             writer.write_encoded(texts)
         except AuditWriteError as exc:
@@ -263,6 +267,13 @@ class AuditTrail:
                     writer.path,
                     len(texts),
                 )
+        if writer.statistics().reopened != reopened:
+            _logger.warning(
+                "audit: the session's files were removed from %s; the trail goes on in new "
+                "files, chained to the last record written (see %s)",
+                writer.session_dir,
+                writer.error_path,
+            )
 
     def _give_up(self, message: str) -> None:
         self._dropped += len(self._retry)

@@ -74,6 +74,7 @@ class Segments:
         self.seq = -1  # the last seq written in this session, -1 before the first
         self.prev = GENESIS  # the last record's hash
         self.rotations = 0
+        self.removed = False  # its files were gone at the last lock: the writer says so
 
     def lock(self) -> None:
         """Take the session's exclusive lock, open the live segment, learn the chain's tail."""
@@ -199,8 +200,10 @@ class Segments:
         last = self._last_record() if stat.st_size else None
         if last is None:
             last = self._saved_tail()
-        if last is not None:  # else: a new session, or its files were removed: keep ours
+        if last is not None:
             self.seq, self.prev = last
+        elif self.seq >= 0:  # this process wrote here before: the session's files were removed
+            self.removed = True  # the chain goes on from ours
 
     def _last_record(self) -> tuple[int, str] | None:
         """The seq and hash of the live file's last record; repairs a torn last line."""

@@ -200,13 +200,15 @@ def verify(path: str | os.PathLike[str]) -> VerifyReport:
             raise AuditError(f"cannot read audit trail {str(file)!r}: {exc}") from exc
     first = state.first_seq
     if from_genesis and first is not None and first > 0 and first - 1 not in state.retired:
+        detail = (
+            f"the trail starts at seq {first}: its writer found the session's files removed "
+            f"and went on in new ones (a note says so); records 0..{first - 1} are lost"
+            if first - 1 in state.removed
+            else f"the trail starts at seq {first} and no retirement record says records "
+            f"0..{first - 1} were rotated away: lines were deleted from its head"
+        )
         return state.report(
-            files,
-            BadLine(files[0], 1),
-            "head_truncated",
-            f"the trail starts at seq {first} and no retirement record says records "
-            f"0..{first - 1} were rotated away: lines were deleted from its head",
-            records=state.records,
+            files, BadLine(files[0], 1), "head_truncated", detail, records=state.records
         )
     return state.report(files, None, None, "")
 
@@ -227,6 +229,7 @@ class _Chain:
         self.hash: str | None = None
         self.notes: list[dict[str, Any]] = []
         self.retired: set[int] = set()
+        self.removed: set[int] = set()  # the last seq before files the writer found removed
 
     def link(self, record: dict[str, Any]) -> None:
         seq, prev = record["seq"], record["prev"]
@@ -257,6 +260,9 @@ class _Chain:
             through = note.get("through_seq")
             if note.get("kind") == "retired" and type(through) is int:
                 self.retired.add(through)
+            removed = note.get("files_removed_after_seq")
+            if type(removed) is int:
+                self.removed.add(removed)
 
     def report(
         self,

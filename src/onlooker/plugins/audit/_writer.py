@@ -93,9 +93,17 @@ class AuditWriteError(AuditError):
 class WriterStatistics:
     """A snapshot of a :class:`TrailWriter`'s counters."""
 
-    __slots__ = ("batches", "bytes", "errors", "rotations", "written")
+    __slots__ = ("batches", "bytes", "errors", "reopened", "rotations", "written")
 
-    def __init__(self, written: int, errors: int, batches: int, bytes: int, rotations: int) -> None:
+    def __init__(
+        self,
+        written: int,
+        errors: int,
+        batches: int,
+        bytes: int,
+        rotations: int,
+        reopened: int = 0,
+    ) -> None:
         self.written = written
         """Records appended."""
         self.errors = errors
@@ -106,6 +114,8 @@ class WriterStatistics:
         """Bytes appended."""
         self.rotations = rotations
         """Segments rotated by this writer."""
+        self.reopened = reopened
+        """Times the session's files were found removed, and the trail went on in new ones."""
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, WriterStatistics) and self._fields() == other._fields()
@@ -116,11 +126,19 @@ class WriterStatistics:
     def __repr__(self) -> str:
         return (
             f"WriterStatistics(written={self.written}, errors={self.errors}, "
-            f"batches={self.batches}, bytes={self.bytes}, rotations={self.rotations})"
+            f"batches={self.batches}, bytes={self.bytes}, rotations={self.rotations}, "
+            f"reopened={self.reopened})"
         )
 
-    def _fields(self) -> tuple[int, int, int, int, int]:
-        return (self.written, self.errors, self.batches, self.bytes, self.rotations)
+    def _fields(self) -> tuple[int, int, int, int, int, int]:
+        return (
+            self.written,
+            self.errors,
+            self.batches,
+            self.bytes,
+            self.rotations,
+            self.reopened,
+        )
 
 
 def _check_options(max_bytes: int, keep: int, fsync: str, max_value_chars: int) -> None:
@@ -179,7 +197,7 @@ class TrailWriter:
             self.session_dir, keep=keep, durable=fsync != "never", report=self.report
         )
         self._mutex = allocate_lock()
-        self._written = self._errors = self._batches = self._bytes = 0
+        self._written = self._errors = self._batches = self._bytes = self._reopened = 0
         self._batch_written = 0
         self._closed = False
         self._outage: dict[str, Any] | None = None  # since the first refused write
@@ -267,6 +285,7 @@ class TrailWriter:
             batches=self._batches,
             bytes=self._bytes,
             rotations=self._files.rotations,
+            reopened=self._reopened,
         )
 
     def close(self) -> None:
@@ -308,13 +327,27 @@ class TrailWriter:
         files = self._files
         try:
             files.lock()
-            note = None
+            note: dict[str, object] | None = None
             if self._outage is not None:
-                note = json_bytes({"kind": "gap", **self._outage, "until": iso_time()})
-            self._append_locked(bodies, note)
+                note = {"kind": "gap", **self._outage, "until": iso_time()}
+            if files.removed:
+                note = (note or {"kind": "reopened"}) | {"files_removed_after_seq": files.seq}
+                self._reopened_here(files.seq)
+            self._append_locked(bodies, None if note is None else json_bytes(note))
             self._outage = None
         finally:
             files.unlock()
+
+    def _reopened_here(self, last_seq: int) -> None:
+        """The session's files were gone: say so in ``audit.err`` (and, next, in the trail)."""
+        self._files.removed = False
+        self._reopened += 1
+        self.report(
+            f"the session's files were removed from {self._files.session_dir}: the trail goes "
+            f"on in new files from seq {last_seq + 1}, chained to the last record written "
+            "before; the records that were in them are lost, and verify reports the head missing",
+            after_seq=last_seq,
+        )
 
     def _append_locked(self, bodies: Sequence[bytes], note: bytes | None) -> None:
         """Chain and write ``bodies`` (events), preceded by ``note`` if given.
