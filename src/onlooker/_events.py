@@ -273,7 +273,20 @@ def parse_event(raw: bytes | str | dict[str, Any]) -> ExecutionEvent:
             except UnicodeDecodeError as exc:
                 raise EventValidationError(f"event is not UTF-8: {exc}") from None
         if isinstance(raw, str):
-            return _EVENT_ADAPTER.validate_json(raw)
+            try:
+                return _EVENT_ADAPTER.validate_json(raw)
+            except ValidationError as exc:
+                if "\\ud" not in raw.lower() or exc.errors()[0]["type"] != "json_invalid":
+                    raise
+                # A lone surrogate escaped as JSON allows (\udc80: an undecodable file name,
+                # as the standard library writes it): pydantic's parser refuses it, json reads it.
+                import json
+
+                try:
+                    data = json.loads(raw)
+                except ValueError:
+                    raise exc from None
+                return _EVENT_ADAPTER.validate_python(data)
         if isinstance(raw, dict):
             return _EVENT_ADAPTER.validate_python(raw)
     except ValidationError as exc:

@@ -23,13 +23,14 @@ nothing else.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any, Final, NamedTuple, TypeAlias, assert_never
 
-from pydantic_core import to_json
+from pydantic_core import to_json, to_jsonable_python
 
 from onlooker import (
     Attribution,
@@ -44,6 +45,7 @@ from onlooker import (
     ToolCallStarted,
     parse_event,
 )
+from onlooker.plugins.audit._encode import json_bytes  # the trail's JSON: surrogates escaped
 from onlooker.plugins.audit._redact import cap_record  # the trail's record cap, its markers
 
 from ._schema import events
@@ -97,11 +99,27 @@ class Rows:
 
 
 def _json(value: Any) -> str | None:
-    return None if value is None else to_json(value).decode()
+    return None if value is None else _json_text(value)
 
 
 def _error(error: ErrorInfo | None) -> str | None:
-    return None if error is None else to_json(error).decode()
+    return None if error is None else _json_text(error)
+
+
+def _json_text(value: Any) -> str:
+    """``value``'s JSON; a lone surrogate (which pydantic refuses) escaped, as json writes it."""
+    try:
+        return to_json(value).decode()
+    except ValueError:
+        return json_bytes(to_jsonable_python(value)).decode()
+
+
+def _no_surrogate(value: Any) -> Any:
+    # A text column cannot hold a lone surrogate; the raw event keeps it, escaped.
+    return _SURROGATE.sub("\ufffd", value) if type(value) is str else value
+
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 def _no_nul(value: Any) -> Any:
@@ -110,6 +128,7 @@ def _no_nul(value: Any) -> Any:
 
 
 _AT: Final = '"at":"'
+_ESCAPED_SURROGATE: Final = "\\ud"
 _NUL: Final = "\\u0000"  # how JSON spells NUL
 
 
@@ -273,6 +292,9 @@ def build_rows(batch: Sequence[Stored], backend: str) -> Rows:
             logged.append(tuple(map(_no_nul, (*_ENVELOPE(event.__dict__), at, body))))
             for column, value in row.items():
                 row[column] = _no_nul(value)
+        if _ESCAPED_SURROGATE in body:  # the event held one (or a backslash before "ud")
+            for column, value in row.items():
+                row[column] = _no_surrogate(value)
     return rows
 
 
@@ -286,11 +308,19 @@ def stored(event: ExecutionEvent, body: bytes | None = None) -> Stored:
 
     Raises what serializing raises for an event no JSON can hold (a lone surrogate).
     """
-    text = (body if body is not None else _SERIALIZERS[event.kind](event)).decode()
+    text = body.decode() if body is not None else _event_json(event)
     if len(text) > MAX_RECORD_CHARS:  # many small values: each under the cap, too many
         event = capped(event)
-        text = _SERIALIZERS[event.kind](event).decode()
+        text = _event_json(event)
     return Stored(event, text)
+
+
+def _event_json(event: ExecutionEvent) -> str:
+    """The event's JSON; a lone surrogate escaped (``\\udc80``), as the audit trail writes it."""
+    try:
+        return _SERIALIZERS[event.kind](event).decode()
+    except ValueError:
+        return json_bytes(event.model_dump(mode="json")).decode()
 
 
 def capped(event: ExecutionEvent) -> ExecutionEvent:
