@@ -326,6 +326,47 @@ class TestFailures:
         assert not report.ok and report.reason == "head_truncated"
         assert "found the session's files removed" in report.detail
 
+    async def test_a_hung_disk_never_freezes_the_program(
+        self,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture,
+    ) -> None:
+        """A write that hangs (a stuck network disk) must not hold the emitter, and the
+        event loop with it, beyond a short stall: the events wait in memory instead."""
+        import threading
+
+        import anyio
+
+        from onlooker.plugins.audit import _plugin
+
+        monkeypatch.setattr(_plugin, "_MAX_PENDING", 64)
+        monkeypatch.setattr(_plugin, "_STALL_SECONDS", 0.1)
+        hung = threading.Event()
+        unstick = threading.Timer(10, hung.set)  # a regression fails the test, not hangs it
+        unstick.start()
+        plugin = audit.plugin(directory=tmp_path / "audit", session_id="s1")
+        async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:
+            trail = engine.extension(plugin)
+            write = trail._writer.write_encoded
+
+            def stuck(bodies: Sequence[bytes]) -> None:
+                hung.wait()
+                write(bodies)
+
+            monkeypatch.setattr(trail._writer, "write_encoded", stuck)
+            try:
+                with caplog.at_level(logging.WARNING, logger="onlooker.plugins.audit"):
+                    with anyio.fail_after(5):  # frozen, the loop could not even run this
+                        results = [await engine.execute(program) for _ in range(10)]
+            finally:
+                hung.set()
+                unstick.cancel()
+        assert {result.status for result in results} == {"completed"}
+        assert "they wait in memory and the program goes on" in caplog.text
+        stats = trail.statistics()
+        assert (stats.written, stats.dropped, stats.pending) == (180, 0, 0)
+
     async def test_records_still_refused_at_close_are_counted_as_dropped(
         self, tmp_path: Path
     ) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ _MAX_RETRY: Final = 100_000  # records kept for a retry while the disk refuses
 _RETRY_SECONDS: Final = 0.5  # first retry after a failure; doubles up to the maximum
 _MAX_RETRY_SECONDS: Final = 30.0
 _GATHER_SECONDS: Final = 0.001  # woken from idle, the thread waits this long for more events
+_STALL_SECONDS: Final = 1.0  # an emitter waits no longer for a thread that writes nothing
 _logger: Final = logging.getLogger("onlooker.plugins.audit")
 
 
@@ -105,6 +107,7 @@ class AuditTrail:
         self._cond = threading.Condition()
         self._idle = False
         self._closing = False
+        self._stalled = False  # the thread wrote nothing for a while: emitters do not wait
         self._taken = 0  # events taken by the thread
         self._settled = 0  # taken events written, kept for retry, or given up on
         self._retry: list[bytes] = []
@@ -152,8 +155,10 @@ class AuditTrail:
             with self._cond:
                 self._idle = False
                 self._cond.notify_all()
-        elif len(pending) >= _MAX_PENDING:
+        elif len(pending) >= _MAX_PENDING and not self._stalled:
             self._wait_for_room()
+        elif self._stalled and len(pending) < _MAX_PENDING // 2:
+            self._stalled = False
 
     async def __aenter__(self) -> AuditTrail:
         if self.enabled and self._thread is None:
@@ -288,6 +293,7 @@ class AuditTrail:
     def _wait_for_room(self) -> None:
         """Backpressure: the thread is far behind; wait until it has caught up halfway."""
         with self._cond:
+            settled, since = self._settled, time.monotonic()
             while (
                 len(self._pending) >= _MAX_PENDING // 2
                 and not self._closing
@@ -297,6 +303,19 @@ class AuditTrail:
                 self._idle = False
                 self._cond.notify_all()
                 self._cond.wait(0.1)
+                if self._settled != settled:
+                    settled, since = self._settled, time.monotonic()
+                elif time.monotonic() - since >= _STALL_SECONDS:
+                    self._stalled = True  # a hung disk: the program goes on, events wait
+                    break
+        if self._stalled:
+            _logger.warning(
+                "audit: the writer has written nothing to %s for %g s with %d events waiting; "
+                "they wait in memory and the program goes on",
+                self._writer.path,
+                _STALL_SECONDS,
+                len(self._pending),
+            )
 
 
 def _disabled() -> bool:
