@@ -136,6 +136,16 @@ class TestPoison:
         }
         assert "hunter2" not in (tmp_path / "spill.dead.jsonl").read_text()
 
+    async def test_a_poison_event_written_twice_is_set_aside_once(
+        self, url: str, tmp_path: Path
+    ) -> None:
+        """Replaying a trail twice changes nothing: not the database, not the dead letters."""
+        batch = [*many_executions(2), poison("x1", 99)]
+        for _ in range(2):  # each time a new store, as `onlooker audit replay` opens one
+            async with history.open(url, spill_path=tmp_path / "spill.jsonl") as store:
+                await store.write_events(batch)
+        assert [d["event_id"] for d in dead_letters(tmp_path / "spill.dead.jsonl")] == ["x1/poison"]
+
     async def test_the_plugin_isolates_the_poison_in_a_batch(
         self, url: str, tmp_path: Path
     ) -> None:

@@ -99,6 +99,7 @@ class DeadLetters:
         self._limit = limit
         self._held: deque[str] = deque()
         self._lock = threading.Lock()
+        self._ids: set[str] | None = None  # the event ids set aside so far, read on first use
         self.count = 0
         self.dropped = 0
 
@@ -108,7 +109,20 @@ class DeadLetters:
         return self.paths[0]
 
     def event(self, event: ExecutionEvent, reason: str, *, redacted: bool = True) -> None:
-        """Keep ``event`` with ``reason``: whole if ``redacted``, else its envelope alone."""
+        """Keep ``event`` with ``reason``: whole if ``redacted``, else its envelope alone.
+
+        An event set aside before (a trail replayed twice) is not kept again.
+        """
+        with self._lock:
+            known = self._known_ids()
+            if event.event_id in known:
+                self.logger.info(
+                    "history: event %s is in the dead-letter file %s already",
+                    event.event_id,
+                    self.path,
+                )
+                return
+            known.add(event.event_id)
         reason = self._redact(reason)
         entry: dict[str, Any] = {
             "at": _now(),
@@ -133,6 +147,24 @@ class DeadLetters:
             reason,
         )
         self._keep(entry)
+
+    def _known_ids(self) -> set[str]:
+        """The event ids in the dead-letter files (read once; the caller holds the lock)."""
+        if self._ids is None:
+            self._ids = set()
+            for path in self.paths:
+                try:
+                    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+                except OSError:
+                    continue
+                for line in lines:
+                    try:
+                        event_id = json.loads(line).get("event_id")
+                    except (ValueError, AttributeError):
+                        continue
+                    if isinstance(event_id, str):
+                        self._ids.add(event_id)
+        return self._ids
 
     def line(self, text: str, reason: str) -> None:
         """Keep a spill line that is not an event with ``reason`` (both redacted here)."""
