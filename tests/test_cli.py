@@ -5,6 +5,7 @@ Exit codes: 0 ok, 1 the thing checked is bad, 2 usage error.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -445,6 +446,41 @@ class TestReadOnlyCommands:
         assert result.exit_code == 1, result.output
         assert "no history database" in result.output
         assert list(workdir.iterdir()) == []
+
+    @pytest.mark.parametrize(
+        "command",
+        [
+            ["history", "list"],
+            ["history", "stats"],
+            ["history", "show", "some-id"],
+            ["metrics", "serve", "--port", "0"],
+        ],
+    )
+    def test_a_database_that_is_not_onlookers_is_an_error_and_left_alone(
+        self, workdir: Path, command: list[str]
+    ) -> None:
+        """A mistyped --db naming an application's SQLite file must not gain our tables."""
+        import hashlib
+        import sqlite3
+
+        app_db = workdir / "app.db"
+        with contextlib.closing(sqlite3.connect(app_db)) as conn:
+            conn.execute("CREATE TABLE users (name TEXT)")
+            conn.commit()
+        before = hashlib.sha256(app_db.read_bytes()).hexdigest()
+        result = invoke(*command, "--db", str(app_db))
+        assert result.exit_code == 1, result.output
+        assert "not an onlooker history database" in result.output
+        assert hashlib.sha256(app_db.read_bytes()).hexdigest() == before
+        assert sorted(p.name for p in workdir.iterdir()) == ["app.db"]
+
+    def test_run_names_a_database_it_cannot_use(self, workdir: Path) -> None:
+        """DESIGN section 9: a clear error that names the problem, not a traceback."""
+        (workdir / "junk.db").write_text("not a database")
+        result = invoke("run", str(EXAMPLE), "--quiet", "--no-audit", "--db", "junk.db")
+        assert result.exit_code == 1
+        assert "error: cannot set up history database" in result.output
+        assert "junk.db" in result.output and "Traceback" not in result.output
 
     def test_metrics_serve_needs_an_existing_database(self, workdir: Path) -> None:
         result = invoke("metrics", "serve", "--port", "0")

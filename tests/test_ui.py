@@ -11,6 +11,7 @@ import html
 import json
 import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -406,6 +407,11 @@ class TestExecution:
         assert page.status_code == 404
         assert "Not found" in page.text and "<html" in page.text
 
+    def test_an_unknown_page_is_a_404_naming_it(self, ui: TestClient) -> None:
+        page = ui.get("/nowhere/at-all")
+        assert page.status_code == 404
+        assert "nothing at /nowhere/at-all" in page.text
+
     def test_an_unknown_call_is_a_404_naming_it(
         self, ui: TestClient, recorded: dict[str, Any]
     ) -> None:
@@ -654,6 +660,22 @@ class TestCommand:
             cli_app, ["ui", "--db", str(recorded["path"]), "--audit", str(tmp_path / "x")]
         )
         assert result.exit_code == 2
+
+    def test_a_taken_port_exits_1(self, recorded: dict[str, Any]) -> None:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = str(taken.getsockname()[1])
+            command = str(Path(sys.executable).with_name("onlooker"))
+            done = subprocess.run(
+                [command, "ui", "--db", str(recorded["path"]), "--port", port],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=ROOT,
+            )
+        assert done.returncode == 1, done.stderr
+        assert "address already in use" in done.stderr
 
     def test_help_has_examples(self) -> None:
         result = CliRunner().invoke(cli_app, ["ui", "--help"])

@@ -85,7 +85,7 @@ def list_(
     async def read() -> ExecutionList:
         from onlooker.plugins import history
 
-        async with history.open(url) as store:
+        async with history.open(url, read_only=True) as store:
             return await store.list_executions(**filters)
 
     page = _call(read)
@@ -148,7 +148,7 @@ def show(
     async def read() -> ExecutionTree | None:
         from onlooker.plugins import history
 
-        async with history.open(url) as store:
+        async with history.open(url, read_only=True) as store:
             return await store.get_execution(execution_id)
 
     tree = _call(read)
@@ -180,7 +180,7 @@ def stats(
     async def read() -> HistoryStats:
         from onlooker.plugins import history
 
-        async with history.open(url) as store:
+        async with history.open(url, read_only=True) as store:
             return await store.stats(since=moment)
 
     result = _call(read)

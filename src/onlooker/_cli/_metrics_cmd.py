@@ -63,7 +63,7 @@ async def _serve(url: str | None, port: int, host: str, interval: float) -> None
 
     from onlooker.plugins import history, metrics
 
-    async with history.open(url) as store:
+    async with history.open(url, read_only=True) as store:
         exposed = await metrics.metrics_from_history(store)
         with exposed.serve(port, host) as server:
             stderr.print(f"serving the metrics of {escape(store.url)} at {server.url}")

@@ -8,8 +8,11 @@ from typing import Annotated, Any
 
 import anyio
 import typer
+from rich.markup import escape
 
-from ._common import db_url, flag
+import onlooker
+
+from ._common import db_url, flag, stderr
 
 __all__ = ["run"]
 
@@ -76,17 +79,21 @@ def run(
         loaded = load_program(program)
     except LoadError as exc:
         raise typer.BadParameter(str(exc), param_hint="PROGRAM") from None
-    status = anyio.run(
-        run_program,
-        loaded,
-        db_url(db),
-        None if no_audit else audit_dir,
-        session,
-        content,
-        interactive,
-        quiet,
-        as_json,
-    )
+    try:
+        status = anyio.run(
+            run_program,
+            loaded,
+            db_url(db),
+            None if no_audit else audit_dir,
+            session,
+            content,
+            interactive,
+            quiet,
+            as_json,
+        )
+    except onlooker.OnlookerError as exc:  # the engine could not start: a database, a plugin
+        stderr.print(f"[red]error[/]: {escape(str(exc))}")
+        raise typer.Exit(1) from None
     raise typer.Exit(0 if status == "completed" else 1)
 
 

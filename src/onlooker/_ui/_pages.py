@@ -198,7 +198,9 @@ def _error(request: Request, status_code: int, title: str, message: str) -> HTML
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
-        return _error(request, 404, "Not found", exc.detail or f"nothing at {request.url.path}")
+        # Starlette's router says only "Not Found" for a path no route takes: name it.
+        named = exc.detail if exc.detail and exc.detail != "Not Found" else None
+        return _error(request, 404, "Not found", named or f"nothing at {request.url.path}")
     if exc.status_code == 405:
         return _error(request, 405, "Method not allowed", "this server only reads: use GET")
     return _error(request, exc.status_code, "Error", str(exc.detail))

@@ -56,7 +56,11 @@ def serve(
             super().handle_exit(sig, frame)
 
     server = Server(_config(app, host, port, "warning"))
-    server.run()
+    try:
+        server.run()
+    except SystemExit:  # uvicorn's own exit (3) when it cannot bind: ours is 1
+        if server.started:
+            raise
     if not server.started:
         raise SystemExit(1)
 
