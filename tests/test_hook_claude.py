@@ -461,6 +461,7 @@ class TestFailSafe:
             ("{not json", "not JSON"),
             ("[1, 2]", "not a JSON object"),
             (json.dumps(event("PostToolBatch")), "unknown hook event PostToolBatch"),
+            (json.dumps({}), "no hook_event_name"),
             (json.dumps({"hook_event_name": "PreToolUse"}), "no session_id"),
             (json.dumps(event("Stop", session_id="")), "no session_id"),
             (json.dumps(event("Stop", session_id="../..")), "no usable characters"),

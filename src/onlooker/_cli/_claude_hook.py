@@ -139,6 +139,8 @@ def _parse(raw: bytes) -> tuple[dict[str, Any] | None, Exception | None]:
 def _check(payload: dict[str, Any]) -> str:
     """The payload's hook event, if the hook records it and the payload names its session."""
     event = payload.get("hook_event_name")
+    if event is None:
+        raise _HookError("hook input has no hook_event_name")
     if event not in HOOK_EVENTS:
         shown = event if isinstance(event, str) else type(event).__name__
         raise _HookError(f"unknown hook event {shown[:80]} (recorded: {', '.join(HOOK_EVENTS)})")
