@@ -495,6 +495,67 @@ class TestPlainCallableReturningAnAwaitable:
         assert seen == list(range(20))
 
 
+class TestPlainCallableEdges:
+    """The turn to asynchronous, at the edges: mixed returns, a closed bus, a disposal."""
+
+    async def test_after_the_turn_a_call_returning_none_is_simply_done(self) -> None:
+        seen: list[Any] = []
+
+        async def record(e: ExecutionEvent) -> None:
+            seen.append(e.seq)
+
+        def sometimes(e: ExecutionEvent) -> Any:
+            if e.seq % 2:
+                return record(e)
+            seen.append(("inline", e.seq))
+            return None
+
+        async with ExecutionEngine() as engine:
+            engine.bus.subscribe(sometimes, name="mixed")
+            for seq in range(6):
+                engine.bus.emit(event(seq))
+            await engine.bus.flush()
+            stats = engine.bus.statistics()
+        assert seen == [("inline", 0), 1, ("inline", 2), 3, ("inline", 4), 5]
+        assert (stats.delivered, stats.observer_errors) == (6, 0)
+
+    async def test_an_awaitable_after_the_close_is_dropped_and_counted(
+        self, recwarn: pytest.WarningsRecorder
+    ) -> None:
+        seen: list[int] = []
+
+        async def record(e: ExecutionEvent) -> None:
+            seen.append(e.seq)
+
+        async with ExecutionEngine() as engine:
+            engine.bus.subscribe(lambda e: record(e), name="late")
+        engine.bus.emit(event(0))  # after the close
+        stats = engine.bus.statistics()
+        assert seen == [] and (stats.dropped, stats.queued) == (1, 0)
+        assert stats.dropped_by_observer == {"late": 1}
+        assert not [w for w in recwarn if "never awaited" in str(w.message)]
+
+    async def test_one_disposed_during_an_emit_never_turns(self) -> None:
+        seen: list[int] = []
+        subscriptions: dict[str, Any] = {}
+
+        async def record(e: ExecutionEvent) -> None:
+            seen.append(e.seq)
+
+        def disposer(e: ExecutionEvent) -> None:
+            if e.seq == 0:
+                subscriptions["late"].dispose()
+
+        async with ExecutionEngine() as engine:
+            engine.bus.subscribe(disposer, name="disposer")
+            subscriptions["late"] = engine.bus.subscribe(lambda e: record(e), name="late")
+            for seq in range(4):
+                engine.bus.emit(event(seq))
+            await engine.bus.flush()
+            assert engine.bus.statistics().subscribers == 1
+        assert seen == []
+
+
 class TestBusBeforeTheEngine:
     async def test_async_observer_subscribed_before_the_engine_starts(self) -> None:
         bus = EventBus()

@@ -474,6 +474,27 @@ class TestReadOnlyCommands:
         assert hashlib.sha256(app_db.read_bytes()).hexdigest() == before
         assert sorted(p.name for p in workdir.iterdir()) == ["app.db"]
 
+    def test_an_older_onlookers_database_is_migrated_and_read(
+        self, recorded: dict[str, Any], workdir: Path
+    ) -> None:
+        """Read commands open read-only, but an older onlooker's database is still read:
+        it is migrated first, as opening it for writing would."""
+        import sqlalchemy as sa
+
+        from onlooker.plugins.history import tables
+
+        url = f"sqlite:///{workdir / '.onlooker' / 'history.db'}"
+        engine = sa.create_engine(url)
+        with engine.begin() as conn:  # a version 1 database: the event log alone
+            for table in (tables.interactions, tables.tool_calls, tables.executions):
+                table.drop(conn)
+            conn.execute(sa.update(tables.schema_version).values(version=1))
+        engine.dispose()
+        result = invoke("history", "list", "--json")
+        assert result.exit_code == 0, result.output
+        listed = [json.loads(line) for line in result.stdout.splitlines()]
+        assert listed == recorded["records"]
+
     def test_run_names_a_database_it_cannot_use(self, workdir: Path) -> None:
         """DESIGN section 9: a clear error that names the problem, not a traceback."""
         (workdir / "junk.db").write_text("not a database")

@@ -30,6 +30,7 @@ from onlooker import (
     Trigger,
     parse_event,
 )
+from onlooker._events import snapshot_object
 from onlooker.testing import RecordingObserver
 
 AT = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
@@ -438,6 +439,15 @@ class TestSnapshots:
         assert recorder.of(ExecutionFinished)[0].result is None
         for event in recorder.events:
             assert parse_event(event.model_dump_json()) == event
+
+    def test_a_float_subclass_holding_infinity_is_caught_too(self) -> None:
+        class Reading(float):  # numpy's float64 is such a subclass
+            pass
+
+        assert snapshot_object({"x": Reading("inf"), "y": Reading("1.5")}) == {
+            "x": None,
+            "y": 1.5,
+        }
 
 
 class Unprintable:

@@ -24,6 +24,7 @@ logged with the observer's name and the reason (:data:`DropReason`).
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -119,6 +120,68 @@ class _RxGuard:
             self.bus._tally.failed(self.subscribers[0], None, exc, what)
 
 
+class _TurnsAsync:
+    """A plain callable observer: synchronous until it returns an awaitable, then asynchronous.
+
+    Its worker awaits that first awaitable (of the event being delivered)
+    before the next events, so none is missed and their order holds; after
+    the turn, a call that returns ``None`` is simply done. An awaitable that
+    comes once the subscription is disposed, or the bus closed, is closed
+    unawaited (and, on a closed bus, counted as dropped).
+    """
+
+    def __init__(
+        self,
+        bus: EventBus,
+        name: str,
+        handle: Callable[[ExecutionEvent], object],
+        settings: tuple[int, Overflow, float],
+    ) -> None:
+        self._bus = bus
+        self._name = name
+        self._handle = handle
+        self._settings = settings
+        self._pending: list[Awaitable[object]] = []
+        self._worker: AsyncQueue | None = None
+        self._queue: rx_abc.DisposableBase | None = None
+        self._disposed = False
+        self._subscriber = Subscriber(name, handle, self._turn)
+        self._as_sync = bus._subscribe_sync(self._subscriber)
+
+    def _turn(self, first: Awaitable[object]) -> None:
+        bus = self._bus
+        bus._sync = tuple(s for s in bus._sync if s is not self._subscriber)
+        if self._disposed or bus._closed:
+            _discard(first)
+            if bus._closed:
+                bus._count_dropped(self._name, "shutdown")
+            return
+        self._pending.append(first)
+        self._worker = AsyncQueue(bus, self._name, self._awaiting, *self._settings)
+        self._queue = bus._subscribe_async(self._worker)  # emit() hands it the event next
+
+    async def _awaiting(self, event: ExecutionEvent) -> None:
+        returned = self._pending.pop() if self._pending else self._handle(event)
+        if inspect.isawaitable(returned):
+            await returned
+
+    def dispose(self) -> None:
+        self._disposed = True
+        self._as_sync.dispose()
+        if self._queue is not None:
+            self._queue.dispose()  # a started worker still handles what it holds
+        if self._worker is not None and not self._worker.started:
+            for awaitable in self._pending:  # nothing will ever await it
+                _discard(awaitable)
+            self._pending.clear()
+
+
+def _discard(awaitable: Awaitable[object]) -> None:
+    """Close a coroutine that will never be awaited (no "never awaited" warning)."""
+    if inspect.iscoroutine(awaitable):
+        awaitable.close()
+
+
 class EventBus:
     """The event stream every observer and plugin listens to.
 
@@ -182,27 +245,8 @@ class EventBus:
             queue = AsyncQueue(self, label, handle, queue_size, overflow, stall_timeout)  # type: ignore[arg-type]  # resolve_handler said it is async
             return self._subscribe_async(queue)
         # A plain callable may still return an awaitable: then it becomes asynchronous.
-        became: list[rx_abc.DisposableBase] = []
-
-        def turned_async(first: Awaitable[object]) -> None:
-            self._sync = tuple(s for s in self._sync if s is not subscriber)
-            pending = [first]  # the awaitable of the event being delivered: its worker's first
-
-            async def awaiting(event: ExecutionEvent) -> None:
-                await (pending.pop() if pending else handle(event))  # type: ignore[misc]  # it returns awaitables
-
-            queue = AsyncQueue(self, label, awaiting, queue_size, overflow, stall_timeout)
-            became.append(self._subscribe_async(queue))  # emit() hands it the event next
-
-        subscriber = Subscriber(label, handle, turned_async)
-        as_sync = self._subscribe_sync(subscriber)
-
-        def dispose() -> None:
-            as_sync.dispose()
-            for disposable in became:
-                disposable.dispose()
-
-        return Disposable(dispose)
+        late = _TurnsAsync(self, label, handle, (queue_size, overflow, stall_timeout))
+        return Disposable(late.dispose)
 
     def _subscribe_async(self, queue: AsyncQueue) -> rx_abc.DisposableBase:
         self._queues.append(queue)

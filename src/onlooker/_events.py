@@ -382,7 +382,9 @@ def snapshot_object(value: Mapping[Any, object]) -> dict[str, JsonValue]:
     """
     return {
         k if type(k) is str else str(k): (
-            v if isinstance(v, _SCALARS) and (type(v) is not float or isfinite(v)) else snapshot(v)
+            v
+            if isinstance(v, _SCALARS) and not (isinstance(v, float) and not isfinite(v))
+            else snapshot(v)
         )
         for k, v in value.items()
     }

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup, TyperOption
+
+if TYPE_CHECKING:
+    from onlooker.plugins.history import HistoryStore
 
 __all__ = [
     "STYLES",
@@ -120,3 +125,22 @@ def parse_time(value: str | None, option: str) -> datetime | None:
             f"{value!r} is neither an ISO 8601 time nor an age like 30m, 12h, 7d", param_hint=option
         ) from None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+@asynccontextmanager
+async def reading(url: str | None) -> AsyncIterator[HistoryStore]:
+    """The history store for a read command: opened read-only, so nothing is created or
+    changed, except that an older onlooker's database is migrated first (as any open
+    for writing would: the file exists and is onlooker's)."""
+    from onlooker import HistoryError
+    from onlooker.plugins import history
+    from onlooker.plugins.history._schema import NEEDS_MIGRATION
+
+    async with AsyncExitStack() as stack:
+        try:
+            store = await stack.enter_async_context(history.open(url, read_only=True))
+        except HistoryError as exc:
+            if NEEDS_MIGRATION not in str(exc):
+                raise
+            store = await stack.enter_async_context(history.open(url))
+        yield store

@@ -12,7 +12,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from ._common import STYLES, existing_db, flag, ms, parse_time, stderr, stdout
+from ._common import STYLES, existing_db, flag, ms, parse_time, reading, stderr, stdout
 
 if TYPE_CHECKING:
     from onlooker.plugins.history import ExecutionList, ExecutionTree, HistoryStats
@@ -83,9 +83,7 @@ def list_(
     url = existing_db(db)
 
     async def read() -> ExecutionList:
-        from onlooker.plugins import history
-
-        async with history.open(url, read_only=True) as store:
+        async with reading(url) as store:
             return await store.list_executions(**filters)
 
     page = _call(read)
@@ -146,9 +144,7 @@ def show(
     url = existing_db(db)
 
     async def read() -> ExecutionTree | None:
-        from onlooker.plugins import history
-
-        async with history.open(url, read_only=True) as store:
+        async with reading(url) as store:
             return await store.get_execution(execution_id)
 
     tree = _call(read)
@@ -178,9 +174,7 @@ def stats(
     url = existing_db(db)
 
     async def read() -> HistoryStats:
-        from onlooker.plugins import history
-
-        async with history.open(url, read_only=True) as store:
+        async with reading(url) as store:
             return await store.stats(since=moment)
 
     result = _call(read)

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from ._common import existing_db, stderr
+from ._common import existing_db, reading, stderr
 
 __all__ = ["metrics_app"]
 
@@ -61,9 +61,9 @@ def serve(
 async def _serve(url: str | None, port: int, host: str, interval: float) -> None:
     import anyio
 
-    from onlooker.plugins import history, metrics
+    from onlooker.plugins import metrics
 
-    async with history.open(url, read_only=True) as store:
+    async with reading(url) as store:
         exposed = await metrics.metrics_from_history(store)
         with exposed.serve(port, host) as server:
             stderr.print(f"serving the metrics of {escape(store.url)} at {server.url}")

@@ -108,6 +108,7 @@ class AuditTrail:
         self._idle = False
         self._closing = False
         self._stalled = False  # the thread wrote nothing for a while: emitters do not wait
+        self._stall_mark = 0  # what it had settled then: once it moves, they wait again
         self._taken = 0  # events taken by the thread
         self._settled = 0  # taken events written, kept for retry, or given up on
         self._retry: list[bytes] = []
@@ -155,10 +156,11 @@ class AuditTrail:
             with self._cond:
                 self._idle = False
                 self._cond.notify_all()
-        elif len(pending) >= _MAX_PENDING and not self._stalled:
+        elif self._stalled:
+            if self._settled != self._stall_mark or len(pending) < _MAX_PENDING // 2:
+                self._stalled = False  # it writes again: past the limit, emitters wait again
+        elif len(pending) >= _MAX_PENDING:
             self._wait_for_room()
-        elif self._stalled and len(pending) < _MAX_PENDING // 2:
-            self._stalled = False
 
     async def __aenter__(self) -> AuditTrail:
         if self.enabled and self._thread is None:
@@ -306,7 +308,8 @@ class AuditTrail:
                 if self._settled != settled:
                     settled, since = self._settled, time.monotonic()
                 elif time.monotonic() - since >= _STALL_SECONDS:
-                    self._stalled = True  # a hung disk: the program goes on, events wait
+                    # a hung disk: the program goes on, the events wait
+                    self._stalled, self._stall_mark = True, settled
                     break
         if self._stalled:
             _logger.warning(

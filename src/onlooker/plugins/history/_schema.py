@@ -22,6 +22,7 @@ from onlooker import HistoryError, SchemaVersionError
 __all__ = [
     "HISTORY_SCHEMA_VERSION",
     "KEEP_SMALLEST",
+    "NEEDS_MIGRATION",
     "PROJECTIONS",
     "check_schema",
     "events",
@@ -244,9 +245,13 @@ def check_schema(conn: Connection, name: str) -> None:
         )
     if found != HISTORY_SCHEMA_VERSION:
         raise HistoryError(
-            f"the history database {name} has schema version {found} and needs a migration, "
+            f"the history database {name} has schema version {found} and {NEEDS_MIGRATION}, "
             "which a read-only open cannot do: open it once for writing (history.open(url))"
         )
+
+
+NEEDS_MIGRATION: Final = "needs a migration"
+"""In the error of a read-only open of an older onlooker's database (the CLI migrates it)."""
 
 
 def _migrate(conn: Connection, found: int, rebuild: Callable[[Connection], None]) -> None:

@@ -129,6 +129,7 @@ class BatchWriter:
         self._idle = False  # the writer waits for a first event: the next one wakes it
         self._urgent = False
         self._stalled = False  # the writer took nothing for a while: emitters do not wait
+        self._stall_mark = 0  # what it had handled then: once it moves, they wait again
         self._closing = False
         self._accepted = 0
         self._handled = 0
@@ -158,11 +159,12 @@ class BatchWriter:
             with self._lock:
                 self._idle = False
                 self._wakeup.notify()
-        elif size >= self._max_pending and not self._stalled:
+        elif self._stalled:
+            if self._handled != self._stall_mark or size < self._max_pending // 2:
+                self._stalled = False  # it moves again: past the limit, emitters wait again
+                self._logger.info("history: the writer goes on with %s", self._db.masked_url)
+        elif size >= self._max_pending:
             self._wait_for_room()
-        elif self._stalled and size < self._max_pending // 2:
-            self._stalled = False
-            self._logger.info("history: the writer caught up with %s", self._db.masked_url)
 
     async def flush(self) -> None:
         """Wait until every event accepted so far is written (or spilled)."""
@@ -206,8 +208,8 @@ class BatchWriter:
         This blocks the emitting task, and with it the event loop, so only while
         the writer makes progress: a writer that takes nothing for
         :data:`STALL_SECONDS` (a locked or hung database) is stalled, and the
-        events wait in memory, the program going on, until it has caught up
-        halfway again.
+        events wait in memory, the program going on, until it takes a batch
+        again (or has caught up halfway).
         """
         with self._lock:
             handled, since = self._handled, time.monotonic()
@@ -217,7 +219,7 @@ class BatchWriter:
                 if self._handled != handled:
                     handled, since = self._handled, time.monotonic()
                 elif time.monotonic() - since >= STALL_SECONDS:
-                    self._stalled = True
+                    self._stalled, self._stall_mark = True, handled
                     break
         if self._stalled:
             self._logger.warning(
