@@ -845,6 +845,49 @@ class TestLockedDatabase:
         assert stats is not None and stats.dropped == 0
         assert stats.written + stats.spilled == stats.accepted == 4 + 2 + 2 * calls
 
+    async def test_backpressure_resumes_once_a_stalled_writer_moves(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A writer that stalled once, then goes on slower than the program, must hold the
+        program back again: else the events waiting in memory grow without bound."""
+        import threading
+
+        monkeypatch.setattr(_writer, "STALL_SECONDS", 0.05)
+        gate = threading.Semaphore(0)  # one release: one batch written
+        opened = threading.Event()
+        write = _writer.BatchWriter._write
+
+        def gated(self: _writer.BatchWriter, ready: list[Any]) -> None:
+            if not opened.is_set():
+                gate.acquire(timeout=10)
+            write(self, ready)
+
+        def started(i: int) -> ToolCallStarted:
+            return ToolCallStarted(
+                event_id=f"s/{i}", execution_id="s", seq=i, at=T0,
+                attribution=Attribution(), tool_call_id=f"s/c{i}", tool="add", args={},
+            )  # fmt: skip
+
+        monkeypatch.setattr(_writer.BatchWriter, "_write", gated)
+        plugin = history.plugin(f"sqlite:///{tmp_path / 'h.db'}", batch_size=100)
+        async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin]) as engine:
+            writer = engine.extension(plugin)._writer
+            assert writer is not None
+            try:
+                for i in range(1_300):  # past the 1,024 events the writer lets wait
+                    writer.handle(started(i))
+                assert writer._stalled  # it took nothing: the program went on
+                gate.release()  # one batch, and the writer is as stuck as before
+                with anyio.fail_after(10):
+                    while writer.statistics().pending > 1_200:  # noqa: ASYNC110  # a thread's
+                        await anyio.sleep(0.01)
+                assert writer.statistics().pending > 512  # far from caught up halfway
+                writer.handle(started(1_300))
+                assert not writer._stalled  # it moved: past the limit, emitters wait again
+            finally:
+                opened.set()
+                gate.release()
+
     async def test_postgresql_gives_up_on_a_lock_and_spills(self, tmp_path: Path) -> None:
         """Without a lock timeout, COPY waits for another session's lock for ever, and the
         engine's close with it."""
