@@ -301,8 +301,9 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
         run = self._registry.runs.pop(run_id, None)
         if run is None:
             return
-        if run.governed is not None and error is not None:
-            self._registry.raised[run.governed] = error  # for the wrapper, which records it
+        governed = run.governed
+        if governed is not None and error is not None and governed in self._registry.governed:
+            self._registry.raised[governed] = error  # for the wrapper, which records it
         call = run.call
         failure: BaseException | str | None = error
         if failure is None:
