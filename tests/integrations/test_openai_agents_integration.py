@@ -474,8 +474,17 @@ Cancel = Callable[[Agent[Any], OnlookerRunHooks, asyncio.Event], Awaitable[None]
 
 
 async def by_timeout(agent: Agent[Any], hooks: OnlookerRunHooks, started: asyncio.Event) -> None:
+    """asyncio's own timeout, expiring once the tool runs (a fixed delay would be a race)."""
+
+    async def expire(deadline: asyncio.Timeout) -> None:
+        await started.wait()
+        deadline.reschedule(asyncio.get_running_loop().time())
+
     with pytest.raises(TimeoutError):
-        await asyncio.wait_for(Runner.run(agent, "go", hooks=hooks), timeout=0.2)
+        async with asyncio.timeout(None) as deadline:
+            watcher = asyncio.create_task(expire(deadline))
+            await Runner.run(agent, "go", hooks=hooks)
+    await watcher
 
 
 async def by_task_cancel(
