@@ -37,7 +37,15 @@ from reactivex.disposable import Disposable
 from reactivex.subject import Subject
 
 from ._events import ExecutionEvent
-from ._observer import ObserverLike, Subscriber, Tally, deliver, observer_name, resolve_handler
+from ._observer import (
+    ObserverLike,
+    Subscriber,
+    Tally,
+    deliver,
+    discard,
+    observer_name,
+    resolve_handler,
+)
 from ._queue import AsyncQueue, DropReason, Overflow
 
 if TYPE_CHECKING:
@@ -150,9 +158,9 @@ class _TurnsAsync:
 
     def _turn(self, first: Awaitable[object]) -> None:
         bus = self._bus
-        bus._sync = tuple(s for s in bus._sync if s is not self._subscriber)
+        self._as_sync.dispose()  # no longer called inline
         if self._disposed or bus._closed:
-            _discard(first)
+            discard(first)
             if bus._closed:
                 bus._count_dropped(self._name, "shutdown")
             return
@@ -172,14 +180,8 @@ class _TurnsAsync:
             self._queue.dispose()  # a started worker still handles what it holds
         if self._worker is not None and not self._worker.started:
             for awaitable in self._pending:  # nothing will ever await it
-                _discard(awaitable)
+                discard(awaitable)
             self._pending.clear()
-
-
-def _discard(awaitable: Awaitable[object]) -> None:
-    """Close a coroutine that will never be awaited (no "never awaited" warning)."""
-    if inspect.iscoroutine(awaitable):
-        awaitable.close()
 
 
 class EventBus:

@@ -26,6 +26,7 @@ __all__ = [
     "Tally",
     "TurnedAsync",
     "deliver",
+    "discard",
     "log_observer_failure",
     "observer_name",
     "resolve_handler",
@@ -177,12 +178,18 @@ def _handed_over(subscriber: Subscriber, returned: object) -> bool:
     if subscriber.turned_async is not None:
         subscriber.turned_async(returned)
         return True
-    if inspect.iscoroutine(returned):
-        returned.close()  # never started: nothing ran
+    discard(returned)
     raise TypeError(
         f"observer {subscriber.name!r} returned an awaitable, but only synchronous observers "
         "run here (observing() scopes, bus.events): subscribe it with engine.bus.subscribe"
     )
+
+
+def discard(awaitable: Awaitable[object]) -> None:
+    """Close a coroutine that will never be awaited: it never started, so nothing ran (and
+    no "never awaited" warning)."""
+    if inspect.iscoroutine(awaitable):
+        awaitable.close()
 
 
 def log_observer_failure(name: str, event: ExecutionEvent, exc: Exception) -> None:
