@@ -343,6 +343,17 @@ def _now() -> datetime:
 
 
 _SCALARS: Final = (str, int, float, bool, type(None))
+_EXACT: Final = (str, int, type(None))  # scalars that are their own snapshot (bool is an int)
+
+
+def _scalar(value: str | int | float | None) -> JsonValue:
+    """A scalar's snapshot: itself, but ``None`` for a float JSON cannot hold (inf, NaN)."""
+    return None if isinstance(value, float) and not isfinite(value) else value
+
+
+def _jsonable(value: object) -> JsonValue:
+    """pydantic-core's JSON form of ``value``; infinity and NaN as ``None``, as JSON writes them."""
+    return to_jsonable_python(value, fallback=repr, inf_nan_mode="null")  # type: ignore[no-any-return]
 
 
 def snapshot(value: object) -> JsonValue:
@@ -359,9 +370,9 @@ def snapshot(value: object) -> JsonValue:
     writes it, so an event equals what its JSON reads back as.
     """
     if isinstance(value, _SCALARS):
-        return None if isinstance(value, float) and not isfinite(value) else value
+        return _scalar(value)
     try:
-        return to_jsonable_python(value, fallback=repr, inf_nan_mode="null")  # type: ignore[no-any-return]
+        return _jsonable(value)
     except Exception:
         pass
     try:
@@ -381,23 +392,19 @@ def snapshot_object(value: Mapping[Any, object]) -> dict[str, JsonValue]:
     becomes a string saying so and the others keep their shape.
     """
     return {
-        k if type(k) is str else str(k): (
-            v
-            if isinstance(v, _SCALARS) and not (isinstance(v, float) and not isfinite(v))
-            else snapshot(v)
-        )
+        k if type(k) is str else str(k): v if isinstance(v, _EXACT) else snapshot(v)
         for k, v in value.items()
     }
 
 
 def _copy(value: object) -> JsonValue:
     if isinstance(value, _SCALARS):
-        return None if isinstance(value, float) and not isfinite(value) else value
+        return _scalar(value)
     if type(value) is dict:
         return {k if type(k) is str else str(k): _copy(v) for k, v in value.items()}
     if type(value) is list or type(value) is tuple:
         return [_copy(v) for v in value]
     try:
-        return to_jsonable_python(value, fallback=repr, inf_nan_mode="null")  # type: ignore[no-any-return]
+        return _jsonable(value)
     except Exception as exc:  # only this value is marked; its neighbours keep their shape
         return _unserializable(value, exc)
