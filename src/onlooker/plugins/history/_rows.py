@@ -106,10 +106,11 @@ def _error(error: ErrorInfo | None) -> str | None:
     return None if error is None else _json_text(error)
 
 
-def _json_text(value: Any) -> str:
-    """``value``'s JSON; a lone surrogate (which pydantic refuses) escaped, as json writes it."""
+def _json_text(value: Any, serialize: Callable[[Any], bytes] = to_json) -> str:
+    """``value``'s JSON by ``serialize`` (pydantic-core); when it refuses a lone surrogate,
+    json's text, which escapes it (``\\udc80``), as the audit trail writes it."""
     try:
-        return to_json(value).decode()
+        return serialize(value).decode()
     except ValueError:
         return json_bytes(to_jsonable_python(value)).decode()
 
@@ -306,21 +307,14 @@ def serialize(event: ExecutionEvent) -> bytes:
 def stored(event: ExecutionEvent, body: bytes | None = None) -> Stored:
     """``event`` with its JSON (``body``: already serialized), cut to the record cap if over it.
 
-    Raises what serializing raises for an event no JSON can hold (a lone surrogate).
+    Raises what serializing raises for an event no JSON can hold (a lone surrogate is
+    escaped, not refused: see :func:`_json_text`).
     """
-    text = body.decode() if body is not None else _event_json(event)
+    text = body.decode() if body is not None else _json_text(event, _SERIALIZERS[event.kind])
     if len(text) > MAX_RECORD_CHARS:  # many small values: each under the cap, too many
         event = capped(event)
-        text = _event_json(event)
+        text = _json_text(event, _SERIALIZERS[event.kind])
     return Stored(event, text)
-
-
-def _event_json(event: ExecutionEvent) -> str:
-    """The event's JSON; a lone surrogate escaped (``\\udc80``), as the audit trail writes it."""
-    try:
-        return _SERIALIZERS[event.kind](event).decode()
-    except ValueError:
-        return json_bytes(event.model_dump(mode="json")).decode()
 
 
 def capped(event: ExecutionEvent) -> ExecutionEvent:
