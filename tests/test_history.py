@@ -358,6 +358,10 @@ class TestSchemaVersion:
                 table.drop(conn)
             conn.execute(sa.update(tables.schema_version).values(version=1))
         engine.dispose()
+        with pytest.raises(onlooker.SchemaVersionError, match="needs a migration") as info:
+            async with history.open(url, read_only=True):  # cannot migrate it
+                pass
+        assert (info.value.found, info.value.supported) == (1, history.HISTORY_SCHEMA_VERSION)
         async with history.open(url) as store:
             tree = await store.get_execution("old")
             version = await store.query(

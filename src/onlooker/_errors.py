@@ -185,7 +185,8 @@ class HistoryError(OnlookerError):
 
 
 class SchemaVersionError(HistoryError):
-    """The database was written by a newer onlooker than this one."""
+    """The database's schema version is not this onlooker's: a newer onlooker wrote it
+    (``found > supported``), or an older one did and a read-only open cannot migrate it."""
 
     def __init__(self, message: str, *, found: int, supported: int) -> None:
         super().__init__(message)

@@ -132,15 +132,14 @@ async def reading(url: str | None) -> AsyncIterator[HistoryStore]:
     """The history store for a read command: opened read-only, so nothing is created or
     changed, except that an older onlooker's database is migrated first (as any open
     for writing would: the file exists and is onlooker's)."""
-    from onlooker import HistoryError
+    from onlooker import SchemaVersionError
     from onlooker.plugins import history
-    from onlooker.plugins.history._schema import NEEDS_MIGRATION
 
     async with AsyncExitStack() as stack:
         try:
             store = await stack.enter_async_context(history.open(url, read_only=True))
-        except HistoryError as exc:
-            if NEEDS_MIGRATION not in str(exc):
+        except SchemaVersionError as exc:
+            if exc.found > exc.supported:
                 raise
             store = await stack.enter_async_context(history.open(url))
         yield store

@@ -22,7 +22,6 @@ from onlooker import HistoryError, SchemaVersionError
 __all__ = [
     "HISTORY_SCHEMA_VERSION",
     "KEEP_SMALLEST",
-    "NEEDS_MIGRATION",
     "PROJECTIONS",
     "check_schema",
     "events",
@@ -243,15 +242,15 @@ def check_schema(conn: Connection, name: str) -> None:
             found=found,
             supported=HISTORY_SCHEMA_VERSION,
         )
+    if found is None:
+        raise HistoryError(f"{name} has an empty schema_version table")
     if found != HISTORY_SCHEMA_VERSION:
-        raise HistoryError(
-            f"the history database {name} has schema version {found} and {NEEDS_MIGRATION}, "
-            "which a read-only open cannot do: open it once for writing (history.open(url))"
+        raise SchemaVersionError(
+            f"the history database {name} has schema version {found} and needs a migration, "
+            "which a read-only open cannot do: open it once for writing (history.open(url))",
+            found=found,
+            supported=HISTORY_SCHEMA_VERSION,
         )
-
-
-NEEDS_MIGRATION: Final = "needs a migration"
-"""In the error of a read-only open of an older onlooker's database (the CLI migrates it)."""
 
 
 def _migrate(conn: Connection, found: int, rebuild: Callable[[Connection], None]) -> None:

@@ -319,7 +319,8 @@ async def open(  # the documented name: history.open(url)
 
     Raises :class:`onlooker.HistoryError` (naming the URL, password hidden)
     when the database cannot be reached and
-    :class:`onlooker.SchemaVersionError` when a newer onlooker wrote it.
+    :class:`onlooker.SchemaVersionError` when a newer onlooker wrote it (and,
+    opened read-only, when an older one did and it needs a migration).
     """
     store = new_store(
         url,
