@@ -243,7 +243,8 @@ class Adapter:
         tool, args = data["tool_name"], data["tool_input"]
         aborted = self._aborted(session_id)
         if aborted is not None:
-            return _stop_turn(f"onlooker refused this {tool} call: the run was aborted ({aborted})")
+            reason = f"onlooker refused this {tool} call: the run was aborted ({aborted})"
+            return _refusal(reason, stop=True)
         turn = await self._owner_of(
             session_id, data.get("agent_id"), data.get("agent_type"), data.get("prompt_id")
         )
@@ -346,6 +347,11 @@ def _deny(call: TrackedToolCall) -> SyncHookJSONOutput:
         call.action, "blocked"
     )
     reason = f"onlooker {verdict} this {call.tool} call: {call.reason or 'refused by a hook'}"
+    return _refusal(reason, stop=call.action is HookAction.ABORT)
+
+
+def _refusal(reason: str, *, stop: bool) -> SyncHookJSONOutput:
+    """A PreToolUse deny with ``reason``; with ``stop``, Claude's turn stops too."""
     output: SyncHookJSONOutput = {
         "hookSpecificOutput": {
             "hookEventName": "PreToolUse",
@@ -353,23 +359,10 @@ def _deny(call: TrackedToolCall) -> SyncHookJSONOutput:
             "permissionDecisionReason": reason,
         }
     }
-    if call.action is HookAction.ABORT:
+    if stop:
         output["continue_"] = False
         output["stopReason"] = reason
     return output
-
-
-def _stop_turn(reason: str) -> SyncHookJSONOutput:
-    """The PreToolUse answer to a call of an aborted turn: deny it, and stop the turn."""
-    return {
-        "continue_": False,
-        "stopReason": reason,
-        "hookSpecificOutput": {
-            "hookEventName": "PreToolUse",
-            "permissionDecision": "deny",
-            "permissionDecisionReason": reason,
-        },
-    }
 
 
 def _launched_agent(response: object) -> str | None:
