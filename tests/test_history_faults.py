@@ -876,14 +876,14 @@ class TestLockedDatabase:
             try:
                 for i in range(1_300):  # past the 1,024 events the writer lets wait
                     writer.handle(started(i))
-                assert writer._stalled  # it took nothing: the program went on
+                assert writer._stall.stalled  # it took nothing: the program went on
                 gate.release()  # one batch, and the writer is as stuck as before
                 with anyio.fail_after(10):
                     while writer.statistics().pending > 1_200:  # noqa: ASYNC110  # a thread's
                         await anyio.sleep(0.01)
                 assert writer.statistics().pending > 512  # far from caught up halfway
                 writer.handle(started(1_300))
-                assert not writer._stalled  # it moved: past the limit, emitters wait again
+                assert not writer._stall.stalled  # it moved: past the limit, emitters wait again
             finally:
                 opened.set()
                 gate.release()

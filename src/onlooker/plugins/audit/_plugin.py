@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from onlooker import ExecutionEvent, Plugin, PluginContext
 from onlooker._shared import DISABLE_VARIABLE as DISABLE_VARIABLE  # re-exported by the package
 from onlooker._shared import audit_disabled
 
+from .._stall import Stall
 from ._events import MAX_RECORD_CHARS as MAX_RECORD_CHARS  # one event's JSON at most
 from ._events import EventEncoder
 from ._redact import Redactor
@@ -107,8 +107,7 @@ class AuditTrail:
         self._cond = threading.Condition()
         self._idle = False
         self._closing = False
-        self._stalled = False  # the thread wrote nothing for a while: emitters do not wait
-        self._stall_mark = 0  # what it had settled then: once it moves, they wait again
+        self._stall = Stall()  # the thread wrote nothing for a while: emitters do not wait
         self._taken = 0  # events taken by the thread
         self._settled = 0  # taken events written, kept for retry, or given up on
         self._retry: list[bytes] = []
@@ -156,9 +155,8 @@ class AuditTrail:
             with self._cond:
                 self._idle = False
                 self._cond.notify_all()
-        elif self._stalled:
-            if self._settled != self._stall_mark or len(pending) < _MAX_PENDING // 2:
-                self._stalled = False  # it writes again: past the limit, emitters wait again
+        elif self._stall.stalled:
+            self._stall.resumes(self._settled, len(pending) < _MAX_PENDING // 2)
         elif len(pending) >= _MAX_PENDING:
             self._wait_for_room()
 
@@ -292,26 +290,28 @@ class AuditTrail:
             while self._settled < target and self._thread is not None and self._thread.is_alive():
                 self._cond.wait(0.5)
 
+    def _nudge(self) -> None:
+        """Wake the thread, then wait a little for its progress (the caller holds the lock)."""
+        self._idle = False
+        self._cond.notify_all()
+        self._cond.wait(0.1)
+
     def _wait_for_room(self) -> None:
-        """Backpressure: the thread is far behind; wait until it has caught up halfway."""
+        """Backpressure: the thread is far behind; wait until it has caught up halfway, and
+        only while it writes (see :mod:`onlooker.plugins._stall`)."""
         with self._cond:
-            settled, since = self._settled, time.monotonic()
-            while (
-                len(self._pending) >= _MAX_PENDING // 2
-                and not self._closing
-                and self._thread is not None
-                and self._thread.is_alive()
-            ):
-                self._idle = False
-                self._cond.notify_all()
-                self._cond.wait(0.1)
-                if self._settled != settled:
-                    settled, since = self._settled, time.monotonic()
-                elif time.monotonic() - since >= _STALL_SECONDS:
-                    # a hung disk: the program goes on, the events wait
-                    self._stalled, self._stall_mark = True, settled
-                    break
-        if self._stalled:
+            stalled = self._stall.wait(
+                lambda: (
+                    len(self._pending) >= _MAX_PENDING // 2
+                    and not self._closing
+                    and self._thread is not None
+                    and self._thread.is_alive()
+                ),
+                self._nudge,
+                lambda: self._settled,
+                _STALL_SECONDS,
+            )
+        if stalled:  # a hung disk: the program goes on, the events wait
             _logger.warning(
                 "audit: the writer has written nothing to %s for %g s with %d events waiting; "
                 "they wait in memory and the program goes on",

@@ -44,6 +44,7 @@ import anyio
 
 from onlooker import ExecutionEvent
 
+from .._stall import Stall
 from ._db import Database, describe
 from ._isolate import isolate
 from ._redaction import Scrubber
@@ -128,8 +129,7 @@ class BatchWriter:
         self._progress = threading.Condition(self._lock)  # flush() and backpressure wait on it
         self._idle = False  # the writer waits for a first event: the next one wakes it
         self._urgent = False
-        self._stalled = False  # the writer took nothing for a while: emitters do not wait
-        self._stall_mark = 0  # what it had handled then: once it moves, they wait again
+        self._stall = Stall()  # the writer took nothing for a while: emitters do not wait
         self._closing = False
         self._accepted = 0
         self._handled = 0
@@ -159,9 +159,8 @@ class BatchWriter:
             with self._lock:
                 self._idle = False
                 self._wakeup.notify()
-        elif self._stalled:
-            if self._handled != self._stall_mark or size < self._max_pending // 2:
-                self._stalled = False  # it moves again: past the limit, emitters wait again
+        elif self._stall.stalled:
+            if self._stall.resumes(self._handled, size < self._max_pending // 2):
                 self._logger.info("history: the writer goes on with %s", self._db.masked_url)
         elif size >= self._max_pending:
             self._wait_for_room()
@@ -212,16 +211,13 @@ class BatchWriter:
         again (or has caught up halfway).
         """
         with self._lock:
-            handled, since = self._handled, time.monotonic()
-            while len(self._buffer) >= self._max_pending // 2 and self._running():
-                self._wakeup.notify()
-                self._progress.wait(0.1)
-                if self._handled != handled:
-                    handled, since = self._handled, time.monotonic()
-                elif time.monotonic() - since >= STALL_SECONDS:
-                    self._stalled, self._stall_mark = True, handled
-                    break
-        if self._stalled:
+            stalled = self._stall.wait(
+                lambda: len(self._buffer) >= self._max_pending // 2 and self._running(),
+                self._nudge,
+                lambda: self._handled,
+                STALL_SECONDS,
+            )
+        if stalled:
             self._logger.warning(
                 "history: the writer has taken nothing from %s for %g s with %d events waiting; "
                 "they wait in memory and the program goes on",
@@ -229,6 +225,11 @@ class BatchWriter:
                 STALL_SECONDS,
                 len(self._buffer),
             )
+
+    def _nudge(self) -> None:
+        """Wake the writer, then wait a little for its progress (the caller holds the lock)."""
+        self._wakeup.notify()
+        self._progress.wait(0.1)
 
     def _wait_handled(self, target: int) -> None:
         with self._lock:
