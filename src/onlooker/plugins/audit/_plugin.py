@@ -108,6 +108,7 @@ class AuditTrail:
         self._idle = False
         self._closing = False
         self._stall = Stall()  # the thread wrote nothing for a while: emitters do not wait
+        self._reopened_seen = 0  # the writer's reopened count already logged
         self._taken = 0  # events taken by the thread
         self._settled = 0  # taken events written, kept for retry, or given up on
         self._retry: list[bytes] = []
@@ -235,7 +236,6 @@ class AuditTrail:
             return
         writer = self._writer
         failing = writer.failing
-        reopened = writer.statistics().reopened
         try:
             writer.write_encoded(texts)
         except AuditWriteError as exc:
@@ -272,7 +272,9 @@ class AuditTrail:
                     writer.path,
                     len(texts),
                 )
-        if writer.statistics().reopened != reopened:
+        reopened = writer.statistics().reopened
+        if reopened != self._reopened_seen:
+            self._reopened_seen = reopened
             _logger.warning(
                 "audit: the session's files were removed from %s; the trail goes on in new "
                 "files, chained to the last record written (see %s)",
