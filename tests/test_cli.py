@@ -156,6 +156,7 @@ class TestHelpAndUsage:
             ["history", "list", "--status", "exploded"],
             ["history", "list", "--since", "last tuesday"],
             ["history", "list", "--limit", "0"],
+            ["history", "list", "--cursor", "garbage"],
             ["audit", "verify", "no/such/trail"],
         ],
     )

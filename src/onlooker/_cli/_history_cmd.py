@@ -77,7 +77,7 @@ def list_(
         "since": parse_time(since, "--since"),
         "until": parse_time(until, "--until"),
         "limit": limit,
-        "cursor": cursor,
+        "cursor": _checked_cursor(cursor),
     }
 
     url = existing_db(db)
@@ -198,11 +198,24 @@ def stats(
         stdout.print(table)
 
 
+def _checked_cursor(cursor: str | None) -> str | None:
+    """``cursor`` if it is one of the list's own cursors; a usage error (exit 2) if not."""
+    if cursor is not None:
+        from onlooker import HistoryError
+        from onlooker.plugins.history._read import decode_cursor
+
+        try:
+            decode_cursor(cursor)
+        except HistoryError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--cursor") from None
+    return cursor
+
+
 def _call(read: Callable[[], Awaitable[T]]) -> T:
     """Run one read against the store.
 
     A store error (unreachable database, newer schema) is a message and exit
-    1; a bad argument the store rejects (a malformed cursor) is exit 2.
+    1; a bad argument the store rejects is exit 2.
     """
     import onlooker
 
