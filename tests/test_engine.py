@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -657,6 +658,10 @@ class TestChildren:
             onlooker.current_context()
 
 
+async def _asks(ctx: ExecutionContext) -> None:
+    await ctx.elicit("go on?")
+
+
 async def _returns_one(ctx: ExecutionContext) -> int:
     return 1
 
@@ -869,6 +874,69 @@ class TestShutdownTimeout:
         async with ExecutionEngine() as engine:
             with pytest.raises(ValueError, match="shutdown_timeout"):
                 await engine.aclose(shutdown_timeout=-1)
+
+    async def test_another_task_can_close_the_engine(
+        self, check_stream: Callable[[Sequence[ExecutionEvent]], None]
+    ) -> None:
+        """A shutdown task closes it; the entering task leaves the task group on its way out."""
+        recorder = RecordingObserver()
+        closed = anyio.Event()
+
+        async def close_it(engine: ExecutionEngine) -> None:
+            await engine.aclose()
+            closed.set()
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tasks, ExecutionEngine() as engine:
+                engine.bus.subscribe(recorder)
+                paused = await engine.execute_with_pause(_asks)
+                assert not isinstance(paused, onlooker.ExecutionResult)
+                tasks.start_soon(close_it, engine)
+                await closed.wait()
+                with pytest.raises(RuntimeError, match="closed"):
+                    await engine.execute(_returns_one)
+                result = await engine.resume(
+                    paused.execution_id, onlooker.InteractionResponse("accept", {"ok": True})
+                )
+        assert isinstance(result, onlooker.ExecutionResult) and result.status == "cancelled"
+        assert [e.kind for e in recorder.events][-2:] == [
+            "InteractionResolved",
+            "ExecutionFinished",
+        ]
+        check_stream(recorder.events)
+
+    async def test_two_tasks_closing_at_once_close_it_once(self) -> None:
+        closes: list[str] = []
+
+        @contextlib.asynccontextmanager
+        async def slow_close(ctx: onlooker.PluginContext) -> AsyncIterator[None]:
+            yield
+            await anyio.sleep(0.05)  # the close takes a while: the other closer waits for it
+            closes.append("closed")
+
+        plugin = onlooker.define_plugin(id="slow-close", extension=slow_close)
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tasks:
+                async with ExecutionEngine(plugins=[plugin]) as engine:
+                    tasks.start_soon(engine.aclose)
+                    await anyio.lowlevel.checkpoint()  # the other task starts closing
+                with pytest.raises(RuntimeError, match="closed"):
+                    await engine.execute(_returns_one)
+        assert closes == ["closed"]
+
+    async def test_closing_from_inside_a_detached_execution_is_refused(self) -> None:
+        async def closes_its_engine(ctx: ExecutionContext) -> None:
+            await engine.aclose()
+
+        with anyio.fail_after(10):
+            async with ExecutionEngine() as engine:
+                result = await engine.execute_with_pause(closes_its_engine)
+                assert isinstance(result, onlooker.ExecutionResult)
+                assert result.status == "failed" and result.error is not None
+                assert "from inside one of the engine's detached executions" in (
+                    result.error.message
+                )
+                assert (await engine.execute(_returns_one)).value == 1  # still open
 
 
 async def fetch_page_program(ctx: ExecutionContext) -> str:

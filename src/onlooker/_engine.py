@@ -107,6 +107,9 @@ class ExecutionEngine:
         self._detached = DetachedRuns(self._runtime, self._spawn, keep_results=keep_results)
         self._tracked = TrackedRuns(keep_closed=keep_results)
         self._task_group: TaskGroup | None = None
+        self._owner: int | None = None  # the task that entered: only it can leave the task group
+        self._left = False  # the task group was left
+        self._closed: anyio.Event | None = None  # set once closed, for a second closer to wait on
         self._stack: AsyncExitStack | None = None
         self._phase = EnginePhase.NEW
 
@@ -116,6 +119,8 @@ class ExecutionEngine:
         if self._phase is not EnginePhase.NEW:
             raise RuntimeError(f"this engine is {self._phase.value}; an engine runs once")
         self._phase = EnginePhase.STARTING
+        self._owner = anyio.get_current_task().id
+        self._closed = anyio.Event()
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
@@ -154,17 +159,27 @@ class ExecutionEngine:
         tb: TracebackType | None,
         grace: float,
     ) -> bool:
-        task_group = self._task_group
-        assert task_group is not None, "__aexit__ without __aenter__"
-        if self._phase is EnginePhase.CLOSED:  # aclose() inside the block closed it already
-            return False
-        self._phase = EnginePhase.CLOSING
+        """Close the engine, unless another task is closing it or did; then, in the task
+        that entered the engine, leave its task group (only that task can)."""
+        task_group, closed = self._task_group, self._closed
+        assert task_group is not None and closed is not None, "__aexit__ without __aenter__"
         close_error: BaseException | None = None
-        try:
-            await self._shut_down(grace)
-        except BaseException as error:
-            close_error = error
-        self._phase = EnginePhase.CLOSED
+        if self._phase is EnginePhase.RUNNING:
+            self._phase = EnginePhase.CLOSING
+            try:
+                await self._shut_down(grace)
+            except BaseException as error:
+                close_error = error
+            self._phase = EnginePhase.CLOSED
+            closed.set()
+        elif not closed.is_set():  # another task is closing it: wait for its end
+            with anyio.CancelScope(shield=True):
+                await closed.wait()
+        if self._left or anyio.get_current_task().id != self._owner:
+            if close_error is not None:
+                raise close_error
+            return False  # the task that entered leaves the task group when it leaves `async with`
+        self._left = True
         cancelled = exc is not None and isinstance(exc, anyio.get_cancelled_exc_class())
         try:
             if exc is None or cancelled:
@@ -189,15 +204,26 @@ class ExecutionEngine:
     async def aclose(self, *, shutdown_timeout: float | None = None) -> None:
         """Close the engine (as leaving ``async with`` does); closing twice is harmless.
 
-        ``shutdown_timeout`` replaces the engine's own for this close.
+        Any task may close it: a task other than the one that entered the
+        engine closes it (detached executions cancelled, observers flushed,
+        plugins closed) and returns, and the engine's task group is left
+        when that task leaves ``async with``. Closing from inside one of the
+        engine's own detached executions, which closing waits for, is a
+        ``RuntimeError``. ``shutdown_timeout`` replaces the engine's own for
+        this close.
         """
-        if self._phase in (EnginePhase.NEW, EnginePhase.CLOSING, EnginePhase.CLOSED):
+        if self._phase is EnginePhase.NEW:
             return
         grace = (
             self.shutdown_timeout
             if shutdown_timeout is None
             else check_timeout("shutdown_timeout", shutdown_timeout)
         )
+        if self._phase is EnginePhase.RUNNING and self._detached.running_here():
+            raise RuntimeError(
+                "engine.aclose() was called from inside one of the engine's detached "
+                "executions, which closing the engine waits for: close it from another task"
+            )
         await self._exit(None, None, None, grace)
 
     async def _shut_down(self, grace: float) -> None:
