@@ -266,6 +266,21 @@ class TestLifecycle:
         with pytest.raises(ValueError, match="add"):
             ExecutionEngine(tools=[add, add])
 
+    @pytest.mark.parametrize(
+        ("message", "schema", "named"),
+        [(5, None, "message must be a str"), ("?", "str", "schema must be a JSON Schema")],
+    )
+    async def test_a_bad_question_names_the_problem(
+        self, message: Any, schema: Any, named: str
+    ) -> None:
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.elicit(message, schema=schema)
+
+        result, recorder = await run(program)
+        assert result.status == "failed" and result.error is not None
+        assert result.error.type == "TypeError" and named in result.error.message
+        assert "InteractionStarted" not in recorder.kinds()
+
     async def test_tool_registry(self) -> None:
         engine = ExecutionEngine(tools=TOOLS)
         assert sorted(engine.tools) == ["add", "explode", "fetch", "hang", "refuse"]
@@ -521,6 +536,51 @@ class TestObserverBaseException:
         ]
         assert recorder.of(ToolCallFinished)[0].status == "cancelled"
         assert recorder.of(ExecutionFinished)[0].status == "cancelled"
+        check_stream(recorder.events)
+
+    @pytest.mark.parametrize(
+        ("kind", "case"),
+        [
+            ("ToolCallStarted", "skipped"),
+            ("ToolCallStarted", "blocked"),
+            ("ToolCallStarted", "unknown tool"),
+            ("ToolCallStarted", "invalid arguments"),
+            ("InteractionStarted", "question"),
+        ],
+    )
+    async def test_on_a_refused_call_or_a_question_the_pair_still_closes(
+        self, kind: str, case: str, check_stream: Check
+    ) -> None:
+        def stop(event: ExecutionEvent) -> None:
+            if event.kind == kind:
+                raise Stop
+
+        def decide(use: onlooker.ToolUseContext) -> onlooker.PreHookResult:
+            action = onlooker.HookAction.SKIP if case == "skipped" else onlooker.HookAction.BLOCK
+            return onlooker.PreHookResult(action=action)
+
+        async def program(ctx: ExecutionContext) -> None:
+            if case == "question":
+                await ctx.elicit("go on?")
+            elif case == "unknown tool":
+                await ctx.call("nope", a=1)
+            elif case == "invalid arguments":
+                await ctx.call(add, a="not a number")
+            else:
+                await ctx.call(add, a=1)
+
+        hooks = [onlooker.HookMatcher(pre=(decide,))] if case in ("skipped", "blocked") else []
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=[add], hooks=hooks) as engine:
+            engine.bus.subscribe(recorder)
+            engine.bus.subscribe(stop, name="stopper")
+            with pytest.raises(Stop):
+                await engine.execute(program)
+        closes = "ToolCallFinished" if kind == "ToolCallStarted" else "InteractionResolved"
+        assert recorder.kinds()[-2:] == [closes, "ExecutionFinished"]
+        closing = recorder.events[-2]
+        assert isinstance(closing, ToolCallFinished | InteractionResolved)
+        assert closing.status == "cancelled"
         check_stream(recorder.events)
 
     async def test_keyboard_interrupt_from_a_plugin(self) -> None:

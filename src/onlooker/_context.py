@@ -183,15 +183,28 @@ class ExecutionContext:
         (then ``ExecutionExpiredError`` is raised here and the execution ends
         ``expired``).
         """
+        if not isinstance(message, str):
+            raise TypeError(f"the message must be a str, not {type(message).__name__}")
+        if schema is not None and not isinstance(schema, dict):
+            raise TypeError(f"schema must be a JSON Schema (a dict) or None, not {schema!r}")
         run = self._run
         interaction_id = new_id()
         requested = snapshot_object(schema) if schema is not None else None
-        self._emitter.interaction_started(
-            interaction_id=interaction_id,
-            message=message,
-            requested_schema=schema,
-            mode=run.mode,
-        )
+        try:
+            self._emitter.interaction_started(
+                interaction_id=interaction_id,
+                message=message,
+                requested_schema=schema,
+                mode=run.mode,
+            )
+        except BaseException as exc:  # an observer's KeyboardInterrupt: still close the pair
+            self._emitter.interaction_resolved(
+                interaction_id=interaction_id,
+                status="cancelled",
+                response=None,
+                error=error_info(exc),
+            )
+            raise
         try:
             if run.expired:
                 raise ExecutionExpiredError(

@@ -276,12 +276,16 @@ def _refuse(call: CallState, exc: Exception) -> None:
 
 def _start(call: CallState) -> None:
     call.started = True
-    call.emitter.tool_call_started(
-        tool_call_id=call.tool_call_id,
-        tool=call.tool,
-        args=call.input,
-        attribution=call.attribution,
-    )
+    try:
+        call.emitter.tool_call_started(
+            tool_call_id=call.tool_call_id,
+            tool=call.tool,
+            args=call.input,
+            attribution=call.attribution,
+        )
+    except BaseException as exc:  # an observer's KeyboardInterrupt: still close the pair
+        call.close("cancelled", None, error_info(exc))
+        raise
 
 
 async def finish_call(call: CallState, output: Any, *, duration_ms: float | None = None) -> Any:
