@@ -483,6 +483,31 @@ class TestActions:
         assert result.status == "completed" and ran == []
 
 
+class TestResults:
+    @pytest.mark.parametrize("action", list(HookAction))
+    async def test_an_action_by_its_value_is_that_action(self, action: HookAction) -> None:
+        """``action="skip"`` is ``HookAction.SKIP`` (a StrEnum), never an ABORT."""
+        decision = PreHookResult(action=action.value)  # type: ignore[arg-type]
+        assert decision.action is action
+        hooks = [HookMatcher(pre=[lambda use: decision])]
+
+        async def program(ctx: ExecutionContext) -> Any:
+            with contextlib.suppress(ToolBlockedError, HookAbortError):
+                return await ctx.call("add", a=2, b=3)
+
+        result, recorder = await run(program, tools=TOOLS, hooks=hooks)
+        status = {"continue": "completed", "skip": "skipped"}.get(action.value, "blocked")
+        assert finished(recorder)[0].status == status
+        assert result.status == ("failed" if action is HookAction.ABORT else "completed")
+
+    def test_an_unknown_action_is_refused_when_built(self) -> None:
+        with pytest.raises(ValueError, match=r"HookAction.CONTINUE.*not 'proceed'"):
+            PreHookResult(action="proceed")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=r"HookAction.CONTINUE, HookAction.ABORT, not"):
+            PostHookResult(action=HookAction.SKIP)
+        assert PostHookResult(action="abort").action is HookAction.ABORT  # type: ignore[arg-type]
+
+
 class TestMetadata:
     async def test_pre_and_post_metadata_merge_onto_the_finished_event(self) -> None:
         def tag(use: ToolUseContext) -> PreHookResult:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from time import perf_counter
@@ -71,6 +71,9 @@ class PreHookResult:
     metadata: Mapping[str, JsonValue] = field(default_factory=dict)
     """Merged into ``ToolCallFinished.metadata``."""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "action", _action(self.action, HookAction))
+
 
 @dataclass(frozen=True, slots=True)
 class PostHookResult:
@@ -80,6 +83,20 @@ class PostHookResult:
     modified_output: Any = None
     metadata: Mapping[str, JsonValue] = field(default_factory=dict)
     reason: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "action", _action(self.action, (HookAction.CONTINUE, HookAction.ABORT))
+        )
+
+
+def _action(action: object, allowed: Iterable[HookAction]) -> HookAction:
+    """``action`` as a :class:`HookAction` (its value, ``"skip"``, is accepted too), if allowed."""
+    for known in allowed:
+        if action == known:
+            return known
+    names = ", ".join(f"HookAction.{known.name}" for known in allowed)
+    raise ValueError(f"action must be one of {names}, not {action!r}")
 
 
 PreHook: TypeAlias = Callable[
