@@ -261,6 +261,14 @@ class TestLifecycle:
     def test_bad_arguments(self) -> None:
         with pytest.raises(ValueError, match="pause_timeout"):
             ExecutionEngine(pause_timeout=0)
+        with pytest.raises(ValueError, match="pause_timeout must be a positive number"):
+            ExecutionEngine(pause_timeout=float("nan"))
+        with pytest.raises(TypeError, match="pause_timeout must be a number of seconds"):
+            ExecutionEngine(pause_timeout="5")  # type: ignore[arg-type]  # the point of the test
+        with pytest.raises(ValueError, match="keep_results must be 0 or more, not -1"):
+            ExecutionEngine(keep_results=-1)
+        with pytest.raises(TypeError, match="keep_results must be an int, not str"):
+            ExecutionEngine(keep_results="3")  # type: ignore[arg-type]  # the point of the test
         with pytest.raises(TypeError, match="HookMatcher"):
             ExecutionEngine(hooks=["nope"])  # type: ignore[list-item]
         with pytest.raises(ValueError, match="add"):
@@ -280,6 +288,21 @@ class TestLifecycle:
         assert result.status == "failed" and result.error is not None
         assert result.error.type == "TypeError" and named in result.error.message
         assert "InteractionStarted" not in recorder.kinds()
+
+    async def test_an_owner_that_is_not_a_string_is_refused(self) -> None:
+        async with ExecutionEngine() as engine:
+            for start in (engine.execute, engine.execute_with_pause):
+                with pytest.raises(TypeError, match="owner must be a string or None, not 7"):
+                    await start(_returns_one, owner=7)  # type: ignore[arg-type]  # the point of the test
+
+    async def test_calling_something_that_is_not_a_tool_names_it(self) -> None:
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.call(5)  # type: ignore[call-overload]  # the point of the test
+
+        result, recorder = await run(program, tools=TOOLS)
+        assert result.error is not None and result.error.type == "TypeError"
+        assert result.error.message == "ctx.call takes a tool's name or its Tool, not 5"
+        assert recorder.kinds() == ["ExecutionStarted", "ExecutionFinished"]
 
     async def test_tool_registry(self) -> None:
         engine = ExecutionEngine(tools=TOOLS)

@@ -108,6 +108,11 @@ class TestMatching:
             HookMatcher(phases="review")
         with pytest.raises(ValueError, match="timeout"):
             HookMatcher(timeout=0)
+        with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+            HookMatcher(timeout=float("nan"))
+        with pytest.raises(TypeError, match="timeout must be a number of seconds, not str"):
+            HookMatcher(timeout="1")  # type: ignore[arg-type]  # the point of the test
+        assert HookMatcher(timeout=float("inf")).timeout == float("inf")  # no limit
         with pytest.raises(TypeError, match="pattern"):
             HookMatcher(pattern=3)  # type: ignore[arg-type]  # the point of the test
         with pytest.raises(TypeError, match="callable"):

@@ -54,6 +54,18 @@ def test_a_role_naming_no_parameter_is_an_error() -> None:
         onlooker.tool(reads="file")(read)
 
 
+def test_a_bad_name_or_function_is_refused() -> None:
+    def read(path: str) -> str:
+        return path
+
+    with pytest.raises(TypeError, match="a tool's name must be a non-empty string, not 5"):
+        onlooker.tool(name=5)(read)  # type: ignore[call-overload]  # the point of the test
+    with pytest.raises(TypeError, match="a tool's name must be a non-empty string, not ''"):
+        onlooker.tool(name="")(read)
+    with pytest.raises(TypeError, match="a tool is a function, not 'read'"):
+        onlooker.tool("read")  # type: ignore[call-overload]  # the point of the test
+
+
 def test_positional_only_parameters_are_refused() -> None:
     def positional(path: str, /) -> str:
         return path

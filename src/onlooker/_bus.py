@@ -60,15 +60,17 @@ DEFAULT_SHUTDOWN_TIMEOUT: Final = 30.0
 """Seconds closing the engine waits for the observers (OpenTelemetry's shutdown timeout)."""
 
 
-def check_timeout(name: str, value: float) -> float:
-    """``value`` as a float if it is a positive, finite number of seconds.
+def check_timeout(name: str, value: float, *, unbounded: bool = False) -> float:
+    """``value`` as a float if it is a positive, finite number of seconds (or infinite,
+    when ``unbounded``).
 
     Anything else is a ``TypeError`` (not a number) or ``ValueError`` naming ``name``.
     """
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    if not 0 < value < math.inf:
-        raise ValueError(f"{name} must be a positive, finite number of seconds, not {value}")
+    if not (0 < value < math.inf or (unbounded and value == math.inf)):
+        kind = "positive" if unbounded else "positive, finite"
+        raise ValueError(f"{name} must be a {kind} number of seconds, not {value}")
     return float(value)
 
 

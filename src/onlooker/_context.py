@@ -126,7 +126,7 @@ class ExecutionContext:
         ``ToolInputError``, ``ToolBlockedError`` or ``HookAbortError``; a tool's
         own exception reaches the caller unchanged.
         """
-        name = tool if isinstance(tool, str) else tool.name
+        name = tool if isinstance(tool, str) else _name_of(tool)
         emitter = self._emitter
         if emitter.finished:
             raise ExecutionError(
@@ -281,6 +281,12 @@ class ExecutionContext:
         if not isinstance(intent_id, str) or not intent_id:
             raise ValueError("an intent id must be a non-empty string")
         _attribution.set(_attribution.get().model_copy(update={"intent_id": intent_id}))
+
+
+def _name_of(tool: object) -> str:
+    if isinstance(tool, Tool):
+        return tool.name
+    raise TypeError(f"ctx.call takes a tool's name or its Tool, not {tool!r}")
 
 
 def _unknown_tool(name: str, known: list[str]) -> Callable[[Mapping[str, Any]], dict[str, Any]]:

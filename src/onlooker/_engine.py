@@ -34,7 +34,7 @@ from ._scope import _observers
 from ._tools import Tool, ToolDeclaration, ToolRegistry
 from ._tracked import TrackedExecution
 from ._tracking import TrackedRuns, track
-from ._triggers import as_trigger
+from ._triggers import as_owner, as_trigger
 
 __all__ = ["ExecutionEngine"]
 
@@ -86,8 +86,12 @@ class ExecutionEngine:
         bus: EventBus | None = None,
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
     ) -> None:
-        if pause_timeout is not None and pause_timeout <= 0:
-            raise ValueError(f"pause_timeout must be positive or None, not {pause_timeout}")
+        if pause_timeout is not None:
+            pause_timeout = check_timeout("pause_timeout", pause_timeout, unbounded=True)
+        if isinstance(keep_results, bool) or not isinstance(keep_results, int):
+            raise TypeError(f"keep_results must be an int, not {type(keep_results).__name__}")
+        if keep_results < 0:
+            raise ValueError(f"keep_results must be 0 or more, not {keep_results}")
         self.shutdown_timeout = check_timeout("shutdown_timeout", shutdown_timeout)
         """Seconds closing the engine waits for detached executions and observers."""
         for matcher in hooks:
@@ -304,7 +308,7 @@ class ExecutionEngine:
             run.root_id,
             root_attribution(),
             as_trigger(trigger),
-            owner=owner,
+            owner=as_owner(owner),
             input=input,
         )
 
@@ -327,7 +331,7 @@ class ExecutionEngine:
             pause_timeout=self.pause_timeout,
             attribution=root_attribution(),
             trigger=as_trigger(trigger),
-            owner=owner,
+            owner=as_owner(owner),
             input=input,
         )
 

@@ -20,6 +20,7 @@ from typing import Any, Final, TypeAlias
 import anyio
 from pydantic import JsonValue
 
+from ._bus import check_timeout
 from ._errors import HookAbortError, ToolBlockedError
 from ._events import Attribution
 
@@ -131,8 +132,7 @@ class HookMatcher:
         for hook in (*self.pre, *self.post):
             if not callable(hook):
                 raise TypeError(f"a hook must be callable, not {hook!r}")
-        if self.timeout <= 0:
-            raise ValueError(f"timeout must be positive, not {self.timeout}")
+        object.__setattr__(self, "timeout", check_timeout("timeout", self.timeout, unbounded=True))
         object.__setattr__(self, "pre", tuple(self.pre))
         object.__setattr__(self, "post", tuple(self.post))
         if self.phases is not None:

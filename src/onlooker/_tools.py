@@ -80,6 +80,10 @@ class Tool(Generic[P, R_co]):
         writes: str | None = None,
         edits: str | None = None,
     ) -> None:
+        if not callable(fn):
+            raise TypeError(f"a tool is a function, not {fn!r}")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise TypeError(f"a tool's name must be a non-empty string, not {name!r}")
         self.fn = fn
         self.__wrapped__ = fn
         self.name: str = name or getattr(fn, "__name__", None) or type(fn).__name__

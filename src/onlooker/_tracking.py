@@ -12,7 +12,7 @@ from ._lifecycle import Runtime
 from ._scope import _Scoped
 from ._tracked import EngineCallback, TrackedExecution
 from ._tracked_checks import given_id, program_name
-from ._triggers import as_trigger
+from ._triggers import as_owner, as_trigger
 
 __all__ = ["TrackedRuns", "track"]
 
@@ -79,14 +79,12 @@ def track(
     on_close: EngineCallback,
 ) -> TrackedExecution:
     """A root tracked execution (``engine.track`` checks the engine and hands in its parts)."""
-    if owner is not None and not isinstance(owner, str):
-        raise TypeError(f"owner must be a string or None, not {owner!r}")
     return TrackedExecution(
         runtime,
         program_name(program),
         trigger=as_trigger(trigger),
         input=input,
-        owner=owner,
+        owner=as_owner(owner),
         execution_id=given_id("execution_id", execution_id),
         attribution=attribution,
         scope=scope,

@@ -45,6 +45,13 @@ def as_trigger(trigger: Trigger | str) -> Trigger:
     raise TypeError(f"trigger must be a Trigger or a non-empty string, not {trigger!r}")
 
 
+def as_owner(owner: str | None) -> str | None:
+    """``owner`` if it is a string or ``None``; a ``TypeError`` naming it if not."""
+    if owner is not None and not isinstance(owner, str):
+        raise TypeError(f"owner must be a string or None, not {owner!r}")
+    return owner
+
+
 def spawn_trigger(parent_execution_id: str) -> Trigger:
     """The trigger of a child execution (``ctx.spawn``, ``run.child``)."""
     return Trigger(kind="spawn", metadata={"parent_execution_id": parent_execution_id})
