@@ -951,6 +951,30 @@ class TestLoneSurrogates:
         ]
         assert stored_events == recorder.events
 
+    async def test_one_in_a_key_is_stored_too(self, url: str) -> None:
+        """A file name as a key (``{name: size}``): pydantic's fallback refused the key."""
+
+        @onlooker.tool
+        def sizes() -> dict[str, int]:
+            return {"caf\udce9.txt": 12}
+
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.call("sizes")
+
+        plugin = history.plugin(url)
+        async with onlooker.ExecutionEngine(tools=[sizes], plugins=[plugin]) as engine:
+            result = await engine.execute(program)
+        stats = engine.extension(plugin).statistics()
+        assert stats is not None and (stats.written, stats.dead_letters) == (4, 0)
+        async with history.open(url) as store:
+            tree = await store.get_execution(result.execution_id)
+            kinds = [event.kind for event in await store.events(result.execution_id)]
+        assert tree is not None
+        assert [(c.status, c.result) for c in tree.tool_calls] == [
+            ("completed", {"caf\udce9.txt": 12})
+        ]
+        assert kinds[2] == "ToolCallFinished"
+
     def test_parse_event_reads_the_escape_json_writes(self) -> None:
         event = poison("x", 0)
         raw = json.dumps(event.model_dump(mode="json") | {"tool": "caf\udce9"})

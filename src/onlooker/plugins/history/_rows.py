@@ -30,7 +30,8 @@ from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any, Final, NamedTuple, TypeAlias, assert_never
 
-from pydantic_core import to_json, to_jsonable_python
+from pydantic import BaseModel
+from pydantic_core import to_json
 
 from onlooker import (
     Attribution,
@@ -107,12 +108,14 @@ def _error(error: ErrorInfo | None) -> str | None:
 
 
 def _json_text(value: Any, serialize: Callable[[Any], bytes] = to_json) -> str:
-    """``value``'s JSON by ``serialize`` (pydantic-core); when it refuses a lone surrogate,
-    json's text, which escapes it (``\\udc80``), as the audit trail writes it."""
+    """``value``'s JSON by ``serialize`` (pydantic-core); when it refuses a lone surrogate
+    (in a string or a key), json's text, which escapes it (``\\udc80``), as the audit
+    trail writes it. ``value`` is a model or a snapshot (JSON already)."""
     try:
         return serialize(value).decode()
     except ValueError:
-        return json_bytes(to_jsonable_python(value)).decode()
+        plain = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        return json_bytes(plain).decode()
 
 
 def _no_surrogate(value: Any) -> Any:
