@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -439,6 +440,54 @@ class TestSnapshots:
         assert recorder.of(ExecutionFinished)[0].result is None
         for event in recorder.events:
             assert parse_event(event.model_dump_json()) == event
+
+    @pytest.mark.anyio
+    async def test_an_iterator_is_recorded_by_its_repr_not_used_up(
+        self, anyio_backend: str
+    ) -> None:
+        """Copying a generator (or a ``map``, a file) would read it: the program would
+        get it empty, and an endless one would never be copied."""
+        recorder = RecordingObserver()
+
+        async def program(ctx: ExecutionContext) -> Any:
+            first = await ctx.call(keep_any, thing=iter([10, 20]))
+            numbers = await ctx.call(keep_any, thing=(n for n in range(3)))
+            endless = await ctx.call(keep_any, thing=itertools.count())
+            return [next(first), list(numbers), next(endless)]
+
+        async with ExecutionEngine(tools=[keep_any]) as engine:
+            with onlooker.observing(recorder):
+                result = await engine.execute(program)
+        assert result.value == [10, [0, 1, 2], 0]
+        results = [event.result for event in recorder.of(ToolCallFinished)]
+        assert [str(value).split(" ")[0] for value in results] == [
+            "<list_iterator",
+            "<generator",
+            "count(0)",
+        ]
+        assert recorder.of(ToolCallStarted)[1].args["thing"] == results[1]
+
+    @pytest.mark.anyio
+    async def test_an_int_too_long_for_json_readers_becomes_a_string(
+        self, anyio_backend: str
+    ) -> None:
+        recorder = RecordingObserver()
+        huge = 10**5000
+
+        async def program(ctx: ExecutionContext) -> Any:
+            return await ctx.call(keep_any, thing=huge)
+
+        async with ExecutionEngine(tools=[keep_any]) as engine:
+            with onlooker.observing(recorder):
+                result = await engine.execute(program)
+        assert result.value == huge  # the program gets the real value
+        said = "<int of 16610 bits: too long for JSON readers>"
+        assert recorder.of(ToolCallStarted)[0].args == {"thing": said}
+        assert recorder.of(ToolCallFinished)[0].result == said
+        assert recorder.of(ExecutionFinished)[0].result == said
+        for event in recorder.events:
+            assert parse_event(event.model_dump_json()) == event
+        assert snapshot_object({"n": -(10**4299)})["n"] == -(10**4299)  # 4,300 digits: kept
 
     def test_a_float_subclass_holding_infinity_is_caught_too(self) -> None:
         class Reading(float):  # numpy's float64 is such a subclass

@@ -347,8 +347,16 @@ _EXACT: Final = (str, int, type(None))  # scalars that are their own snapshot (b
 
 
 def _scalar(value: str | int | float | None) -> JsonValue:
-    """A scalar's snapshot: itself, but ``None`` for a float JSON cannot hold (inf, NaN)."""
-    return None if isinstance(value, float) and not isfinite(value) else value
+    """A scalar's snapshot: itself, but ``None`` for a float JSON cannot hold (inf, NaN),
+    and a string saying so for an int with more digits than JSON readers take."""
+    if isinstance(value, float):
+        return value if isfinite(value) else None
+    if type(value) is int and not -_HUGE < value < _HUGE:
+        return f"<int of {value.bit_length()} bits: too long for JSON readers>"
+    return value
+
+
+_HUGE: Final = 10**4300  # Python's json and pydantic-core read no longer integer
 
 
 def _jsonable(value: object) -> JsonValue:
@@ -367,10 +375,18 @@ def snapshot(value: object) -> JsonValue:
     copied part by part instead, each part that fails becoming a string
     saying so: a snapshot never fails the event that carries it. JSON has
     no infinity or NaN: such a float becomes ``None``, as the event's JSON
-    writes it, so an event equals what its JSON reads back as.
+    writes it, so an event equals what its JSON reads back as; an int of
+    more than 4,300 digits, which JSON readers refuse, a string saying so.
+    An iterator (a generator, a ``map``, an open file) is recorded by its
+    ``repr``: copying it would use it up, and the program still gets it
+    whole. Both rules hold for the value itself, not for one nested inside
+    a container, which pydantic-core copies as it is.
     """
     if isinstance(value, _SCALARS):
         return _scalar(value)
+    kind = type(value)
+    if kind is not dict and kind is not list and hasattr(kind, "__next__"):
+        return _described(value)  # an iterator (a generator, a file): copying would use it up
     try:
         return _jsonable(value)
     except Exception:
@@ -378,6 +394,13 @@ def snapshot(value: object) -> JsonValue:
     try:
         return _copy(value)
     except Exception as exc:  # a cycle: the whole value is marked
+        return _unserializable(value, exc)
+
+
+def _described(value: object) -> str:
+    try:
+        return repr(value)
+    except Exception as exc:
         return _unserializable(value, exc)
 
 
@@ -392,7 +415,11 @@ def snapshot_object(value: Mapping[Any, object]) -> dict[str, JsonValue]:
     becomes a string saying so and the others keep their shape.
     """
     return {
-        k if type(k) is str else str(k): v if isinstance(v, _EXACT) else snapshot(v)
+        k if type(k) is str else str(k): (
+            v
+            if isinstance(v, _EXACT) and (type(v) is not int or -_HUGE < v < _HUGE)
+            else snapshot(v)
+        )
         for k, v in value.items()
     }
 
