@@ -317,6 +317,19 @@ class TestRecordCap:
         with pytest.raises(ValueError, match="max_chars"):
             cap_record({}, 0)
 
+    def test_an_object_of_many_small_members_keeps_its_first_ones(self) -> None:
+        """Each member too small to cut: the object drops its last ones, in linear time
+        (a 30,000-member object took 45 s to cap, and stayed over the cap)."""
+        members = {f"k{i}": i for i in range(100_000)}
+        event = {"kind": "ToolCallStarted", "event_id": "e1", "args": {"counts": members}}
+        capped = cap_record(event, 10_000)
+        assert len(json.dumps(capped, separators=(",", ":"), ensure_ascii=False)) <= 10_000
+        kept = capped["args"]["counts"]
+        *first, marker = kept.items()
+        assert first == [(f"k{i}", i) for i in range(len(first))] and len(first) > 500
+        assert marker == ("…", f"…[truncated {100_000 - len(first)} members]")
+        assert len(event["args"]["counts"]) == 100_000  # never mutated
+
 
 class TestCustomRules:
     def test_users_add_rules(self) -> None:

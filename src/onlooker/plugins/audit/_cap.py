@@ -29,7 +29,8 @@ def cap_record(event: dict[str, Any], max_chars: int) -> dict[str, Any]:
     others is cut first, keeping its type, so the event still validates: a
     string becomes its first characters and ``…[truncated N chars]``, a list
     its first items and ``"…[truncated N items]"``, an object keeps its keys
-    and cuts its largest member. Returns ``event`` itself when it fits;
+    and cuts its largest member (one with too many members to fit even so
+    keeps its first ones, and ``"…": "…[truncated N members]"``). Returns ``event`` itself when it fits;
     never mutates it. Run it after redaction, on what is about to be written.
     """
     if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
@@ -60,15 +61,23 @@ def _fit(out: dict[str, Any], sizes: dict[str, int], size: int, budget: int) -> 
             size += new_size - sizes[key]
             out[key], sizes[key] = new, new_size
         available -= sizes[key]
-    while size > budget and sizes:
-        key = max(sizes, key=sizes.__getitem__)
+    if size <= budget:
+        return out
+    from heapq import heapify, heappop, heappush  # the hook rarely gets here
+
+    largest = [(-member_size, key) for key, member_size in sizes.items()]
+    heapify(largest)
+    while size > budget and largest:
+        negated, key = heappop(largest)
+        if -negated != sizes[key]:
+            continue  # cut since: its new size is in the heap too
         new = _shrink(out[key], max(sizes[key] - (size - budget), 0))
         new_size = _size(new)
         if new_size >= sizes[key]:
-            del sizes[key]  # cannot get smaller: try the next largest
-            continue
+            continue  # cannot get smaller: the next largest
         size += new_size - sizes[key]
         out[key], sizes[key] = new, new_size
+        heappush(largest, (-new_size, key))
     return out
 
 
@@ -93,7 +102,23 @@ def _shrink(value: Any, budget: int) -> Any:
         return kept
     if kind is dict:
         members = dict(value)
-        return _fit(
-            members, {key: _size(item) for key, item in members.items()}, _size(value), budget
-        )
+        sizes = {key: _size(item) for key, item in members.items()}
+        members = _fit(members, sizes, _size(value), budget)
+        return members if _size(members) <= budget else _first_members(members, sizes, budget)
     return value
+
+
+def _first_members(members: dict[str, Any], sizes: dict[str, int], budget: int) -> dict[str, Any]:
+    """An object too large even with each member cut: its first members, and a marker."""
+    kept: dict[str, Any] = {}
+    used = 2 + 32  # the braces and the marker
+    for key, item in members.items():
+        used += len(json_dumps(key)) + 2 + sizes[key]
+        if used > budget:
+            break
+        kept[key] = item
+    kept[_MORE] = f"…[truncated {len(members) - len(kept)} members]"
+    return kept
+
+
+_MORE = "…"  # the key of the marker that ends a cut object
