@@ -321,7 +321,11 @@ class TestRecordCap:
         """Each member too small to cut: the object drops its last ones, in linear time
         (a 30,000-member object took 45 s to cap, and stayed over the cap)."""
         members = {f"k{i}": i for i in range(100_000)}
-        event = {"kind": "ToolCallStarted", "event_id": "e1", "args": {"counts": members}}
+        event: dict[str, Any] = {
+            "kind": "ToolCallStarted",
+            "event_id": "e1",
+            "args": {"counts": members},
+        }
         capped = cap_record(event, 10_000)
         assert len(json.dumps(capped, separators=(",", ":"), ensure_ascii=False)) <= 10_000
         kept = capped["args"]["counts"]
