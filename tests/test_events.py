@@ -489,6 +489,32 @@ class TestSnapshots:
             assert parse_event(event.model_dump_json()) == event
         assert snapshot_object({"n": -(10**4299)})["n"] == -(10**4299)  # 4,300 digits: kept
 
+    @pytest.mark.anyio
+    @pytest.mark.parametrize("depth", [199, 253, 300, 5000])
+    async def test_deeply_nested_values_round_trip(self, anyio_backend: str, depth: int) -> None:
+        """pydantic-core writes 254 levels and reads 201: a snapshot keeps what both take
+        through the event, and marks deeper containers."""
+        recorder = RecordingObserver()
+        value: list[Any] = []
+        for _ in range(depth):
+            value = [value]
+
+        async def program(ctx: ExecutionContext) -> Any:
+            return await ctx.call(keep_any, thing=value)
+
+        async with ExecutionEngine(tools=[keep_any]) as engine:
+            with onlooker.observing(recorder):
+                result = await engine.execute(program)
+        assert result.value is value
+        for event in recorder.events:
+            assert parse_event(event.model_dump_json()) == event
+        text = recorder.of(ToolCallFinished)[0].model_dump_json()
+        assert ("<list nested deeper than 200 levels>" in text) is (depth > 251)
+
+    def test_json_nested_past_every_reader_is_an_error_not_a_crash(self) -> None:
+        with pytest.raises(EventValidationError, match="not valid JSON"):
+            parse_event('{"kind": "ToolCallStarted", "args": ' + "[" * 5000 + "]" * 5000 + "}")
+
     def test_a_float_subclass_holding_infinity_is_caught_too(self) -> None:
         class Reading(float):  # numpy's float64 is such a subclass
             pass

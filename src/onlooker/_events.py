@@ -276,15 +276,16 @@ def parse_event(raw: bytes | str | dict[str, Any]) -> ExecutionEvent:
             try:
                 return _EVENT_ADAPTER.validate_json(raw)
             except ValidationError as exc:
-                if "\\ud" not in raw.lower() or exc.errors()[0]["type"] != "json_invalid":
+                if exc.errors()[0]["type"] != "json_invalid":
                     raise
-                # A lone surrogate escaped as JSON allows (\udc80: an undecodable file name,
-                # as the standard library writes it): pydantic's parser refuses it, json reads it.
+                # JSON that pydantic's parser refuses and json reads: a lone surrogate escaped
+                # (\udc80: an undecodable file name, as the standard library writes it), or
+                # values nested deeper than its 200 levels.
                 import json
 
                 try:
                     data = json.loads(raw)
-                except ValueError:
+                except (ValueError, RecursionError):
                     raise exc from None
                 return _EVENT_ADAPTER.validate_python(data)
         if isinstance(raw, dict):
@@ -388,11 +389,13 @@ def snapshot(value: object) -> JsonValue:
     if kind is not dict and kind is not list and hasattr(kind, "__next__"):
         return _described(value)  # an iterator (a generator, a file): copying would use it up
     try:
-        return _jsonable(value)
+        # Wrapped: pydantic-core serializes 254 levels at most, and an event nests its
+        # values up to three deep, so a value that converts here fits in its event too.
+        return _jsonable([[[value]]])[0][0][0]  # type: ignore[index]
     except Exception:
         pass
     try:
-        return _copy(value)
+        return _copy(value, set())
     except Exception as exc:  # a cycle: the whole value is marked
         return _unserializable(value, exc)
 
@@ -424,14 +427,30 @@ def snapshot_object(value: Mapping[Any, object]) -> dict[str, JsonValue]:
     }
 
 
-def _copy(value: object) -> JsonValue:
+def _copy(value: object, inside: set[int]) -> JsonValue:
+    """``value`` copied part by part; ``inside``: the ids of the containers it is in."""
     if isinstance(value, _SCALARS):
         return _scalar(value)
-    if type(value) is dict:
-        return {k if type(k) is str else str(k): _copy(v) for k, v in value.items()}
-    if type(value) is list or type(value) is tuple:
-        return [_copy(v) for v in value]
+    kind = type(value)
+    if kind is dict or kind is list or kind is tuple:
+        if len(inside) == _DEEPEST:
+            return f"<{kind.__name__} nested deeper than {_DEEPEST} levels>"
+        if id(value) in inside:
+            raise ValueError("Circular reference detected")  # the whole value is marked
+        inside.add(id(value))
+        try:
+            if kind is dict:
+                return {
+                    k if type(k) is str else str(k): _copy(v, inside)
+                    for k, v in value.items()  # type: ignore[attr-defined]
+                }
+            return [_copy(v, inside) for v in value]  # type: ignore[attr-defined]
+        finally:
+            inside.discard(id(value))
     try:
         return _jsonable(value)
     except Exception as exc:  # only this value is marked; its neighbours keep their shape
         return _unserializable(value, exc)
+
+
+_DEEPEST: Final = 200  # levels of a snapshot's containers; deeper ones are marked
