@@ -652,6 +652,23 @@ class TestHooks:
         well_formed(recorder.events)
         assert [e.status for e in recorder.of(ExecutionFinished)] == ["failed", "failed"]
 
+    async def test_a_child_left_open_after_an_abort_fails_with_it(self) -> None:
+        """The Claude adapter finishes the root alone: the child the abort was in had
+        ended ``cancelled``, where a native child ends ``failed``."""
+        hooks = [HookMatcher(pattern="Bash", pre=[verdict(HookAction.ABORT, reason="no")])]
+        async with ExecutionEngine(hooks=hooks) as engine:
+            recorder = record(engine)
+            run = engine.track("bot")
+            await run.start()
+            child = run.child("sub")
+            await child.start()
+            await child.tool_started("Bash", {})
+            await run.finish()
+        well_formed(recorder.events)
+        finished = recorder.of(ExecutionFinished)
+        assert [e.status for e in finished] == ["failed", "failed"]
+        assert [e.error.type for e in finished if e.error is not None] == ["HookAbortError"] * 2
+
     @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
     async def test_post_hooks_rewrite_the_output(self, is_async: bool) -> None:
         def redact_sync(use: ToolUseContext, output: Any) -> PostHookResult | None:

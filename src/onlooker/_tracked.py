@@ -232,10 +232,16 @@ class TrackedExecution:
             self._on_close(self)
 
     def _close_open_parts(self) -> None:
-        """Close what is still open ``cancelled``: children, calls, questions."""
+        """Close what is still open ``cancelled``: children, calls, questions; after an
+        ABORT, children finish ``failed`` with it, as a native child does."""
+        aborted = self._tree.aborted
         for child in self._children:
-            if child._state == "running":  # a child never started was never open
+            if child._state != "running":  # a child never started was never open
+                continue
+            if aborted is None:
                 child.finish_nowait("cancelled", error=CANCELLED)
+            else:
+                child.finish_nowait("failed", error=aborted)
         self._calls.cancel_all()
         self._questions.cancel_all()
 
