@@ -326,6 +326,42 @@ class TestFailures:
             ("end", "failed"),
         ]
 
+    async def test_a_tool_the_sdk_stops_at_its_timeout_fails(self, check_stream: Check) -> None:
+        """By default the SDK gives the model a timeout message as the tool's result: a
+        failure told as a result, recorded ``failed`` with that message."""
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks = OnlookerRunHooks(engine)
+            guard = tool_guardrail(engine)
+
+            @function_tool(tool_input_guardrails=[guard], timeout=0.05)
+            async def hang() -> str:
+                """Never answers in time."""
+                await asyncio.sleep(30)
+                return "late"
+
+            model = ScriptedModel(
+                [[function_call("hang", {}, call_id="h1")], [assistant_message("gave up")]]
+            )
+            agent = Agent(name="waiter", model=model, tools=[hang])
+            result = await Runner.run(agent, "go", hooks=hooks)
+            assert result.final_output == "gave up"
+
+        check_stream(recorder.events)
+        assert tool_events(recorder.events) == [
+            ("start", "waiter"),
+            ("call", "hang", "h1"),
+            ("done", "hang", "h1", "failed"),
+            ("end", "completed"),
+        ]
+        (finished,) = recorder.of(ToolCallFinished)
+        assert finished.error is not None
+        assert (
+            finished.error.message == "ToolTimeoutError: Tool 'hang' timed out after 0.05 seconds."
+        )
+
     async def test_an_abort_halts_the_run(self, check_stream: Check) -> None:
         def abort(ctx: ToolUseContext) -> PreHookResult:
             return PreHookResult(action=HookAction.ABORT, reason="stop everything")

@@ -9,7 +9,7 @@ from agents.run_context import AgentHookContext
 from agents.tool_context import ToolContext
 from agents.tracing import get_current_span
 
-from ._shared import arguments, logger, span_failure, state_of
+from ._shared import arguments, logger, span_failure, state_of, timeout_failure
 
 if TYPE_CHECKING:
     from onlooker import ExecutionEngine
@@ -132,6 +132,7 @@ class OnlookerRunHooks(RunHooks[Any]):
             if entry is None:
                 return
             await state.drain()  # a child run the processor is finishing comes first
-            await state.close_call(entry, result, span_failure(get_current_span(), entry))
+            failure = span_failure(get_current_span(), entry) or timeout_failure(tool, result)
+            await state.close_call(entry, result, failure)
         except Exception:
             logger.exception("could not record the end of tool %r", tool.name)

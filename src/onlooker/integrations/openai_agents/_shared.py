@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 from weakref import WeakKeyDictionary, ref
 
 from agents import Agent, RunContextWrapper
+from agents.tool import default_tool_timeout_error_message
 from agents.tool_context import ToolContext
 from agents.tracing import AgentSpanData, FunctionSpanData, Span, get_current_span
 
@@ -362,6 +363,19 @@ def span_failure(span: Span[Any] | None, entry: Call) -> str | None:
     if span is None or entry.span_id is None or span.span_id != entry.span_id:
         return None  # not this call's span, or tracing is off: nothing says it failed
     return span_error(span)
+
+
+def timeout_failure(tool: object, result: object) -> str | None:
+    """The SDK's own message when it stopped a function tool at its ``timeout`` and, as
+    it does by default (``timeout_behavior="error_as_result"``), gave the model that
+    message as the tool's result; else ``None``."""
+    seconds = getattr(tool, "timeout_seconds", None)
+    if seconds is None or not isinstance(result, str):
+        return None
+    said = default_tool_timeout_error_message(
+        tool_name=getattr(tool, "name", ""), timeout_seconds=seconds
+    )
+    return f"ToolTimeoutError: {said}" if result == said else None
 
 
 def span_error(span: Span[Any]) -> str | None:
