@@ -31,7 +31,8 @@ tool input guardrail (``tool_guardrail``)  ``run.tool_started(tool_name, argumen
                                            guardrail did not open (watch only)
 ``on_tool_end``                            ``call.failed(...)`` when the tool's trace span
                                            carries an error (the SDK hands a failing tool's
-                                           message to ``on_tool_end`` as a normal result),
+                                           message to ``on_tool_end`` as a normal result)
+                                           or the result is the SDK's timeout message,
                                            else ``call.finished(result)``
 function span ends, call still open        ``call.failed(...)``: ``cancelled`` when the task
 (``OnlookerTracingProcessor``)             ending the span is being cancelled, else the span
