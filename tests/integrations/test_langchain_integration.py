@@ -520,6 +520,52 @@ async def test_a_failing_graph_fails_its_execution() -> None:
     assert run.status == "failed" and run.error is not None and run.error.type == "ToolException"
 
 
+async def test_a_sibling_that_ends_after_the_failed_run_stays_cancelled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """LangGraph leaves a parallel sibling running when another call fails the run: its
+    late end is not an adapter error (it was one), and its record stays ``cancelled``."""
+    ended = anyio.Event()
+
+    @tool
+    async def slow() -> str:
+        """Takes a while."""
+        await anyio.sleep(0.05)
+        ended.set()
+        return "slow"
+
+    @tool
+    def boom() -> str:
+        """Fails at once."""
+        raise ValueError("kaput")
+
+    recorder = RecordingObserver()
+    both = AIMessage(
+        content="",
+        tool_calls=[
+            {"name": "slow", "args": {}, "id": "c1"},
+            {"name": "boom", "args": {}, "id": "c2"},
+        ],
+    )
+    with caplog.at_level(logging.WARNING, logger="onlooker.integrations.langchain"):
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            agent = Agent(wrap_tool_call(engine))
+            graph = agent.graph("bot", model(both), [slow, boom], handle_tool_errors=False)
+            with pytest.raises(ValueError, match="kaput"):
+                await graph.ainvoke(
+                    {"messages": [HumanMessage("x")]},
+                    config(OnlookerCallbackHandler(engine), uuid.uuid4()),
+                )
+            with anyio.fail_after(5):
+                await ended.wait()
+            await anyio.sleep(0.05)  # the wrapper records the late end
+    statuses = {e.tool_call_id: e.status for e in recorder.of(ToolCallFinished)}
+    assert statuses == {"c1": "cancelled", "c2": "failed"}
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("ended after its execution" in r.getMessage() for r in caplog.records)
+
+
 async def test_an_interrupted_graph_leaves_its_call_cancelled() -> None:
     @tool
     def approve(order_id: str) -> str:

@@ -189,6 +189,9 @@ class _ToolNodeGovernor:
         An error message is recorded as what the tool raised, when known.
         """
         message = _tool_message(result, request_id, self._message_type, self._command_type)
+        if call.done:  # its execution ended first (a sibling failed or aborted the run)
+            _ended_late(call)
+            return result
         if message is not None and message.status == "error":
             error = raised if isinstance(raised, Exception) else text(message.content)
             await call.failed(error)
@@ -209,10 +212,23 @@ class _ToolNodeGovernor:
 async def _failed(
     call: TrackedToolCall, standalone: TrackedExecution | None, error: BaseException
 ) -> None:
-    if not interrupted(error):  # an interrupted call closes, cancelled, with its execution
+    if call.done:
+        _ended_late(call)
+    elif not interrupted(error):  # an interrupted call closes, cancelled, with its execution
         await call.failed(error)
     if standalone is not None:
         await standalone.finish(ended_status(error), error=error)
+
+
+def _ended_late(call: TrackedToolCall) -> None:
+    logger.warning(
+        "LangGraph tool call %r (%r) ended after its execution %r had finished; "
+        "it stays recorded %s",
+        call.tool_call_id,
+        call.tool,
+        call.execution_id,
+        call.status,
+    )
 
 
 async def _quietly(home: Home, step: Callable[[], Awaitable[None]]) -> None:
