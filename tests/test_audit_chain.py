@@ -321,6 +321,8 @@ class TestHeadTruncation:
             assert report.first_bad == audit.BadLine(live, 1)
             assert report.first_seq == deleted
             assert f"starts at seq {deleted}" in report.detail
+            assert report.records == 0  # none before the first bad line, the first
+            assert f"the {12 - deleted} records kept after them chain" in report.detail
 
     def test_deleting_the_oldest_retained_segment_is_found(self, tmp_path: Path) -> None:
         session = write_trail(tmp_path, tool_events(30), max_bytes=2000, keep=3)

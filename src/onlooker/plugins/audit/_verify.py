@@ -207,9 +207,9 @@ def verify(path: str | os.PathLike[str]) -> VerifyReport:
             else f"the trail starts at seq {first} and no retirement record says records "
             f"0..{first - 1} were rotated away: lines were deleted from its head"
         )
-        return state.report(
-            files, BadLine(files[0], 1), "head_truncated", detail, records=state.records
-        )
+        detail += f" (the {state.records} records kept after them chain)"
+        # Nothing comes before the first bad line, the trail's first: no record counts.
+        return state.report(files, BadLine(files[0], 1), "head_truncated", detail, records=0)
     return state.report(files, None, None, "")
 
 
