@@ -257,7 +257,7 @@ class TestApi:
                 await zero.failed("x", duration_ms=0)
                 measured = await run.tool_started("t", {}, tool_call_id="measured")
                 await anyio.sleep(0.01)
-                for bad in (-1.0, float("nan"), True, "3"):
+                for bad in (-1.0, float("nan"), float("inf"), True, "3"):
                     with records_nothing(recorder), pytest.raises(ValueError, match="duration"):
                         await measured.finished("x", duration_ms=bad)  # type: ignore[arg-type]
                 assert not measured.done  # a refused finish leaves the call open

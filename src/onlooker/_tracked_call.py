@@ -8,6 +8,7 @@ lifecycle as ``ctx.call`` (``_lifecycle``).
 
 from __future__ import annotations
 
+import math
 from typing import Any, final
 
 from ._emitter import Emitter
@@ -131,9 +132,11 @@ class TrackedToolCall:
         if duration_ms is not None and (
             isinstance(duration_ms, bool)
             or not isinstance(duration_ms, int | float)
-            or not duration_ms >= 0
+            or not 0 <= duration_ms < math.inf
         ):
-            raise ValueError(f"duration_ms must be a non-negative number, not {duration_ms!r}")
+            raise ValueError(
+                f"duration_ms must be a non-negative, finite number, not {duration_ms!r}"
+            )
         self._closing = True
 
     def _cancel(self, refusal: str | None = None) -> None:
