@@ -114,6 +114,22 @@ async def test_open_interactions_and_dropped_events() -> None:
         assert samples(ext.exposition())["onlooker_interactions_open", ()] == 0
 
 
+async def test_two_runs_asking_with_the_same_interaction_id_are_two_open_questions() -> None:
+    """Tracked runs take their framework's ids, unique only within a run."""
+    plugin = metrics.plugin()
+    async with onlooker.ExecutionEngine(plugins=[plugin]) as engine:
+        ext = engine.extension(plugin)
+        first, second = engine.track("one"), engine.track("two")
+        for run in (first, second):
+            await run.start()
+            await run.interaction_started("allow?", interaction_id="ask_1")
+        assert samples(ext.exposition())["onlooker_interactions_open", ()] == 2
+        await first.interaction_resolved("ask_1", "accepted")
+        assert samples(ext.exposition())["onlooker_interactions_open", ()] == 1
+        await second.finish()
+        assert samples(ext.exposition())["onlooker_interactions_open", ()] == 0
+
+
 async def test_http_endpoint_on_loopback() -> None:
     plugin = metrics.plugin()
     async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:

@@ -110,7 +110,7 @@ class Metrics(Exposed):
         self._execution_duration = _Histogram(EXECUTION_BUCKETS)
         self._triggers: set[str] = set()
         self._running: dict[str, str] = {}
-        self._open: set[str] = set()
+        self._open: set[tuple[str, str]] = set()  # (execution, interaction): ids are per run
         self.registry.register(self)
         if bus is not None:
             self.registry.register(_BusCollector(bus))
@@ -154,9 +154,9 @@ class Metrics(Exposed):
                 self._executions[ended] = self._executions.get(ended, 0) + 1
                 _observe(self._execution_duration, EXECUTION_BUCKETS, event.duration_ms / 1000)
             case InteractionStarted():
-                self._open.add(event.interaction_id)
+                self._open.add((event.execution_id, event.interaction_id))
             case InteractionResolved():
-                self._open.discard(event.interaction_id)
+                self._open.discard((event.execution_id, event.interaction_id))
             case _:
                 assert_never(event)
 
