@@ -303,6 +303,14 @@ async def tracked_scenario(ops: tuple[Op, ...], end: str, check: Check) -> None:
     handles: list[onlooker.TrackedToolCall] = []
     aborted = False
     counter = 0
+    left_open: dict[str, list[str]] = {}  # execution -> its children left open
+
+    def closed(execution_id: str, status: str) -> None:
+        """``execution_id`` closed ``status``: the children it left open close with it,
+        ``failed`` after an abort unless it was cancelled, else ``cancelled``."""
+        expected_runs[execution_id] = status
+        for child in left_open.get(execution_id, []):
+            closed(child, "failed" if aborted and status != "cancelled" else "cancelled")
 
     async def drive(run: onlooker.TrackedExecution, script: tuple[Op, ...]) -> None:
         nonlocal aborted, counter
@@ -356,22 +364,22 @@ async def tracked_scenario(ops: tuple[Op, ...], end: str, check: Check) -> None:
                 if op.arg == "exit":
                     async with child:
                         await drive(child, op.children)
-                    expected_runs[child.execution_id] = "failed" if aborted else "completed"
+                    closed(child.execution_id, "failed" if aborted else "completed")
                 elif op.arg == "raise":
                     with contextlib.suppress(Oops):
                         async with child:
                             await drive(child, op.children)
                             raise Oops("the sub-agent crashed")
-                    expected_runs[child.execution_id] = "failed"
+                    closed(child.execution_id, "failed")
                 elif op.arg == "finish":
                     await child.start()
                     await drive(child, op.children)
                     await child.finish()
-                    expected_runs[child.execution_id] = "failed" if aborted else "completed"
+                    closed(child.execution_id, "failed" if aborted else "completed")
                 else:  # left open: closed with its parent
                     await child.start()
                     await drive(child, op.children)
-                    expected_runs[child.execution_id] = "cancelled"
+                    left_open.setdefault(run.execution_id, []).append(child.execution_id)
                 assert child.finished or op.arg == "open"
 
     with anyio.fail_after(20):
@@ -406,11 +414,11 @@ async def tracked_scenario(ops: tuple[Op, ...], end: str, check: Check) -> None:
                 await stack.aclose()
             assert run.finished
     if end in ("cancel", "engine_close"):
-        expected_runs[run.execution_id] = "cancelled"
+        closed(run.execution_id, "cancelled")
     elif end == "raise" or aborted:
-        expected_runs[run.execution_id] = "failed"
+        closed(run.execution_id, "failed")
     else:
-        expected_runs[run.execution_id] = "completed"
+        closed(run.execution_id, "completed")
 
     events = recorder.events
     check(events)

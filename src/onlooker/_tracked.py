@@ -215,7 +215,7 @@ class TrackedExecution:
             except TrackingError:  # the engine has closed: there is nothing to record it in
                 self._state, self._status = "finished", status
                 return
-        self._close_open_parts()
+        self._close_open_parts(status)
         info = final_error(status, error)
         aborted = self._tree.aborted
         if aborted is not None and status == "completed":
@@ -231,14 +231,15 @@ class TrackedExecution:
         if self._on_close is not None:
             self._on_close(self)
 
-    def _close_open_parts(self) -> None:
-        """Close what is still open ``cancelled``: children, calls, questions; after an
-        ABORT, children finish ``failed`` with it, as a native child does."""
+    def _close_open_parts(self, status: ExecutionStatus) -> None:
+        """Close what is still open ``cancelled``: children, calls, questions. After an
+        ABORT, a run that is not itself cancelled finishes its children ``failed`` with
+        the abort, as native children end."""
         aborted = self._tree.aborted
         for child in self._children:
             if child._state != "running":  # a child never started was never open
                 continue
-            if aborted is None:
+            if aborted is None or status == "cancelled":
                 child.finish_nowait("cancelled", error=CANCELLED)
             else:
                 child.finish_nowait("failed", error=aborted)
