@@ -372,6 +372,66 @@ class TestSchemaVersion:
         assert [c.tool for c in tree.tool_calls] == ["a"]
 
 
+async def two_runs_reusing_ids(url: str) -> None:
+    """Two tracked runs whose framework gave both a call ``call_1`` and a question ``ask_1``."""
+    async with onlooker.ExecutionEngine(plugins=[history.plugin(url)]) as engine:
+        for name in ("one", "two"):
+            async with engine.track(name, execution_id=name) as run:
+                call = await run.tool_started("search", {"q": name}, tool_call_id="call_1")
+                await call.finished(f"found by {name}")
+                await run.interaction_started(f"{name}?", interaction_id="ask_1")
+                await run.interaction_resolved("ask_1", "accepted", {"by": name})
+
+
+class TestIdsPerExecution:
+    """A tracked run takes its framework's ids, unique only within the run: two runs may
+    both have a ``call_1``. Keyed by the id alone, the second took the first's row."""
+
+    async def test_each_execution_keeps_its_own_calls_and_questions(self, url: str) -> None:
+        await two_runs_reusing_ids(url)
+        async with history.open(url) as store:
+            trees = [await store.get_execution(name) for name in ("one", "two")]
+            stats = await store.stats()
+        for name, tree in zip(("one", "two"), trees, strict=True):
+            assert tree is not None
+            assert [(c.tool_call_id, c.args, c.result) for c in tree.tool_calls] == [
+                ("call_1", {"q": name}, f"found by {name}")
+            ]
+            assert [(i.interaction_id, i.response) for i in tree.interactions] == [
+                ("ask_1", {"by": name})
+            ]
+        assert stats.tool_calls == 2
+
+    async def test_a_version_2_database_is_rebuilt_with_the_new_keys(self, url: str) -> None:
+        await two_runs_reusing_ids(url)
+        engine = sa.create_engine(url)
+        with engine.begin() as conn:  # version 2: calls and questions keyed by their id alone
+            for table in (tables.tool_calls, tables.interactions):
+                table.drop(conn)
+                key = table.c[0].name
+                old = sa.Table(
+                    table.name,
+                    sa.MetaData(),
+                    *(
+                        sa.Column(c.name, c.type, primary_key=c.name == key, nullable=c.nullable)
+                        for c in table.c
+                    ),
+                )
+                old.create(conn)
+            conn.execute(sa.update(tables.schema_version).values(version=2))
+        engine.dispose()
+        async with history.open(url) as store:
+            trees = [await store.get_execution(name) for name in ("one", "two")]
+            version = await store.query(
+                lambda conn: conn.execute(sa.select(tables.schema_version.c.version)).scalar()
+            )
+        assert version == history.HISTORY_SCHEMA_VERSION == 3
+        assert [[c.result for c in t.tool_calls] for t in trees if t is not None] == [
+            ["found by one"],
+            ["found by two"],
+        ]
+
+
 class TestUnreachable:
     async def test_error_names_the_url_without_password(self) -> None:
         url = "postgresql+psycopg://alice:s3cret-pw@127.0.0.1:1/nodb"

@@ -102,15 +102,15 @@ class TestMergeWithinABatch:
             tool="t",
             args={},
         )
-        row = rows_of([started, call(2)]).tool_calls["c"]
+        row = rows_of([started, call(2)]).tool_calls["x", "c"]
         assert row["phase"] == "build" and row["seq"] == 1
-        reversed_row = rows_of([call(2), started]).tool_calls["c"]
+        reversed_row = rows_of([call(2), started]).tool_calls["x", "c"]
         assert reversed_row == row
 
     def test_postgresql_rows_hold_no_nul_in_text(self) -> None:
         error = ErrorInfo(type="E", message="bad \x00", cause="failure")
         rows = rows_of([call(3, tool="a\x00b", error=error)], backend="postgresql")
-        row = rows.tool_calls["c"]
+        row = rows.tool_calls["x", "c"]
         assert row["tool"] == "a\ufffdb"
         assert row["error"] is not None and "\\u0000" in row["error"]  # JSON keeps it escaped
 

@@ -7,7 +7,7 @@ about 25 µs of Python per row on the writer thread, ``COPY`` about a third
 of that (``bench/history.py``).
 
 Every statement is derived from the tables in ``_schema.py``: the column
-lists, the conflict key (a table's first column) and how a projection
+lists, the conflict key (a table's primary key) and how a projection
 column merges with what is stored (``COALESCE``: a value, once known,
 stays; :data:`~._schema.KEEP_SMALLEST` columns keep the smaller).
 """
@@ -34,9 +34,11 @@ def _columns(table: sa.Table) -> tuple[str, ...]:
 def _merge_clause(table: sa.Table) -> str:
     """``ON CONFLICT`` for a projection: merge the new row into the stored one."""
     name = table.name
-    key, *others = table.c
+    keys = ", ".join(column.name for column in table.primary_key.columns)
     updates = []
-    for column in others:
+    for column in table.c:
+        if column.primary_key:
+            continue
         c = column.name
         if column.info == KEEP_SMALLEST:
             updates.append(
@@ -44,7 +46,7 @@ def _merge_clause(table: sa.Table) -> str:
             )
         else:
             updates.append(f"{c} = COALESCE(excluded.{c}, {name}.{c})")
-    return f"ON CONFLICT ({key.name}) DO UPDATE SET {', '.join(updates)}"
+    return f"ON CONFLICT ({keys}) DO UPDATE SET {', '.join(updates)}"
 
 
 _EVENTS_CONFLICT: Final = "ON CONFLICT (event_id) DO NOTHING"  # idempotent by event id

@@ -95,8 +95,9 @@ class Rows:
 
     events: list[LoggedRow] = field(default_factory=list)
     executions: dict[str, Row] = field(default_factory=dict)
-    tool_calls: dict[str, Row] = field(default_factory=dict)
-    interactions: dict[str, Row] = field(default_factory=dict)
+    tool_calls: dict[tuple[str, str], Row] = field(default_factory=dict)
+    """Keyed by (execution, call): a tracked run's ids are unique only within it."""
+    interactions: dict[tuple[str, str], Row] = field(default_factory=dict)
 
 
 def _json(value: Any) -> str | None:
@@ -172,9 +173,10 @@ def _known(row: Row, column: str, value: Any) -> None:
 def _tool_call(rows: Rows, event: ToolCallStarted | ToolCallFinished) -> Row:
     """The batch's row of the event's tool call, with the columns both its events carry."""
     a = event.attribution
-    row = rows.tool_calls.get(event.tool_call_id)
+    key = (event.execution_id, event.tool_call_id)
+    row = rows.tool_calls.get(key)
     if row is None:
-        row = rows.tool_calls[event.tool_call_id] = {
+        row = rows.tool_calls[key] = {
             "tool_call_id": event.tool_call_id,
             "execution_id": event.execution_id,
             "tool": event.tool,
@@ -219,9 +221,10 @@ def _execution(rows: Rows, event: ExecutionStarted | ExecutionFinished, at: Any)
 
 def _interaction(rows: Rows, event: InteractionStarted | InteractionResolved) -> Row:
     """The batch's row of the interaction, with the columns both its events carry."""
-    row = rows.interactions.get(event.interaction_id)
+    key = (event.execution_id, event.interaction_id)
+    row = rows.interactions.get(key)
     if row is None:
-        row = rows.interactions[event.interaction_id] = {
+        row = rows.interactions[key] = {
             "interaction_id": event.interaction_id,
             "execution_id": event.execution_id,
             "seq": event.seq,

@@ -2,8 +2,10 @@
 
 Schema history: version 1 is the raw event log alone (``events``); version 2
 adds the projections (``executions``, ``tool_calls``, ``interactions``),
-which a migration rebuilds from the log. Because every projection is derived
-from ``events``, a later projection change migrates the same way.
+which a migration rebuilds from the log; version 3 keys a tool call and a
+question by their execution too (a tracked run takes its framework's ids,
+unique only within the run). Because every projection is derived from
+``events``, each projection change migrates the same way.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ __all__ = [
     "tool_calls",
 ]
 
-HISTORY_SCHEMA_VERSION: Final = 2
+HISTORY_SCHEMA_VERSION: Final = 3
 """The version of the history tables this onlooker reads and writes."""
 
 
@@ -149,7 +151,7 @@ tool_calls: Final = sa.Table(
     "tool_calls",
     metadata,
     sa.Column("tool_call_id", sa.Text, primary_key=True),
-    sa.Column("execution_id", sa.Text, nullable=False),
+    sa.Column("execution_id", sa.Text, primary_key=True),  # ids are unique per execution
     sa.Column("tool", sa.Text, nullable=False),
     sa.Column("status", sa.Text),  # NULL while running
     sa.Column("args", Json),
@@ -172,7 +174,7 @@ interactions: Final = sa.Table(
     "interactions",
     metadata,
     sa.Column("interaction_id", sa.Text, primary_key=True),
-    sa.Column("execution_id", sa.Text, nullable=False),
+    sa.Column("execution_id", sa.Text, primary_key=True),  # ids are unique per execution
     sa.Column("message", sa.Text),
     sa.Column("requested_schema", Json),
     sa.Column("mode", sa.Text),
@@ -187,7 +189,7 @@ interactions: Final = sa.Table(
 )
 
 PROJECTIONS: Final = (executions, tool_calls, interactions)
-"""The tables derived from ``events``; the first column of each is its key."""
+"""The tables derived from ``events``; each is keyed by its primary key."""
 _ADVISORY_LOCK: Final = 0x6F6E6C6F  # "onlo": serializes schema setup across processes
 
 
@@ -260,7 +262,7 @@ def _migrate(conn: Connection, found: int, rebuild: Callable[[Connection], None]
             found=found,
             supported=HISTORY_SCHEMA_VERSION,
         )
-    # 1 -> 2: the projections appear; rebuilt from the event log.
+    # 1 -> 2: the projections appear; 2 -> 3: they are keyed anew. Rebuilt from the log.
     for table in PROJECTIONS:
         table.drop(conn, checkfirst=True)
     metadata.create_all(conn, checkfirst=True)
