@@ -1007,6 +1007,17 @@ class TestShutdownTimeout:
                     await engine.execute(_returns_one)
         assert closes == ["closed"]
 
+    async def test_aclose_after_a_failed_start_returns(self) -> None:
+        def broken(ctx: onlooker.PluginContext) -> None:
+            raise RuntimeError("cannot start")
+
+        engine = ExecutionEngine(plugins=[onlooker.define_plugin(id="broken", extension=broken)])
+        with pytest.raises(onlooker.PluginError):
+            async with engine:
+                pass
+        with anyio.fail_after(5):
+            await engine.aclose()  # it had waited for a close that never came
+
     async def test_closing_from_inside_a_detached_execution_is_refused(self) -> None:
         async def closes_its_engine(ctx: ExecutionContext) -> None:
             await engine.aclose()

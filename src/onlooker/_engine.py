@@ -138,6 +138,8 @@ class ExecutionEngine:
             self._detached.open(task_group)
         except BaseException as exc:
             self._phase = EnginePhase.CLOSED
+            self._left = True  # a later aclose() has nothing to close or leave
+            self._closed.set()
             with anyio.CancelScope(shield=True):
                 if self._stack is not None:
                     await self._stack.aclose()
@@ -176,7 +178,7 @@ class ExecutionEngine:
                 close_error = error
             self._phase = EnginePhase.CLOSED
             closed.set()
-        elif not closed.is_set():  # another task is closing it: wait for its end
+        elif self._phase is EnginePhase.CLOSING:  # another task is closing it: wait for its end
             with anyio.CancelScope(shield=True):
                 await closed.wait()
         if self._left or anyio.get_current_task().id != self._owner:
