@@ -577,6 +577,44 @@ class TestCancellation:
 
 
 class TestProcessor:
+    async def test_a_timeout_in_an_agent_tool_without_the_hooks_fails_by_its_span(
+        self, check_stream: Check
+    ) -> None:
+        """The span's output is the SDK's timeout message, and no span carries an error."""
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            guard = tool_guardrail(engine)
+
+            @function_tool(tool_input_guardrails=[guard], timeout=0.05)
+            async def hang() -> str:
+                """Never answers in time."""
+                await asyncio.sleep(30)
+                return "late"
+
+            inner = ScriptedModel(
+                [[function_call("hang", {}, call_id="n1")], [assistant_message("gave up")]]
+            )
+            research = Agent(name="researcher", model=inner, tools=[hang]).as_tool(
+                "research", "Ask the researcher."
+            )
+            research.tool_input_guardrails = [guard]
+            model = ScriptedModel(
+                [
+                    [function_call("research", {"input": "?"}, call_id="p1")],
+                    [assistant_message("ok")],
+                ]
+            )
+            agent = Agent(name="lead", model=model, tools=[research])
+            await Runner.run(agent, "go", hooks=OnlookerRunHooks(engine))
+
+        check_stream(recorder.events)
+        finished = {e.tool_call_id: e for e in recorder.of(ToolCallFinished)}
+        assert finished["n1"].status == "failed" and finished["n1"].error is not None
+        assert finished["n1"].error.message.startswith("ToolTimeoutError: Tool 'hang' timed out")
+        assert finished["p1"].status == "completed"
+
     async def test_an_agent_tool_without_the_hooks_is_closed_by_its_spans(
         self, check_stream: Check
     ) -> None:

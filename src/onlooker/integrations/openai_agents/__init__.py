@@ -37,7 +37,8 @@ tool input guardrail (``tool_guardrail``)  ``run.tool_started(tool_name, argumen
 function span ends, call still open        ``call.failed(...)``: ``cancelled`` when the task
 (``OnlookerTracingProcessor``)             ending the span is being cancelled, else the span
                                            error (the tool raised past
-                                           ``failure_error_function``); else
+                                           ``failure_error_function``), or the
+                                           SDK's timeout message as output; else
                                            ``call.finished(span output)``
 agent span ends, run still open            after an ``ABORT`` ``run.finish()`` (``failed``);
 (``OnlookerTracingProcessor``)             ``run.finish("cancelled")`` when the run's task is

@@ -132,7 +132,7 @@ class OnlookerRunHooks(RunHooks[Any]):
             if entry is None:
                 return
             await state.drain()  # a child run the processor is finishing comes first
-            failure = span_failure(get_current_span(), entry) or timeout_failure(tool, result)
+            failure = span_failure(get_current_span(), entry) or timeout_failure(tool.name, result)
             await state.close_call(entry, result, failure)
         except Exception:
             logger.exception("could not record the end of tool %r", tool.name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
@@ -365,17 +366,22 @@ def span_failure(span: Span[Any] | None, entry: Call) -> str | None:
     return span_error(span)
 
 
-def timeout_failure(tool: object, result: object) -> str | None:
-    """The SDK's own message when it stopped a function tool at its ``timeout`` and, as
-    it does by default (``timeout_behavior="error_as_result"``), gave the model that
-    message as the tool's result; else ``None``."""
-    seconds = getattr(tool, "timeout_seconds", None)
-    if seconds is None or not isinstance(result, str):
+def timeout_failure(tool_name: str, output: object) -> str | None:
+    """The SDK's own message when it stopped the tool at its ``timeout`` and, as it does
+    by default (``timeout_behavior="error_as_result"``), gave the model that message as
+    the tool's result (no span carries an error then); else ``None``."""
+    found = _TIMED_OUT.fullmatch(output) if isinstance(output, str) else None
+    if found is None or found["name"] != tool_name:
         return None
-    said = default_tool_timeout_error_message(
-        tool_name=getattr(tool, "name", ""), timeout_seconds=seconds
-    )
-    return f"ToolTimeoutError: {said}" if result == said else None
+    try:
+        seconds = float(found["seconds"])
+    except ValueError:
+        return None
+    said = default_tool_timeout_error_message(tool_name=tool_name, timeout_seconds=seconds)
+    return f"ToolTimeoutError: {said}" if output == said else None
+
+
+_TIMED_OUT: Final = re.compile(r"Tool '(?P<name>.*)' timed out after (?P<seconds>\S+) seconds\.")
 
 
 def span_error(span: Span[Any]) -> str | None:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.tracing import AgentSpanData, FunctionSpanData, Span, Trace, TracingProcessor
 
-from ._shared import CANCELLED, Run, cancelling, logger, span_error, state_of
+from ._shared import CANCELLED, Run, cancelling, logger, span_error, state_of, timeout_failure
 
 if TYPE_CHECKING:
     from onlooker import ExecutionEngine, ExecutionStatus
@@ -58,8 +58,12 @@ class OnlookerTracingProcessor(TracingProcessor):
             if isinstance(data, FunctionSpanData):
                 entry = state.span_calls.get(span.span_id)
                 if entry is not None:  # no on_tool_end came: the span is all there is to go by
-                    failure = CANCELLED if cancelling() else span_error(span)
                     output = data.output
+                    failure = (
+                        CANCELLED
+                        if cancelling()
+                        else span_error(span) or timeout_failure(entry.tool_name, output)
+                    )
                     state.schedule(lambda: state.close_call(entry, output, failure))
             elif isinstance(data, AgentSpanData):
                 run = state.span_runs.get(span.span_id)
