@@ -282,6 +282,28 @@ class TestParseErrors:
         with pytest.raises(EventValidationError, match="JSON"):
             parse_event(raw)
 
+    @pytest.mark.parametrize("spelled", ["NaN", "Infinity", "-Infinity"])
+    def test_nan_and_infinity_are_not_json(self, spelled: str) -> None:
+        """pydantic's parser reads them, but no JSON reader need, and no event holds one."""
+        text = one_of_each()[5].model_dump_json()
+        for bad in (
+            text.replace('"duration_ms":3.0', f'"duration_ms":{spelled}'),
+            text.replace('"result":"done"', f'"result":[1,{{"a":{spelled}}}]'),
+        ):
+            assert bad != text
+            with pytest.raises(EventValidationError, match="NaN and Infinity are not JSON"):
+                parse_event(bad)
+
+    def test_nan_and_infinity_in_a_dict_are_refused_too(self) -> None:
+        raw = json.loads(one_of_each()[5].model_dump_json())
+        for bad in ({"duration_ms": float("inf")}, {"result": {"a": [float("nan")]}}):
+            with pytest.raises(EventValidationError, match="finite"):
+                parse_event(raw | bad)
+
+    def test_nan_and_infinity_inside_strings_are_text(self) -> None:
+        finished = one_of_each()[5].model_copy(update={"result": "NaN or -Infinity"})
+        assert parse_event(finished.model_dump_json()) == finished
+
     def test_not_utf8(self) -> None:
         with pytest.raises(EventValidationError, match="UTF-8"):
             parse_event(b'{"kind": "\xff\xfe"}')

@@ -25,7 +25,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
 )
-from pydantic_core import to_jsonable_python
+from pydantic_core import from_json, to_jsonable_python
 
 from ._errors import EventValidationError
 from ._shared import SCHEMA_VERSION
@@ -87,7 +87,7 @@ if hasattr(os, "register_at_fork"):
 class Trigger(BaseModel):
     """What started an execution: ``kind`` ("cli", "api", "schedule", ...) and free metadata."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     kind: str
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
@@ -100,7 +100,7 @@ class Attribution(BaseModel):
     ``depth`` is 0 for a root execution and grows by one per ``ctx.spawn``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     task_id: str | None = None
     phase: str | None = None
@@ -140,7 +140,7 @@ class ErrorInfo(BaseModel):
     (cancellation).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     type: str
     message: str
@@ -156,7 +156,7 @@ _NO_OFFSET: Final = timedelta(0)
 
 
 class _Envelope(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     event_id: str
     execution_id: str
@@ -273,6 +273,8 @@ def parse_event(raw: bytes | str | dict[str, Any]) -> ExecutionEvent:
             except UnicodeDecodeError as exc:
                 raise EventValidationError(f"event is not UTF-8: {exc}") from None
         if isinstance(raw, str):
+            if "NaN" in raw or "Infinity" in raw:  # JSON has neither; pydantic's parser reads both
+                _refuse_non_finite(raw)
             try:
                 return _EVENT_ADAPTER.validate_json(raw)
             except ValidationError as exc:
@@ -293,6 +295,21 @@ def parse_event(raw: bytes | str | dict[str, Any]) -> ExecutionEvent:
     except ValidationError as exc:
         raise _validation_error(exc) from None
     raise EventValidationError(f"an event must be bytes, str or dict, not {type(raw).__name__}")
+
+
+def _refuse_non_finite(raw: str) -> None:
+    """Raise :class:`EventValidationError` if ``raw`` spells ``NaN`` or ``Infinity`` as a value
+    (outside a string): JSON has no such numbers, and no event holds one."""
+    try:
+        from_json(raw, allow_inf_nan=False)
+    except ValueError as strict:
+        try:
+            from_json(raw)
+        except ValueError:
+            return  # invalid anyway: the parse that follows names the fault
+        raise EventValidationError(
+            f"event JSON is invalid: NaN and Infinity are not JSON numbers ({strict})"
+        ) from None
 
 
 def _validation_error(exc: ValidationError) -> EventValidationError:
