@@ -9,7 +9,9 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -40,6 +42,67 @@ def explode(reason: str) -> None:
 async def main(ctx: onlooker.ExecutionContext) -> None:
     await ctx.call(explode, reason="boom")
 '''
+
+BRACKETS = """
+async def main(ctx):
+    return "[/] and [bold]kept[/bold]"
+"""
+
+BACKSLASH = """
+import onlooker
+
+
+@onlooker.tool
+def echo(path: str) -> str:
+    return path
+
+
+async def main(ctx):
+    return await ctx.call("echo", path="C:\\\\dir\\\\")
+"""
+
+TWINS = """
+import onlooker
+
+
+@onlooker.tool(name="t")
+def a() -> int:
+    return 1
+
+
+@onlooker.tool(name="t")
+def b() -> int:
+    return 2
+
+
+async def main(ctx):
+    return await ctx.call("t")
+"""
+
+ALIAS = """
+import onlooker
+
+
+@onlooker.tool(name="t")
+def a() -> int:
+    return 1
+
+
+b = a  # the same tool under a second module-level name
+
+
+async def main(ctx):
+    return await ctx.call("t")
+"""
+
+ASKS = """
+from pathlib import Path
+
+
+async def main(ctx):
+    Path("asking").touch()
+    return await ctx.elicit("Deploy?")
+"""
 
 WITH_TOOLS_LIST = '''
 import onlooker
@@ -222,6 +285,48 @@ class TestRun:
         )
         assert result.exit_code == 0, result.output
         assert "report written" in result.stdout
+
+    def test_the_result_and_the_paths_are_text_not_markup(self, workdir: Path) -> None:
+        (workdir / "brackets.py").write_text(BRACKETS)
+        folder = workdir / "d[x]"
+        result = invoke(
+            "run", "brackets.py", "--quiet", "--db", f"{folder}/h.db", "--audit-dir", str(folder)
+        )
+        assert result.exit_code == 0, result.output
+        assert 'result: "[/] and [bold]kept[/bold]"' in result.stdout
+        assert f"--db 'sqlite:///{folder}/h.db'" in result.stdout  # quoted for the shell
+        verify = next(line for line in result.stdout.splitlines() if line.startswith("audit:"))
+        assert f"onlooker audit verify '{folder}/" in verify
+
+    def test_a_trailing_backslash_is_shown_once(self, workdir: Path) -> None:
+        (workdir / "backslash.py").write_text(BACKSLASH)
+        result = invoke("run", "backslash.py", "--no-audit")
+        assert result.exit_code == 0, result.output
+        assert "echo(path=C:\\dir\\)" in result.stdout
+        assert "echo(path=C:\\dir\\\\)" not in result.stdout + result.stderr
+        assert "→ echo(path=C:\\dir\\)" in result.stderr
+
+    def test_two_different_tools_of_one_name_are_a_usage_error(self, workdir: Path) -> None:
+        (workdir / "twins.py").write_text(TWINS)
+        result = invoke("run", "twins.py", "--quiet", "--no-audit")
+        assert result.exit_code == 2, result.output
+        assert "two different tools are named 't'" in result.output
+
+    def test_one_tool_under_two_names_is_one_tool(self, workdir: Path) -> None:
+        (workdir / "alias.py").write_text(ALIAS)
+        result = invoke("run", "alias.py", "--quiet", "--no-audit")
+        assert result.exit_code == 0, result.output
+        assert "result: 1" in result.stdout
+
+    def test_another_programs_database_is_refused_and_left_alone(self, workdir: Path) -> None:
+        with contextlib.closing(sqlite3.connect(workdir / "app.db")) as db:
+            db.execute("CREATE TABLE executions (x)")
+            db.commit()
+        result = invoke("run", str(EXAMPLE), "--db", "app.db", "--no-audit", "--quiet")
+        assert result.exit_code == 1, result.output
+        assert "not an onlooker history database" in result.output
+        assert "Traceback" not in result.output
+        assert sorted(os.listdir(workdir)) == ["app.db"]
 
     def test_an_explicit_database(self, workdir: Path) -> None:
         result = invoke("run", str(EXAMPLE), "--db", "other.db", "--no-audit", "--quiet")
@@ -427,6 +532,32 @@ class TestEndToEnd:
             timeout=60,
         )
         assert verify.returncode == 0, verify.stdout + verify.stderr
+
+    def test_ctrl_c_at_an_interactive_prompt_ends_the_run(self, tmp_path: Path) -> None:
+        """The prompt waits in a thread for a person who never answers; Ctrl-C cancels the
+        run, records it, and the process exits (it used to wait for that thread for ever)."""
+        assert EXECUTABLE is not None
+        (tmp_path / "ask.py").write_text(ASKS)
+        process = subprocess.Popen(
+            [EXECUTABLE, "run", "ask.py", "--interactive", "--no-audit", "--quiet"],
+            cwd=tmp_path,
+            stdin=subprocess.PIPE,  # open, and nobody types
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not (tmp_path / "asking").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)  # the prompt's thread is reading by now
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=30) == 130
+        finally:
+            process.kill()
+            assert process.stdin is not None
+            process.stdin.close()
+        with contextlib.closing(sqlite3.connect(tmp_path / ".onlooker" / "history.db")) as db:
+            assert db.execute("SELECT status FROM executions").fetchall() == [("cancelled",)]
 
 
 class TestReadOnlyCommands:

@@ -650,6 +650,34 @@ class TestReadOnly:
             async with history.open(f"sqlite:///{other}", read_only=True):
                 pass
 
+    async def test_another_programs_tables_under_our_names_are_left_alone(
+        self, tmp_path: Path
+    ) -> None:
+        """Opened for writing (as ``onlooker run --db app.db`` does), a database with its own
+        ``executions`` table is refused whole: nothing is added to it, no spill file appears."""
+        app = tmp_path / "app.db"
+        with contextlib.closing(sqlite3.connect(app)) as db:
+            db.execute("CREATE TABLE executions (x)")
+            db.commit()
+        with pytest.raises(onlooker.HistoryError, match="has tables named executions"):
+            async with history.open(f"sqlite:///{app}"):
+                pass
+        with contextlib.closing(sqlite3.connect(app)) as db:
+            tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        assert tables == [("executions",)]
+        assert os.listdir(tmp_path) == ["app.db"]
+
+    async def test_a_database_with_other_tables_takes_ours_beside_them(
+        self, tmp_path: Path
+    ) -> None:
+        app = tmp_path / "app.db"
+        with contextlib.closing(sqlite3.connect(app)) as db:
+            db.execute("CREATE TABLE users (name)")
+            db.commit()
+        async with history.open(f"sqlite:///{app}") as store:
+            await store.write_events(execution_events("x1"))
+            assert await store.get_execution("x1") is not None
+
     async def test_reads_work_writes_are_refused_spill_left_alone(
         self, url: str, tmp_path: Path
     ) -> None:

@@ -82,9 +82,15 @@ def _import(path: Path) -> ModuleType:
 def _tools_of(module: ModuleType, path: Path) -> list[Tool[..., Any]]:
     declared = getattr(module, "TOOLS", None)
     if declared is None:
-        return [value for value in vars(module).values() if isinstance(value, Tool)]
-    if not isinstance(declared, list | tuple) or not all(isinstance(t, Tool) for t in declared):
+        found = [value for value in vars(module).values() if isinstance(value, Tool)]
+    elif not isinstance(declared, list | tuple) or not all(isinstance(t, Tool) for t in declared):
         raise LoadError(
             f"{path}: TOOLS must be a list of onlooker tools (made with @onlooker.tool)"
         )
-    return list(declared)
+    else:
+        found = list(declared)
+    tools: dict[str, Tool[..., Any]] = {}
+    for tool in found:
+        if tools.setdefault(tool.name, tool) is not tool:  # the same tool twice is one tool
+            raise LoadError(f"{path}: two different tools are named {tool.name!r}")
+    return list(tools.values())

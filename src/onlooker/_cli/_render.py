@@ -38,6 +38,13 @@ def short(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _lit(text: str) -> str:
+    """``text`` as markup where plain text, not a tag, follows it: escaped, but a trailing
+    backslash kept single (``escape`` doubles it lest it escape a tag that follows)."""
+    escaped = escape(text)
+    return escaped[:-1] if escaped.endswith("\\\\") and not text.endswith("\\\\") else escaped
+
+
 def _status(status: str) -> str:
     return f"[{STYLES.get(status, 'white')}]{status}[/]"
 
@@ -95,16 +102,16 @@ def _step_line(step: ToolCallRecord | InteractionRecord) -> str:
     if isinstance(step, InteractionRecord):
         line = f"[magenta]? {escape(step.message or '?')}[/]  {_status(step.status)}"
         if step.response is not None:
-            line += f"  {escape(short(step.response, 40))}"
+            line += f"  {_lit(short(step.response, 40))}"
         return line
     args = _args(step.args) if step.args is not None else "…"
-    line = f"[cyan]{escape(step.tool)}[/]({escape(args)})  {_status(step.status)}"
+    line = f"[cyan]{escape(step.tool)}[/]({_lit(args)})  {_status(step.status)}"
     if step.duration_ms is not None:
         line += f" {ms(step.duration_ms)}"
     if step.error is not None:
         line += f"  [red]{escape(step.error.message)}[/]"
     elif step.result is not None:
-        line += f"  → {escape(short(step.result, 40))}"
+        line += f"  → {_lit(short(step.result, 40))}"
     return line
 
 
@@ -144,7 +151,7 @@ def event_line(event: ExecutionEvent) -> Text:
         case ExecutionStarted():
             body = f"▶ [b]{escape(event.program)}[/b] [dim]{escape(event.execution_id)}[/]"
         case ToolCallStarted():
-            body = f"  → [cyan]{escape(event.tool)}[/]({escape(_args(event.args))})"
+            body = f"  → [cyan]{escape(event.tool)}[/]({_lit(_args(event.args))})"
         case ToolCallFinished():
             body = f"  ← [cyan]{escape(event.tool)}[/] {_status(event.status)}"
             body += f" {ms(event.duration_ms)}"

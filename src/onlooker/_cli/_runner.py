@@ -4,22 +4,29 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import threading
+from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 import anyio
 import typer
 from rich.console import Console
+from rich.text import Text
 
 import onlooker
 from onlooker import Elicitation, ExecutionEvent, InteractionResponse
 
 from ._common import stderr, stdout
 from ._program import LoadedProgram
-from ._prompt import ask
+from ._prompt import StdinLines, ask
 from ._render import event_line, execution_tree, summary_table
 
 __all__ = ["run_program"]
+
+T = TypeVar("T")
 
 
 async def run_program(
@@ -46,11 +53,13 @@ async def run_program(
             onlooker.define_plugin(id="cli-progress", observer=lambda _: _Progress(stderr))
         )
 
+    lines = StdinLines() if interactive else None  # one reader: it may read ahead
+
     async def answer(question: Elicitation) -> InteractionResponse:
         if content is not None:
             return InteractionResponse.accept(content)
-        if interactive:
-            return await anyio.to_thread.run_sync(_ask_or_decline, question)
+        if lines is not None:
+            return await _in_daemon_thread(lambda: _ask_or_decline(question, lines))
         return InteractionResponse.decline()
 
     trigger = onlooker.Trigger(kind="cli", metadata={"program": program.name})
@@ -84,23 +93,58 @@ async def _print_tree(
     if report is not None:
         stdout.print()
         stdout.print(summary_table(report))
+    # The result and the paths are the program's and the user's text, never markup.
     if result.status == "completed":
-        stdout.print(f"\n[green]result[/]: {json.dumps(result.value, default=repr)}")
+        value = json.dumps(result.value, default=repr)
+        stdout.print(Text.assemble("\n", ("result", "green"), ": ", value))
     stdout.print(
         f"\nhistory: onlooker history show {result.execution_id}"
-        + (f" --db '{url}'" if url else "")
+        + (f" --db {shlex.quote(url)}" if url else ""),
+        markup=False,
+        soft_wrap=True,  # a command to copy: never broken across lines
     )
     if trail_path is not None:
-        stdout.print(f"audit:   onlooker audit verify {trail_path}")
+        stdout.print(
+            f"audit:   onlooker audit verify {shlex.quote(str(trail_path))}",
+            markup=False,
+            soft_wrap=True,
+        )
 
 
-def _ask_or_decline(question: Elicitation) -> InteractionResponse:
+def _ask_or_decline(question: Elicitation, lines: StdinLines) -> InteractionResponse:
     """Ask in the terminal; stdin at its end (a pipe, a closed terminal) declines."""
     try:
-        return ask(question, stderr)
+        return ask(question, stderr, lines)
     except EOFError:
         stderr.print("[yellow]no answer (end of input): declined[/]")
         return InteractionResponse.decline()
+
+
+async def _in_daemon_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` in a daemon thread of its own: a person who never answers does not hold
+    the process at exit (Ctrl-C at a prompt cancels the wait and the run, and the
+    interpreter does not wait for the thread, as it would for a worker thread)."""
+    token = anyio.lowlevel.current_token()
+    done = anyio.Event()
+    outcome: list[Callable[[], T]] = []
+
+    def work() -> None:
+        try:
+            value = fn()
+            outcome.append(lambda: value)
+        except BaseException as exc:
+            error = exc
+            outcome.append(lambda: _raise(error))
+        with suppress(RuntimeError):  # the run is over: nobody waits any more
+            anyio.from_thread.run_sync(done.set, token=token)
+
+    threading.Thread(target=work, name="onlooker run: prompt", daemon=True).start()
+    await done.wait()
+    return outcome[0]()
+
+
+def _raise(error: BaseException) -> NoReturn:
+    raise error
 
 
 def _print_json(

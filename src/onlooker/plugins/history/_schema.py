@@ -204,6 +204,13 @@ def setup_schema(conn: Connection, rebuild: Callable[[Connection], None]) -> int
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADVISORY_LOCK})
     inspector = sa.inspect(conn)
     if not inspector.has_table("schema_version"):
+        taken = [t.name for t in metadata.sorted_tables if inspector.has_table(t.name)]
+        if taken:  # another program's tables under our names: leave its database as it is
+            raise HistoryError(
+                "the database is not an onlooker history database: it has no schema_version "
+                f"table but has tables named {', '.join(taken)}; give history a database "
+                "of its own"
+            )
         metadata.create_all(conn, checkfirst=True)
         conn.execute(sa.insert(schema_version).values(id=1, version=HISTORY_SCHEMA_VERSION))
         return 0
