@@ -606,6 +606,41 @@ class TestObserverBaseException:
         assert closing.status == "cancelled"
         check_stream(recorder.events)
 
+    async def test_on_a_closing_event_of_the_close_itself_the_close_still_ends(self) -> None:
+        """Raised on the ``ExecutionFinished`` the close sends for a tracked run left open,
+        it comes out of ``async with`` once the close is done: every other run closed, the
+        async observers flushed, the plugins torn down (it used to hang for ever)."""
+        torn_down: list[str] = []
+
+        @contextlib.asynccontextmanager
+        async def extension(_ctx: onlooker.PluginContext) -> AsyncIterator[str]:
+            yield "ext"
+            torn_down.append("ext")
+
+        received: list[str] = []
+
+        async def slow(event: ExecutionEvent) -> None:
+            await anyio.sleep(0.01)
+            received.append(event.kind)
+
+        plugin = onlooker.define_plugin(id="p", extension=extension, observer=lambda _: slow)
+
+        def stop(event: ExecutionEvent) -> None:
+            if event.kind == "ExecutionFinished":
+                raise Stop
+
+        recorder = RecordingObserver()
+        with anyio.fail_after(10):
+            with pytest.raises(Stop):
+                async with ExecutionEngine(plugins=[plugin], shutdown_timeout=5) as engine:
+                    engine.bus.subscribe(recorder)
+                    engine.bus.subscribe(stop, name="stopper")
+                    for name in ("one", "two"):
+                        await engine.track(name).start()
+        assert [e.status for e in recorder.of(ExecutionFinished)] == ["cancelled", "cancelled"]
+        assert received.count("ExecutionFinished") == 2  # the async observer was flushed
+        assert torn_down == ["ext"]
+
     async def test_keyboard_interrupt_from_a_plugin(self) -> None:
         def interrupt(event: ExecutionEvent) -> None:
             if event.kind == "ExecutionStarted":

@@ -240,8 +240,14 @@ class ExecutionEngine:
         """
         with anyio.CancelScope(shield=True):
             deadline = anyio.current_time() + grace
+            # A sync observer's BaseException on a closing event goes to the caller, but
+            # only once the close is done: left half-way, the close would never end.
+            interrupted: BaseException | None = None
             with anyio.move_on_after(grace) as waited:
-                self._tracked.close_all()
+                try:
+                    self._tracked.close_all()
+                except BaseException as exc:
+                    interrupted = exc
                 await self._detached.cancel_all()
             if waited.cancelled_caught:
                 logger.error(
@@ -249,9 +255,13 @@ class ExecutionEngine:
                     "(shutdown_timeout); they are cancelled, observers may miss their end",
                     grace,
                 )
-            await self.bus._aclose(max(0.0, deadline - anyio.current_time()))
-            if self._stack is not None:
-                await self._stack.aclose()
+            try:
+                await self.bus._aclose(max(0.0, deadline - anyio.current_time()))
+            finally:
+                if self._stack is not None:
+                    await self._stack.aclose()
+            if interrupted is not None:
+                raise interrupted
 
     def _require_running(self) -> TaskGroup:
         if self._phase is not EnginePhase.RUNNING or self._task_group is None:

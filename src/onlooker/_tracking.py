@@ -60,9 +60,19 @@ class TrackedRuns:
             self._closed.popitem(last=False)
 
     def close_all(self) -> None:
-        """The engine is closing: finish every open root (so its children) ``cancelled``."""
+        """The engine is closing: finish every open root (so its children) ``cancelled``.
+
+        An observer's ``BaseException`` on one of the closing events does not
+        leave the other roots open: it is raised once every root is finished.
+        """
+        first: BaseException | None = None
         for run in list(self._roots.values()):
-            run.finish_nowait("cancelled", error=ENGINE_CLOSED)
+            try:
+                run.finish_nowait("cancelled", error=ENGINE_CLOSED)
+            except BaseException as exc:  # re-raised below, after the others are closed
+                first = first or exc
+        if first is not None:
+            raise first
 
 
 def track(
