@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -705,6 +706,40 @@ class TestStalledAsyncObserver:
         (stalled,) = records_naming(caplog, "hung", "stalled", "stall_timeout")
         assert stalled.levelno == logging.ERROR
         assert len(records_naming(caplog, "hung", "shutdown timeout")) == 1
+
+    @pytest.mark.parametrize("loop", ["questions", "unknown tools", "blocked calls"])
+    async def test_a_loop_that_runs_no_tool_is_held_back_too(self, loop: str) -> None:
+        """Every kind of step waits on a full queue: a program asking questions, or making
+        calls that are refused, in a loop, used to fill a "bounded" queue without end."""
+        gate = anyio.Event()
+
+        async def gated(e: ExecutionEvent) -> None:
+            await gate.wait()
+
+        def refuse(use: onlooker.ToolUseContext) -> onlooker.PreHookResult:
+            return onlooker.PreHookResult(action=onlooker.HookAction.BLOCK)
+
+        async def program(ctx: ExecutionContext) -> None:
+            for _ in range(200):
+                with contextlib.suppress(onlooker.OnlookerError):
+                    if loop == "questions":
+                        await ctx.elicit("again?")
+                    elif loop == "unknown tools":
+                        await ctx.call("nope")
+                    else:
+                        await ctx.call(step)
+            assert engine.bus.statistics().queued <= 8
+
+        hooks = [onlooker.HookMatcher(pre=(refuse,))] if loop == "blocked calls" else []
+        with anyio.fail_after(10):
+            async with ExecutionEngine(tools=[step], hooks=hooks) as engine:
+                engine.bus.subscribe(gated, name="gated", queue_size=4, stall_timeout=0.05)
+                result = await engine.execute(program)
+                gate.set()
+        assert result.status == "completed", result.error
+        stats = engine.bus.statistics()
+        assert stats.dropped_by_reason["stalled"] > 390  # waited, then dropped, as for tools
+        assert stats.delivered + stats.dropped == stats.emitted
 
     async def test_a_slow_observer_catches_up_and_waits_again(
         self, caplog: pytest.LogCaptureFixture

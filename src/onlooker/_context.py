@@ -150,6 +150,8 @@ class ExecutionContext:
             assert spec is not None
             await settle_call(call, runtime, spec.validate_modified)
         if call.status is not None:  # refused: closed already
+            if runtime.bus.congested:  # a loop of refused calls is held back too
+                await runtime.bus.wait_for_space()
             if call.refusal is not None:
                 raise call.refusal
             return None  # skipped
@@ -240,6 +242,8 @@ class ExecutionContext:
             response=response.content,
             error=None,
         )
+        if self._runtime.bus.congested:  # a loop of questions is held back too
+            await self._runtime.bus.wait_for_space()
         return response
 
     # -- children and plugins ---------------------------------------------------------
