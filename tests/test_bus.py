@@ -707,6 +707,27 @@ class TestStalledAsyncObserver:
         assert stalled.levelno == logging.ERROR
         assert len(records_naming(caplog, "hung", "shutdown timeout")) == 1
 
+    async def test_several_hung_observers_hold_the_emitter_for_the_longest_timeout(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Their timeouts run together from when the emitter began to wait (they used to add
+        up: three hung exporters held every execution three times as long)."""
+
+        async def hung(e: ExecutionEvent) -> None:
+            await anyio.sleep_forever()
+
+        with anyio.fail_after(10):
+            async with ExecutionEngine(shutdown_timeout=0.05) as engine:
+                for name in ("hung0", "hung1", "hung2"):
+                    engine.bus.subscribe(hung, name=name, queue_size=1, stall_timeout=0.5)
+                await wait_all_tasks_blocked()
+                began = anyio.current_time()
+                for seq in range(3):
+                    await engine.bus.send(event(seq))
+                waited = anyio.current_time() - began
+        assert 0.5 <= waited < 1.3  # one timeout, not three (1.5 s)
+        assert len(records_naming(caplog, "stalled", "stall_timeout 0.5 s")) == 3
+
     @pytest.mark.parametrize("loop", ["questions", "unknown tools", "blocked calls"])
     async def test_a_loop_that_runs_no_tool_is_held_back_too(self, loop: str) -> None:
         """Every kind of step waits on a full queue: a program asking questions, or making

@@ -331,10 +331,15 @@ class EventBus:
             await self.wait_for_space()
 
     async def wait_for_space(self) -> None:
-        """Wait until no ``block`` observer's queue is full (each for at most its stall timeout)."""
+        """Wait until no ``block`` observer's queue is full (each for at most its stall timeout).
+
+        Every full queue's timeout runs from the start of this wait: several hung
+        observers hold the emitter for the longest of their timeouts, not their sum.
+        """
+        began = anyio.current_time()
         while self._full:
             queue = next(iter(self._full))
-            await queue.wait_for_space()
+            await queue.wait_for_space(began)
             if len(queue.queue) < queue.maxsize or queue.closed or queue.stalled:
                 self._full.discard(queue)
                 self.congested = bool(self._full)

@@ -120,9 +120,10 @@ class AsyncQueue:
         self.episode += 1
         self.bus._count_dropped(self.name, self.reason)
 
-    async def wait_for_space(self) -> None:
-        """Wait for room, for at most ``stall_timeout``; then drop until the worker catches up."""
-        with anyio.move_on_after(self.stall_timeout) as waited:
+    async def wait_for_space(self, since: float) -> None:
+        """Wait for room until ``stall_timeout`` after ``since`` (when the emitter began to
+        wait); then drop until the worker catches up."""
+        with anyio.move_on_after(since + self.stall_timeout - anyio.current_time()) as waited:
             while len(self.queue) >= self.maxsize and not (self.closed or self.stalled):
                 if self._space is None:
                     self._space = anyio.Event()
@@ -130,9 +131,10 @@ class AsyncQueue:
         if waited.cancelled_caught and not (self.closed or self.stalled):
             self.stalled = True
             logger.error(
-                "observer %r stalled: its queue stayed full for %g s (stall_timeout); "
+                "observer %r stalled: its queue stayed full for %.2g s (stall_timeout %g s); "
                 "dropping its events until it catches up",
                 self.name,
+                anyio.current_time() - since,
                 self.stall_timeout,
                 extra={"observer": self.name},
             )
