@@ -210,8 +210,52 @@ class TestExtensions:
     def test_define_plugin_validates(self) -> None:
         with pytest.raises(ValueError, match="id"):
             define_plugin(id="")
+        with pytest.raises(TypeError, match="id must be a str, not int"):
+            define_plugin(id=5)  # type: ignore[call-overload]
         with pytest.raises(ValueError, match="overflow"):
             define_plugin(id="x", overflow="sometimes")  # type: ignore[call-overload]
+        for bad, error in ((0, ValueError), ("big", TypeError), (2.5, TypeError)):
+            with pytest.raises(error, match="queue_size"):
+                define_plugin(id="x", queue_size=bad)  # type: ignore[arg-type]
+
+    async def test_extension_before_start_and_by_id(self) -> None:
+        plugin = counter_plugin("early")
+        engine = ExecutionEngine(plugins=[plugin])
+        with pytest.raises(PluginError, match="no extension yet: the engine is new"):
+            engine.extension(plugin)
+        async with engine:
+            with pytest.raises(TypeError, match=r"for an id, use engine.plugin\('early'\)"):
+                engine.extension("early")  # type: ignore[arg-type]
+
+    async def test_an_async_def_extension_is_a_clear_error(self) -> None:
+        async def extension(ctx: onlooker.PluginContext) -> str:
+            return "never awaited"
+
+        plugin = define_plugin(id="coro", extension=extension)
+        with pytest.raises(PluginError, match=r"coro.*returned an awaitable.*asynccontextmanager"):
+            async with ExecutionEngine(plugins=[plugin]):
+                pass
+
+    async def test_a_failing_teardown_is_a_plugin_error_naming_it(self) -> None:
+        closed: list[str] = []
+
+        def closing(name: str, fails: bool) -> onlooker.Plugin[str]:
+            @asynccontextmanager
+            async def extension(ctx: onlooker.PluginContext) -> AsyncIterator[str]:
+                try:
+                    yield name
+                finally:
+                    closed.append(name)
+                if fails:
+                    raise RuntimeError("disk gone")
+
+            return define_plugin(id=name, extension=extension)
+
+        with pytest.raises(PluginError, match="plugin 'b' failed to close: disk gone") as info:
+            async with ExecutionEngine(plugins=[closing("a", False), closing("b", True)]):
+                pass
+        assert info.value.plugin_id == "b"
+        assert closed == ["b", "a"]  # the others still close, in reverse order
 
 
 class TestObserversAndHooks:

@@ -74,6 +74,15 @@ def check_timeout(name: str, value: float, *, unbounded: bool = False) -> float:
     return float(value)
 
 
+def check_queue_size(value: int) -> int:
+    """``value`` if it is an int of at least 1; else a ``TypeError`` or ``ValueError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"queue_size must be an int, not {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"queue_size must be at least 1, not {value}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class BusStatistics:
     """A snapshot of the bus's counters (``bus.statistics()``)."""
@@ -238,8 +247,7 @@ class EventBus:
         """
         if overflow not in ("block", "drop"):
             raise ValueError(f"overflow must be 'block' or 'drop', not {overflow!r}")
-        if queue_size < 1:
-            raise ValueError(f"queue_size must be at least 1, not {queue_size}")
+        check_queue_size(queue_size)
         stall_timeout = check_timeout("stall_timeout", stall_timeout)
         if self._closed:
             raise RuntimeError("this bus is closed")

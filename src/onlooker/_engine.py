@@ -276,9 +276,19 @@ class ExecutionEngine:
 
     def extension(self, plugin: Plugin[Ext]) -> Ext:
         """The extension that ``plugin`` built in this engine, typed as the plugin's ``Ext``."""
-        if plugin.id not in self._extensions or plugin not in self._plugins:
+        given: object = plugin  # typed as a Plugin; checked, for untyped callers
+        if not isinstance(given, Plugin):
+            hint = f": for an id, use engine.plugin({given!r})" if isinstance(given, str) else ""
+            raise TypeError(f"extension() takes a Plugin, not {type(given).__name__}{hint}")
+        if plugin not in self._plugins:
             raise PluginError(
                 f"plugin {plugin.id!r} is not installed in this engine", plugin_id=plugin.id
+            )
+        if plugin.id not in self._extensions:
+            raise PluginError(
+                f"plugin {plugin.id!r} has no extension yet: the engine is {self._phase.value}"
+                " (use it inside `async with engine:`)",
+                plugin_id=plugin.id,
             )
         return self._extensions[plugin.id]  # type: ignore[no-any-return]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
@@ -78,6 +79,34 @@ async def _extension(
         bus=bus,
     )
     ext = plugin.extension(context)
+    if inspect.isawaitable(ext):
+        if inspect.iscoroutine(ext):
+            ext.close()  # never awaited: no "was never awaited" warning on top
+        raise TypeError(
+            "its extension returned an awaitable: give an async context manager "
+            "(contextlib.asynccontextmanager) for setup and teardown, or a plain function"
+        )
     if hasattr(ext, "__aenter__") and hasattr(ext, "__aexit__"):
-        ext = await stack.enter_async_context(ext)
+        ext = await stack.enter_async_context(_Named(plugin.id, ext))
     return ext
+
+
+class _Named:
+    """A plugin's async context manager, whose failure to close names the plugin."""
+
+    def __init__(self, plugin_id: str, manager: Any) -> None:
+        self._id = plugin_id
+        self._manager = manager
+
+    async def __aenter__(self) -> Any:
+        return await self._manager.__aenter__()
+
+    async def __aexit__(self, *exc_info: Any) -> Any:
+        try:
+            return await self._manager.__aexit__(*exc_info)
+        except Exception as exc:
+            if exc is exc_info[1] or isinstance(exc, OnlookerError):
+                raise
+            raise PluginError(
+                f"plugin {self._id!r} failed to close: {exc}", plugin_id=self._id
+            ) from exc

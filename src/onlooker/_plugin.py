@@ -8,7 +8,14 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, final, overload
 
-from ._bus import DEFAULT_QUEUE_SIZE, DEFAULT_STALL_TIMEOUT, EventBus, Overflow, check_timeout
+from ._bus import (
+    DEFAULT_QUEUE_SIZE,
+    DEFAULT_STALL_TIMEOUT,
+    EventBus,
+    Overflow,
+    check_queue_size,
+    check_timeout,
+)
 from ._hooks import HookMatcher
 from ._observer import ObserverLike
 from ._tools import ToolRegistry
@@ -110,8 +117,10 @@ def define_plugin(
     is asynchronous (see ``EventBus.subscribe``).
     ``hooks(ext)`` adds tool hooks after the engine's own.
     """
-    if not isinstance(id, str) or not id:
-        raise ValueError("a plugin needs a non-empty string id")
+    if not isinstance(id, str):
+        raise TypeError(f"a plugin's id must be a str, not {type(id).__name__}")
+    if not id:
+        raise ValueError("a plugin needs a non-empty id")
     if overflow not in ("block", "drop"):
         raise ValueError(f"overflow must be 'block' or 'drop', not {overflow!r}")
     return Plugin(
@@ -120,6 +129,6 @@ def define_plugin(
         observer=observer,
         hooks=hooks,
         overflow=overflow,
-        queue_size=queue_size,
+        queue_size=check_queue_size(queue_size),
         stall_timeout=check_timeout("stall_timeout", stall_timeout),
     )
