@@ -1023,6 +1023,77 @@ class TestShutdownTimeout:
         ]
         check_stream(recorder.events)
 
+    async def test_another_task_closing_cancels_an_inline_execution(
+        self, check_stream: Callable[[Sequence[ExecutionEvent]], None]
+    ) -> None:
+        """It used to run on after the close, the plugins torn down under it and its events
+        dropped for the async observers."""
+        calls: list[int] = []
+        five_calls = anyio.Event()
+
+        @onlooker.tool
+        async def slow(n: int) -> int:
+            calls.append(n)
+            if len(calls) == 5:
+                five_calls.set()
+            await anyio.sleep(0.01)
+            return n
+
+        async def loops(ctx: ExecutionContext) -> str:
+            for n in range(1000):
+                await ctx.call(slow, n=n)
+            return "done"
+
+        received: list[ExecutionEvent] = []
+
+        async def slow_observer(event: ExecutionEvent) -> None:
+            await anyio.lowlevel.checkpoint()
+            received.append(event)
+
+        open_while: list[bool] = []
+
+        @contextlib.asynccontextmanager
+        async def extension(ctx: onlooker.PluginContext) -> AsyncIterator[list[bool]]:
+            yield open_while
+            open_while.append(False)  # torn down: nothing may run after this
+
+        plugin = onlooker.define_plugin(
+            id="p", extension=extension, observer=lambda _: slow_observer
+        )
+
+        async def close_soon(engine: ExecutionEngine) -> None:
+            await five_calls.wait()
+            await engine.aclose()
+
+        with anyio.fail_after(10):
+            async with (
+                anyio.create_task_group() as tasks,
+                ExecutionEngine(tools=[slow], plugins=[plugin]) as engine,
+            ):
+                tasks.start_soon(close_soon, engine)
+                result = await engine.execute(loops)
+                ran = len(calls)
+        assert result.status == "cancelled" and result.value is None
+        assert result.error is not None and result.error.cause == "interrupt"
+        assert ran < 1000 and len(calls) == ran, "nothing ran after the close"
+        assert open_while == [False]
+        assert received[-1].kind == "ExecutionFinished"
+        assert isinstance(received[-1], ExecutionFinished) and received[-1].status == "cancelled"
+        check_stream(received)
+        assert engine.bus.statistics().dropped == 0
+
+    async def test_closing_from_inside_an_inline_execution_is_refused(self) -> None:
+        async def closes_its_engine(ctx: ExecutionContext) -> None:
+            await engine.aclose()
+
+        with anyio.fail_after(10):
+            async with ExecutionEngine() as engine:
+                result = await engine.execute(closes_its_engine)
+        assert result.status == "failed"
+        assert result.error is not None and "from inside one of the engine's own" in (
+            result.error.message
+        )
+
     async def test_two_tasks_closing_at_once_close_it_once(self) -> None:
         closes: list[str] = []
 

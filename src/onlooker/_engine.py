@@ -11,6 +11,7 @@ import enum
 import logging
 from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack, suppress
+from time import perf_counter
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
@@ -19,16 +20,22 @@ from anyio.abc import TaskGroup
 from pydantic import JsonValue
 
 from ._bus import DEFAULT_SHUTDOWN_TIMEOUT, EventBus, check_timeout
-from ._context import Program
+from ._context import Program, _current
 from ._errors import PluginError, TrackingError
-from ._events import Trigger, new_id
+from ._events import ErrorInfo, Trigger, new_id
 from ._execution import child_runner, root_attribution, run_execution
 from ._hooks import HookMatcher, HookPlans
 from ._install import install_plugins
 from ._lifecycle import Runtime
 from ._pauses import DetachedRuns
 from ._plugin import Plugin
-from ._results import ElicitationHandler, ExecutionResult, InteractionResponse, PausedExecution
+from ._results import (
+    ElicitationHandler,
+    ExecutionResult,
+    InteractionResponse,
+    PausedExecution,
+    error_info,
+)
 from ._run import RunState
 from ._scope import _observers
 from ._tools import Tool, ToolDeclaration, ToolRegistry
@@ -110,6 +117,10 @@ class ExecutionEngine:
         self._spawn = child_runner(self._runtime)
         self._detached = DetachedRuns(self._runtime, self._spawn, keep_results=keep_results)
         self._tracked = TrackedRuns(keep_closed=keep_results)
+        self._inline: set[anyio.CancelScope] = (
+            set()
+        )  # inline executions running: closing cancels them
+        self._inline_gone: anyio.Event | None = None  # set when the last one ends, for the close
         self._task_group: TaskGroup | None = None
         self._owner: int | None = None  # the task that entered: only it can leave the task group
         self._left = False  # the task group was left
@@ -225,9 +236,11 @@ class ExecutionEngine:
             if shutdown_timeout is None
             else check_timeout("shutdown_timeout", shutdown_timeout)
         )
-        if self._phase is EnginePhase.RUNNING and self._detached.running_here():
+        if self._phase is EnginePhase.RUNNING and (
+            self._detached.running_here() or self._runs_here()
+        ):
             raise RuntimeError(
-                "engine.aclose() was called from inside one of the engine's detached "
+                "engine.aclose() was called from inside one of the engine's own "
                 "executions, which closing the engine waits for: close it from another task"
             )
         await self._exit(None, None, None, grace)
@@ -249,6 +262,7 @@ class ExecutionEngine:
                 except BaseException as exc:
                     interrupted = exc
                 await self._detached.cancel_all()
+                await self._cancel_inline()
             if waited.cancelled_caught:
                 logger.error(
                     "closing the engine: detached executions still running after %g s "
@@ -262,6 +276,20 @@ class ExecutionEngine:
                     await self._stack.aclose()
             if interrupted is not None:
                 raise interrupted
+
+    def _runs_here(self) -> bool:
+        """Whether the calling task is inside one of this engine's executions."""
+        current = _current.get()
+        return current is not None and current._runtime is self._runtime
+
+    async def _cancel_inline(self) -> None:
+        """Cancel the inline executions other tasks still run, and wait for their end."""
+        if not self._inline:
+            return
+        self._inline_gone = anyio.Event()
+        for scope in self._inline:
+            scope.cancel()
+        await self._inline_gone.wait()
 
     def _require_running(self) -> TaskGroup:
         if self._phase is not EnginePhase.RUNNING or self._task_group is None:
@@ -322,16 +350,32 @@ class ExecutionEngine:
         """
         self._require_running()
         run = RunState(new_id(), mode="inline", on_elicitation=on_elicitation)
-        return await run_execution(
-            self._runtime,
-            self._spawn,
-            program,
-            run,
-            run.root_id,
-            root_attribution(),
-            as_trigger(trigger),
-            owner=as_owner(owner),
-            input=input,
+        began = perf_counter()
+        interrupted: ErrorInfo | None = None
+        with anyio.CancelScope() as closing:  # cancelled only by the engine's close
+            self._inline.add(closing)
+            try:
+                return await run_execution(
+                    self._runtime,
+                    self._spawn,
+                    program,
+                    run,
+                    run.root_id,
+                    root_attribution(),
+                    as_trigger(trigger),
+                    owner=as_owner(owner),
+                    input=input,
+                )
+            except anyio.get_cancelled_exc_class() as exc:
+                interrupted = error_info(exc)
+                raise
+            finally:
+                self._inline.discard(closing)
+                if not self._inline and self._inline_gone is not None:
+                    self._inline_gone.set()
+        # The engine closed under it (from another task): recorded ``cancelled``, and so is the result.
+        return ExecutionResult(
+            run.root_id, "cancelled", None, interrupted, (perf_counter() - began) * 1000
         )
 
     async def execute_with_pause(
