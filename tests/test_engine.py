@@ -1133,9 +1133,7 @@ class TestShutdownTimeout:
                 result = await engine.execute_with_pause(closes_its_engine)
                 assert isinstance(result, onlooker.ExecutionResult)
                 assert result.status == "failed" and result.error is not None
-                assert "from inside one of the engine's own executions" in (
-                    result.error.message
-                )
+                assert "from inside one of the engine's own executions" in (result.error.message)
                 assert (await engine.execute(_returns_one)).value == 1  # still open
 
 
