@@ -452,6 +452,68 @@ class TestHooks:
         assert end.error is not None and "breaks_input" in end.error.message
         assert recorder.of(ExecutionFinished)[0].status == "completed"
 
+    async def test_validate_makes_each_rewrite_what_the_tool_receives(self) -> None:
+        validated: list[dict[str, Any]] = []
+
+        def validate(args: dict[str, Any]) -> dict[str, Any]:
+            validated.append(args)
+            return {"copies": int(args["copies"]), "mode": args.get("mode", "fast")}
+
+        def as_text(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(modified_input={"copies": "2"})
+
+        seen: list[dict[str, Any]] = []
+
+        def look(use: ToolUseContext) -> None:
+            seen.append(dict(use.tool_input))
+
+        hooks = [HookMatcher(pattern="copy", pre=[as_text, look]), HookMatcher(pre=[look])]
+        async with ExecutionEngine(hooks=hooks) as engine:
+            recorder = record(engine)
+            async with engine.track("bot") as run:
+                call = await run.tool_started("copy", {"copies": 9}, validate=validate)
+                assert call.allowed
+                assert call.input == {"copies": 2, "mode": "fast"}
+                await call.finished("ok")
+                # no rewrite: the framework's arguments are taken as they are
+                other = await run.tool_started("read", {"n": "1"}, validate=validate)
+                assert other.input == {"n": "1"}
+                await other.finished("text")
+        assert validated == [{"copies": "2"}]  # once, for the one rewrite
+        assert seen == [{"copies": 2, "mode": "fast"}] * 2 + [{"n": "1"}]
+        assert [e.args for e in recorder.of(ToolCallStarted)] == [
+            {"copies": 2, "mode": "fast"},
+            {"n": "1"},
+        ]
+        well_formed(recorder.events)
+
+    async def test_a_rewrite_that_validate_refuses_fails_the_call_naming_the_hook(self) -> None:
+        def validate(args: dict[str, Any]) -> dict[str, Any]:
+            raise ValueError(f"copies must be a number, not {args['copies']!r}")
+
+        def garble(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(modified_input={"copies": "many"})
+
+        def never(use: ToolUseContext) -> PreHookResult:
+            raise AssertionError("no hook runs after a refused rewrite")
+
+        async with ExecutionEngine(hooks=[HookMatcher(pre=[garble, never])]) as engine:
+            recorder = record(engine)
+            async with engine.track("bot") as run:
+                call = await run.tool_started("copy", {"copies": 1}, validate=validate)
+                assert not call.allowed and call.done
+                assert (call.action, call.status) == (HookAction.BLOCK, "failed")
+                assert call.reason is not None and "garble" in call.reason
+                assert "'many'" in call.reason  # the validator's own words
+        well_formed(recorder.events)
+        (started,) = recorder.of(ToolCallStarted)
+        assert started.args == {"copies": 1}  # the last input that validated
+        end = finished_calls(recorder)[call.tool_call_id]
+        assert end.status == "failed"
+        assert end.error is not None and end.error.type == "ToolInputError"
+        assert "garble" in end.error.message
+        assert recorder.of(ExecutionFinished)[0].status == "completed"
+
     @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
     async def test_a_raising_pre_hook_blocks(self, is_async: bool) -> None:
         def broken_sync(use: ToolUseContext) -> None:
@@ -1629,6 +1691,13 @@ class TestErrorsOfRunsAndCalls:
             async with engine.track("bot") as run:
                 with records_nothing(recorder), pytest.raises(TypeError, match="mutating"):
                     await run.tool_started("t", {}, mutating="false")  # type: ignore[arg-type]  # the point
+
+    async def test_validate_must_be_callable(self) -> None:
+        async with ExecutionEngine() as engine:
+            recorder = record(engine)
+            async with engine.track("bot") as run:
+                with records_nothing(recorder), pytest.raises(TypeError, match="validate"):
+                    await run.tool_started("t", {}, validate={"a": int})  # type: ignore[arg-type]  # the point
 
 
 class TestSynchronousFinishAndParents:

@@ -32,7 +32,7 @@ from ._events import (
 from ._lifecycle import CANCELLED, Runtime
 from ._results import error_info
 from ._scope import _Scoped
-from ._tracked_call import TrackedCalls, TrackedToolCall
+from ._tracked_call import TrackedCalls, TrackedToolCall, Validate
 from ._tracked_checks import check_status, final_error, given_id, program_name, tool_arguments
 from ._tracked_questions import TrackedQuestions
 from ._triggers import as_trigger, spawn_trigger
@@ -272,6 +272,7 @@ class TrackedExecution:
         *,
         tool_call_id: str | None = None,
         mutating: bool | None = None,
+        validate: Validate | None = None,
     ) -> TrackedToolCall:
         """Run the pre-hooks on a call the framework is about to make; record its start.
 
@@ -279,6 +280,11 @@ class TrackedExecution:
         overrides the tool's declaration (``engine.declare_tool``) for
         ``require_intent()``. ``args`` must be a mapping with string keys;
         values that are not JSON are snapshotted as ``ctx.call`` does.
+        ``validate`` is the framework's own validator of the tool's
+        arguments: each pre-hook's ``modified_input`` goes through it before
+        the next hook sees it, so ``ToolCallStarted.args`` and ``input`` are
+        what the tool receives. If it raises, the call is refused, recorded
+        ``failed`` with a ``ToolInputError`` naming the hook.
         """
         self._require_running("record a tool call", tool_call_id=tool_call_id)
         if not isinstance(tool, str) or not tool:
@@ -290,6 +296,8 @@ class TrackedExecution:
             mutating = self._runtime.tools.is_mutating(tool)
         elif not isinstance(mutating, bool):
             raise TypeError(f"mutating must be True, False or None, not {mutating!r}")
+        if validate is not None and not callable(validate):
+            raise TypeError(f"validate must be a callable or None, not {validate!r}")
         call = await self._calls.open(
             self._emitter,
             self._tree,
@@ -298,6 +306,7 @@ class TrackedExecution:
             arguments,
             tool_call_id=tool_call_id,
             mutating=mutating,
+            validate=validate,
         )
         if self._state == "finished":  # it ended while the pre-hooks ran: nothing more is recorded
             call._cancel(refusal="the execution finished")

@@ -9,12 +9,13 @@ lifecycle as ``ctx.call`` (``_lifecycle``).
 from __future__ import annotations
 
 import math
-from typing import Any, final
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias, final
 
 from ._emitter import Emitter
-from ._errors import TrackingError
+from ._errors import ToolInputError, TrackingError
 from ._events import ErrorInfo, ToolCallStatus
-from ._hooks import HookAction
+from ._hooks import HookAction, Revalidate
 from ._lifecycle import (
     CANCELLED,
     AbortState,
@@ -27,7 +28,10 @@ from ._lifecycle import (
 )
 from ._tracked_checks import as_error_info, same_arguments, tool_arguments
 
-__all__ = ["TrackedCalls", "TrackedToolCall"]
+__all__ = ["TrackedCalls", "TrackedToolCall", "Validate"]
+
+Validate: TypeAlias = Callable[[dict[str, Any]], Mapping[str, Any]]
+"""A framework's validator of a tool's arguments: what the tool receives, or it raises."""
 
 
 @final
@@ -148,6 +152,26 @@ class TrackedToolCall:
             fail_call(self._state, CANCELLED)
 
 
+def _revalidation(tool: str, validate: Validate | None) -> Revalidate:
+    """How a pre-hook's ``modified_input`` becomes the call's input (``ToolInputError`` if not)."""
+    if validate is None:
+        return lambda changed, hook: tool_arguments(tool, changed, hook)
+
+    def revalidate(changed: Mapping[str, Any], hook: str) -> dict[str, Any]:
+        arguments = tool_arguments(tool, changed, hook)
+        try:
+            validated = validate(arguments)
+        except Exception as exc:  # the framework's own validator: any error is a refusal
+            raise ToolInputError(
+                f"invalid arguments for tool {tool!r} (input modified by hook {hook!r}): {exc}",
+                tool=tool,
+                hook=hook,
+            ) from exc
+        return tool_arguments(tool, validated, hook)
+
+    return revalidate
+
+
 @final
 class TrackedCalls:
     """A tracked execution's tool calls by id; an id is reserved while its pre-hooks run."""
@@ -190,8 +214,13 @@ class TrackedCalls:
         *,
         tool_call_id: str,
         mutating: bool,
+        validate: Validate | None = None,
     ) -> TrackedToolCall:
-        """Open a call (its id checked free): run its pre-hooks, record its start or refusal."""
+        """Open a call (its id checked free): run its pre-hooks, record its start or refusal.
+
+        A pre-hook's ``modified_input`` is checked as a call's arguments and,
+        given ``validate``, validated by the framework's own validator.
+        """
         self._opening.add(tool_call_id)  # reserves the id while the pre-hooks run
         state: CallState | None = None
         try:
@@ -207,9 +236,7 @@ class TrackedCalls:
             )
             call = TrackedToolCall(self.execution_id, state)
             if state.pending:
-                await settle_call(
-                    state, runtime, lambda changed, hook: tool_arguments(tool, changed, hook)
-                )
+                await settle_call(state, runtime, _revalidation(tool, validate))
         except BaseException:
             if state is not None and state.started:  # recorded (and closed): its id stays taken
                 self._calls[tool_call_id] = TrackedToolCall(self.execution_id, state)

@@ -34,7 +34,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Status as ProtoStatus
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from pydantic_ai import Agent, RunContext, ToolFailed
+from pydantic_ai import Agent, ModelRetry, RunContext, ToolFailed
 from pydantic_ai.capabilities import Instrumentation
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -765,6 +765,106 @@ class TestIngestPydanticAI:
             ]
         )
 
+    async def test_a_call_id_repeated_in_a_run_is_suffixed(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        provider = TracerProvider()
+        instrumented = Instrumentation(settings=InstrumentationSettings(tracer_provider=provider))
+        # The model retries `flaky` under the same id; so does a sub-agent, in a run of its own.
+        researcher = Agent(
+            script(("flaky", {}, "same"), ("flaky", {}, "same")),
+            name="researcher",
+            capabilities=[instrumented],
+        )
+        support = Agent(
+            script(("flaky", {}, "same"), ("flaky", {}, "same"), ("delegate", {}, "same")),
+            name="support",
+            capabilities=[instrumented],
+        )
+        attempts: list[str] = []
+
+        def flaky() -> str:
+            attempts.append("flaky")
+            if len(attempts) % 2:
+                raise ModelRetry("busy")
+            return "ok now"
+
+        async def delegate(ctx: RunContext[None]) -> str:
+            result = await researcher.run("dig", usage=ctx.usage)
+            return result.output
+
+        researcher.tool_plain(name="flaky")(flaky)
+        support.tool_plain(name="flaky")(flaky)
+        support.tool(name="delegate")(delegate)
+
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            processor = otel.OnlookerSpanProcessor(engine)
+            provider.add_span_processor(processor)
+            with caplog.at_level(logging.WARNING, logger="onlooker.integrations.opentelemetry"):
+                assert (await support.run("go")).output == "done"
+                await processor.flush()
+        provider.shutdown()
+
+        assert attempts == ["flaky"] * 4
+        assert caplog.records == []
+        main, sub = (e.execution_id for e in recorder.of(ExecutionStarted))
+        assert [(e.tool, e.tool_call_id, e.status) for e in recorder.of(ToolCallFinished)] == [
+            ("flaky", "same", "failed"),
+            ("flaky", "same#2", "completed"),
+            ("flaky", "same", "failed"),
+            ("flaky", "same#2", "completed"),
+            ("delegate", "same#3", "completed"),
+        ]
+        assert [e.execution_id for e in recorder.of(ToolCallFinished)] == [
+            main,
+            main,
+            sub,
+            sub,
+            main,
+        ]
+        assert recorder.of(ExecutionStarted)[1].attribution.parent_tool_call_id == "same#3"
+        assert [e.status for e in recorder.of(ExecutionFinished)] == ["completed", "completed"]
+
+
+class WindowLock:
+    """The processor's lock, but with its race window held open.
+
+    It locks exactly like the lock it replaces. Once ``armed``, the first time
+    the loop thread releases it twice in a row with nothing queued or pending
+    (the drain task has applied its last op, then found the queue empty), it
+    runs ``inject`` right there, before the drain task can take the lock again.
+    """
+
+    def __init__(self, processor: otel.OnlookerSpanProcessor, inject: Callable[[], None]) -> None:
+        self._lock = threading.Lock()
+        self._processor = processor
+        self._inject = inject
+        self._loop_thread = threading.get_ident()
+        self._idle_releases = 0
+        self.armed = False
+        self.injected = False
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        idle = not self._processor._ops and self._processor._pending == 0
+        self._lock.release()
+        if not self.armed or self.injected or threading.get_ident() != self._loop_thread:
+            return
+        self._idle_releases = self._idle_releases + 1 if idle else 0
+        if self._idle_releases == 2:
+            self.injected = True
+            self._inject()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
 
 class TestIngestManualSpans:
     async def test_spans_from_another_thread_make_one_run_per_trace(self) -> None:
@@ -870,3 +970,159 @@ class TestIngestManualSpans:
         async with onlooker.ExecutionEngine() as engine:
             with pytest.raises(anyio.NoEventLoopError):
                 await anyio.to_thread.run_sync(otel.OnlookerSpanProcessor, engine)
+
+    async def test_a_span_ending_as_the_drain_task_stops_is_not_stranded(self) -> None:
+        provider = TracerProvider()
+        recorder = RecordingObserver()
+        tracer = provider.get_tracer("my-app")
+        tool = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "search",
+            "gen_ai.tool.call.id": "t1",
+            "gen_ai.tool.call.arguments": "{}",
+        }
+
+        def request(name: str) -> None:
+            with (
+                tracer.start_as_current_span(name),
+                tracer.start_as_current_span("execute_tool search", attributes=tool),
+            ):
+                pass
+
+        def inject() -> None:  # on the loop thread, while the drain task is stopping
+            worker = threading.Thread(target=request, args=("second",))
+            worker.start()
+            worker.join()
+
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            processor = otel.OnlookerSpanProcessor(engine)
+            lock = WindowLock(processor, inject)
+            # Swap the processor's lock, and the condition on it, for the widened one
+            # (a Lock in all but its type, hence the ignore).
+            condition = threading.Condition(lock)  # type: ignore[arg-type]
+            vars(processor).update(_lock=lock, _idle=condition)
+            provider.add_span_processor(processor)
+            request("first")  # on the loop: all its ops are queued before the drain task runs
+            lock.armed = True
+            with anyio.fail_after(2):  # stranded, the second request's ops wait forever
+                await processor.flush()
+            assert lock.injected
+            assert await anyio.to_thread.run_sync(processor.force_flush, 1000)
+        provider.shutdown()
+
+        runs = recorder.of(ExecutionStarted)
+        assert [e.program for e in runs] == ["first", "second"]
+        for run in runs:
+            assert [
+                (e.kind, getattr(e, "status", None))
+                for e in recorder.for_execution(run.execution_id)
+            ] == [
+                ("ExecutionStarted", None),
+                ("ToolCallStarted", None),
+                ("ToolCallFinished", "completed"),
+                ("ExecutionFinished", "completed"),
+            ]
+
+    async def test_attributes_set_after_the_start_are_read_at_the_end(
+        self, check_stream: Callable[[Sequence[ExecutionEvent]], None]
+    ) -> None:
+        provider = TracerProvider()
+        recorder = RecordingObserver()
+        tracer = provider.get_tracer("my-app")
+        operation = {"gen_ai.operation.name": "execute_tool"}
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            processor = otel.OnlookerSpanProcessor(engine)
+            provider.add_span_processor(processor)
+            with tracer.start_as_current_span("request"):
+                # Everything at the start: recorded as it starts.
+                with tracer.start_as_current_span(
+                    "execute_tool search",
+                    attributes={
+                        **operation,
+                        "gen_ai.tool.name": "search",
+                        "gen_ai.tool.call.id": "call_0",
+                        "gen_ai.tool.call.arguments": '{"q": "first"}',
+                    },
+                ):
+                    await processor.flush()
+                    assert [e.tool_call_id for e in recorder.of(ToolCallStarted)] == ["call_0"]
+                # The operation at the start, the rest set later: recorded at the end.
+                with tracer.start_as_current_span("execute_tool", attributes=operation) as span:
+                    await processor.flush()
+                    assert len(recorder.of(ToolCallStarted)) == 1
+                    span.set_attribute("gen_ai.tool.name", "search")
+                    span.set_attribute("gen_ai.tool.call.id", "call_A")
+                    span.set_attribute("gen_ai.tool.call.arguments", '{"q": "refund"}')
+                    span.set_attribute("gen_ai.tool.call.result", '"3 hits"')
+                # Even the operation set later: the call is known, and recorded whole, at the end.
+                with tracer.start_as_current_span("search") as span:
+                    span.set_attribute("gen_ai.operation.name", "execute_tool")
+                    span.set_attribute("gen_ai.tool.name", "search")
+                    span.set_attribute("gen_ai.tool.call.id", "call_B")
+                    span.set_attribute("gen_ai.tool.call.arguments", '{"q": "other"}')
+                    span.set_status(trace_api.Status(trace_api.StatusCode.ERROR, "timeout"))
+                # An agent started inside a call names it: the call starts then, as it is.
+                with tracer.start_as_current_span("execute_tool", attributes=operation) as span:
+                    span.set_attribute("gen_ai.tool.name", "delegate")
+                    span.set_attribute("gen_ai.tool.call.id", "call_C")
+                    with tracer.start_as_current_span(
+                        "invoke_agent helper", attributes={"gen_ai.operation.name": "invoke_agent"}
+                    ):
+                        pass
+                    span.set_attribute("gen_ai.tool.call.arguments", '{"too": "late"}')
+            await processor.flush()
+        provider.shutdown()
+
+        check_stream(recorder.events)
+        main, child = recorder.of(ExecutionStarted)
+        assert (child.program, child.attribution.parent_tool_call_id) == ("helper", "call_C")
+        stream = [
+            (e.kind, getattr(e, "tool", None), getattr(e, "tool_call_id", None))
+            + ((e.args,) if isinstance(e, ToolCallStarted) else ())
+            + ((e.status, e.result) if isinstance(e, ToolCallFinished) else ())
+            for e in recorder.for_execution(main.execution_id)
+        ]
+        assert stream == [
+            ("ExecutionStarted", None, None),
+            ("ToolCallStarted", "search", "call_0", {"q": "first"}),
+            ("ToolCallFinished", "search", "call_0", "completed", None),
+            ("ToolCallStarted", "search", "call_A", {"q": "refund"}),
+            ("ToolCallFinished", "search", "call_A", "completed", "3 hits"),
+            ("ToolCallStarted", "search", "call_B", {"q": "other"}),
+            ("ToolCallFinished", "search", "call_B", "failed", None),
+            ("ToolCallStarted", "delegate", "call_C", {}),
+            ("ToolCallFinished", "delegate", "call_C", "completed", None),
+            ("ExecutionFinished", None, None),
+        ]
+
+    async def test_a_call_id_repeated_in_a_trace_is_suffixed(self) -> None:
+        provider = TracerProvider()
+        recorder = RecordingObserver()
+        tracer = provider.get_tracer("my-app")
+        tool = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "search",
+            "gen_ai.tool.call.id": "t1",
+            "gen_ai.tool.call.arguments": "{}",
+        }
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            processor = otel.OnlookerSpanProcessor(engine)
+            provider.add_span_processor(processor)
+            for request in ("first", "second"):  # a run per trace: each its own ids
+                with tracer.start_as_current_span(request):
+                    for _ in range(3):
+                        with tracer.start_as_current_span("execute_tool search", attributes=tool):
+                            pass
+            await processor.flush()
+        provider.shutdown()
+
+        first, second = (e.execution_id for e in recorder.of(ExecutionStarted))
+        for run in (first, second):
+            assert [e.tool_call_id for e in recorder.of(ToolCallFinished, run)] == [
+                "t1",
+                "t1#2",
+                "t1#3",
+            ]

@@ -508,10 +508,51 @@ class TestFrameworkFeatures:
 
         assert ran == []
         check_stream(recorder.events)
+        (started,) = recorder.of(ToolCallStarted)
+        assert started.args == {"x": 2}  # the last input that validated: the tool ran with none
         (finished,) = recorder.of(ToolCallFinished)
         assert finished.status == "failed"
-        assert finished.error is not None and finished.error.type == "ValidationError"
-        assert script.shown("d1").outcome == "failed"
+        assert finished.error is not None and finished.error.type == "ToolInputError"
+        assert "garble'" in finished.error.message  # the hook is named
+        shown = script.shown("d1")
+        assert shown.outcome == "failed"
+        assert str(shown.content).startswith(
+            "Tool call failed: invalid arguments for tool 'double'"
+        )
+        assert "garble'" in str(shown.content)
+
+    async def test_a_rewrite_is_recorded_as_the_tool_receives_it(self, check_stream: Check) -> None:
+        seen: list[dict[str, Any]] = []
+
+        def as_text(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(modified_input={"name": use.tool_input["name"], "copies": "2"})
+
+        def look(use: ToolUseContext) -> None:
+            seen.append(dict(use.tool_input))  # the next hook sees the validated rewrite
+
+        received: list[dict[str, Any]] = []
+        script = Script(ToolCallPart("copy", {"name": "a", "copies": 9}, tool_call_id="c1"), "ok")
+        recorder = RecordingObserver()
+        hooks = [HookMatcher(pattern="copy", pre=(as_text, look))]
+        async with onlooker.ExecutionEngine(hooks=hooks) as engine:
+            engine.bus.subscribe(recorder, name="recorder")
+            agent: Agent[None, str] = Agent(
+                script.model(), name="copier", capabilities=[OnlookerCapability(engine)]
+            )
+
+            @agent.tool_plain
+            def copy(name: str, copies: int, mode: str = "fast") -> str:
+                received.append({"name": name, "copies": copies, "mode": mode})
+                return "ok"
+
+            await agent.run("go")
+
+        check_stream(recorder.events)
+        # PydanticAI's validator coerced "2" and filled the default: the record says so too
+        assert received == [{"name": "a", "copies": 2, "mode": "fast"}]
+        assert seen == received
+        assert [e.args for e in recorder.of(ToolCallStarted)] == received
+        assert recorder.of(ToolCallFinished)[0].status == "completed"
 
     async def test_another_capabilitys_skip_is_recorded_with_its_replacement(
         self, check_stream: Check

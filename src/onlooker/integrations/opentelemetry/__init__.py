@@ -55,9 +55,14 @@ span                                               tracked call
                                                    parent_tool_call_id=...)``
 ``execute_tool`` span starts                       ``run.tool_started(gen_ai.tool.name,
                                                    arguments, tool_call_id=gen_ai.tool.call.id
-                                                   or the span id)``; with no ``invoke_agent``
-                                                   above it, in one execution per trace, named
-                                                   after the trace's local root span
+                                                   or the span id)``, an id repeated in the run
+                                                   suffixed ``#2``, ``#3`` ...; with no
+                                                   ``invoke_agent`` above it, in one execution
+                                                   per trace, named after the trace's local
+                                                   root span
+a tool span lacking its name or call id          its call recorded whole when the span ends,
+at its start (or only a tool at its end)           from its final attributes (earlier, as it
+                                                   is, if an ``invoke_agent`` span starts in it)
 ``execute_tool`` span ends, status not ERROR       ``call.finished(gen_ai.tool.call.result,
                                                    duration_ms=span duration)``
 ``execute_tool`` span ends, status ERROR           ``call.failed(description or error.type,

@@ -13,7 +13,7 @@ import asyncio
 import contextvars
 import threading
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -31,9 +31,12 @@ from ._ops import (
     Shutdown,
     ToolStart,
     TraceEnd,
+    agent_start,
+    complete,
     end_of,
+    opened,
     role_of,
-    start_of,
+    tool_start,
 )
 
 if TYPE_CHECKING:
@@ -73,6 +76,7 @@ class OnlookerSpanProcessor(SpanProcessor):
         # Under the lock, from any thread:
         self._spans: dict[int, OpenSpan] = {}
         self._open_in_trace: dict[int, int] = {}
+        self._call_ids: dict[RunKey, set[str]] = {}
         self._ops: deque[Op] = deque()
         self._pending = 0
         self._draining = False
@@ -122,7 +126,11 @@ class OnlookerSpanProcessor(SpanProcessor):
                     return
                 self._closed = True
                 busy = bool(self._spans or self._pending)
-                wake = self._enqueue(Shutdown()) if busy else False
+                wake = False
+                for span in self._spans.values():  # open calls are recorded, then cancelled
+                    wake = self._start_waiting(span) or wake
+                self._call_ids.clear()
+                wake = (self._enqueue(Shutdown()) or wake) if busy else wake
             self._wake_from_any_thread(wake)
             if busy and threading.get_ident() != self._loop_thread:
                 self.force_flush()
@@ -154,10 +162,20 @@ class OnlookerSpanProcessor(SpanProcessor):
             above = self._spans.get(parent.span_id) if parent is not None else None
             if above is not None and above.trace_id != trace_id:
                 above = None
-            op, opened = start_of(role, span.name, (span_id, trace_id), attributes, above)
-            self._spans[span_id] = opened
+            this = opened(role, span.name, (span_id, trace_id), above)
+            self._spans[span_id] = this
             self._open_in_trace[trace_id] = self._open_in_trace.get(trace_id, 0) + 1
-            wake = self._enqueue(op) if op is not None else False
+            wake = False
+            if role == "agent":
+                call = above.call if above is not None else None
+                if call is not None:  # the child names its parent call: it must have started
+                    wake = self._start_waiting(call)
+                wake = self._enqueue(agent_start(this, span.name, attributes, above)) or wake
+            elif role == "tool":
+                if complete(attributes):
+                    wake = self._start_call(this, span.name, attributes)
+                else:  # recorded when it ends, or when an agent starts inside it
+                    this.waiting = span
         self._wake_from_any_thread(wake)
 
     def _on_end(self, span: ReadableSpan) -> None:
@@ -169,16 +187,44 @@ class OnlookerSpanProcessor(SpanProcessor):
             if known is None:  # started before this processor was added, or one of ours
                 return
             wake = False
-            if known.role is not None and not self._closed:
-                wake = self._enqueue(end_of(known.role, context.span_id, span))
+            if not self._closed:
+                wake = self._end_span(known, span)
             left = self._open_in_trace.get(known.trace_id, 1) - 1
             if left > 0:
                 self._open_in_trace[known.trace_id] = left
             else:
                 self._open_in_trace.pop(known.trace_id, None)
+                self._call_ids.pop(("trace", known.trace_id), None)
                 if not self._closed:
                     wake = self._enqueue(TraceEnd(known.trace_id)) or wake
         self._wake_from_any_thread(wake)
+
+    def _end_span(self, known: OpenSpan, span: ReadableSpan) -> bool:
+        """Queue a span's end (the lock held), read from its final attributes; whether to wake."""
+        attributes = span.attributes or {}
+        if known.role is None and role_of(span.name, attributes) == "tool":
+            known.role = "tool"  # a tool only from its final attributes: recorded whole, now
+        if known.role is None:
+            return False
+        wake = False
+        if known.role == "tool" and known.tool_call_id is None:
+            wake = self._start_call(known, span.name, attributes)
+        elif known.role == "agent":
+            self._call_ids.pop(("agent", known.span_id), None)
+        return self._enqueue(end_of(known.role, known.span_id, span)) or wake
+
+    def _start_call(self, call: OpenSpan, name: str, attributes: Mapping[str, object]) -> bool:
+        """Queue a tool span's start (the lock held); whether a drain task must be started."""
+        run = call.run = call.run or ("trace", call.trace_id)
+        used = self._call_ids.setdefault(run, set())
+        return self._enqueue(tool_start(call, run, name, attributes, used))
+
+    def _start_waiting(self, call: OpenSpan) -> bool:
+        """Queue the start of a tool span still waiting for its attributes, with those it has now."""
+        waiting = call.waiting
+        if waiting is None:
+            return False
+        return self._start_call(call, waiting.name, waiting.attributes or {})
 
     def _enqueue(self, op: Op) -> bool:
         """Queue ``op`` (the lock held); whether a drain task must be started."""
@@ -243,6 +289,9 @@ class OnlookerSpanProcessor(SpanProcessor):
             while True:
                 with self._lock:
                     if not self._ops:
+                        # In the section that finds the queue empty: a span queued
+                        # after it sees no drain task, so it schedules a new one.
+                        self._draining = False
                         break
                     op = self._ops.popleft()
                 try:
@@ -256,9 +305,11 @@ class OnlookerSpanProcessor(SpanProcessor):
                         self._pending -= 1
                         if self._pending == 0:
                             self._idle.notify_all()
-        finally:  # also when cancelled: the next span starts a new drain task
+        except BaseException:  # cancelled: the next span starts a new drain task
             with self._lock:
                 self._draining = False
+            raise
+        finally:
             events, self._idle_events = self._idle_events, []
             for event in events:
                 event.set()

@@ -2,7 +2,8 @@
 
 Plain data, copied from a span under the processor's lock on whatever thread
 the span started or ended on; the drain task on the engine's loop applies
-them in order.
+them in order. A tool span whose attributes are not all there at its start
+is kept as it is until it ends (:func:`complete`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 from pydantic import JsonValue
 
+from .._ids import unused_id
 from ._conventions import (
     AGENT_NAME,
     ERROR_TYPE,
@@ -26,7 +28,7 @@ from ._conventions import (
 )
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace import ReadableSpan, Span
 
 __all__ = [
     "AgentStart",
@@ -38,9 +40,12 @@ __all__ = [
     "Shutdown",
     "ToolStart",
     "TraceEnd",
+    "agent_start",
+    "complete",
     "end_of",
+    "opened",
     "role_of",
-    "start_of",
+    "tool_start",
 ]
 
 Role: TypeAlias = Literal["agent", "tool"]
@@ -52,18 +57,23 @@ RunKey: TypeAlias = tuple[Literal["agent", "trace"], int]
 """Who owns a tool call: an ``invoke_agent`` span (by span id) or a whole trace (by trace id)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class OpenSpan:
     """What the processor remembers of a span that started and has not ended."""
 
     role: Role | None
+    span_id: int
     trace_id: int
     run: RunKey | None
     """The run a tool started under this span belongs to (None: no agent or tool above)."""
-    tool_call_id: str | None
-    """The call id of the nearest enclosing tool span (this one, for a tool), within ``run``."""
+    call: OpenSpan | None
+    """The nearest enclosing tool span (this one, for a tool), within ``run``."""
     root_name: str
     """The name of the trace's local root span (it names a per-trace run)."""
+    tool_call_id: str | None = None
+    """A tool span's call id, unique in its run, once its start is queued."""
+    waiting: Span | None = None
+    """A tool span whose start waits for its attributes (see :func:`complete`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,45 +118,71 @@ class Shutdown:
 Op: TypeAlias = AgentStart | ToolStart | End | TraceEnd | Shutdown
 
 
-def start_of(
-    role: Role | None,
-    name: str,
-    ids: tuple[int, int],
-    attributes: Mapping[str, object],
-    above: OpenSpan | None,
-) -> tuple[Op | None, OpenSpan]:
-    """The op a span's start queues (``None``: neither agent nor tool) and what to remember of it.
+def opened(role: Role | None, name: str, ids: tuple[int, int], above: OpenSpan | None) -> OpenSpan:
+    """What to remember of a span that starts, nested in ``above`` (an open span of its trace).
 
-    ``ids`` is the span's (span id, trace id); ``above`` the open span it is
-    nested in, within the same trace.
+    ``ids`` is the span's (span id, trace id).
     """
     span_id, trace_id = ids
-    run = above.run if above is not None else None
-    call_id = above.tool_call_id if above is not None else None
-    root_name = above.root_name if above is not None else name
-    op: Op | None = None
+    span = OpenSpan(
+        role,
+        span_id,
+        trace_id,
+        run=above.run if above is not None else None,
+        call=above.call if above is not None else None,
+        root_name=above.root_name if above is not None else name,
+    )
     if role == "agent":
-        op = AgentStart(
-            span_id=span_id,
-            trace_id=trace_id,
-            program=text(attributes.get(AGENT_NAME)) or after(name, "invoke_agent") or "agent",
-            parent_run=run,
-            parent_tool_call_id=call_id,
-        )
-        run, call_id = ("agent", span_id), None
+        span.run, span.call = ("agent", span_id), None
     elif role == "tool":
-        run = run if run is not None else ("trace", trace_id)
-        call_id = text(attributes.get(TOOL_CALL_ID)) or f"{span_id:016x}"
-        op = ToolStart(
-            span_id=span_id,
-            trace_id=trace_id,
-            run=run,
-            root_name=root_name,
-            tool=text(attributes.get(TOOL_NAME)) or after(name, "execute_tool") or "tool",
-            tool_call_id=call_id,
-            args=arguments(attributes.get(TOOL_ARGUMENTS)),
-        )
-    return op, OpenSpan(role, trace_id, run, call_id, root_name)
+        span.run, span.call = span.run or ("trace", trace_id), span
+    return span
+
+
+def agent_start(
+    span: OpenSpan, name: str, attributes: Mapping[str, object], above: OpenSpan | None
+) -> AgentStart:
+    """An agent span's start; ``above.call``, if any, has its start queued already."""
+    call = above.call if above is not None else None
+    return AgentStart(
+        span_id=span.span_id,
+        trace_id=span.trace_id,
+        program=text(attributes.get(AGENT_NAME)) or after(name, "invoke_agent") or "agent",
+        parent_run=above.run if above is not None else None,
+        parent_tool_call_id=call.tool_call_id if call is not None else None,
+    )
+
+
+def complete(attributes: Mapping[str, object]) -> bool:
+    """Whether a tool span names its call at start: tool name and call id.
+
+    One that does is recorded when it starts (live; its arguments are those
+    it has then: many instrumentations record none, an opt-in of the GenAI
+    conventions); one that does not is recorded once it ends, from its final
+    attributes (a framework may set them later).
+    """
+    return all(attributes.get(key) is not None for key in (TOOL_NAME, TOOL_CALL_ID))
+
+
+def tool_start(
+    span: OpenSpan, run: RunKey, name: str, attributes: Mapping[str, object], used: set[str]
+) -> ToolStart:
+    """A tool span's start in ``run``, from its attributes now; sets its call id.
+
+    ``used`` holds the run's call ids so far: a model may repeat one within a
+    run (a retried call), and the repeat gets ``#2``, ``#3`` ...
+    """
+    call_id = text(attributes.get(TOOL_CALL_ID)) or f"{span.span_id:016x}"
+    span.tool_call_id, span.waiting = unused_id(used, call_id), None
+    return ToolStart(
+        span_id=span.span_id,
+        trace_id=span.trace_id,
+        run=run,
+        root_name=span.root_name,
+        tool=text(attributes.get(TOOL_NAME)) or after(name, "execute_tool") or "tool",
+        tool_call_id=span.tool_call_id,
+        args=arguments(attributes.get(TOOL_ARGUMENTS)),
+    )
 
 
 def role_of(name: str, attributes: Mapping[str, object]) -> Role | None:

@@ -22,15 +22,18 @@ PydanticAI                             onlooker
 ``wrap_run`` returns                   ``run.finish("completed", result=output)``
 ``wrap_run`` raises / is cancelled     ``run.finish("failed", error=exc)`` / ``"cancelled"``
 ``wrap_tool_execute`` enters           ``run.tool_started(call.tool_name, args,
-                                       tool_call_id=call.tool_call_id)`` (pre-hooks)
+                                       tool_call_id=call.tool_call_id,
+                                       validate=tool.args_validator)`` (pre-hooks)
 - verdict ``SKIP``                     ``raise SkipToolExecution(reason)``: the tool never runs; the
                                        model reads the reason as its result (PydanticAI says
                                        "success"; onlooker records ``skipped``)
 - verdict ``BLOCK``                    ``raise ToolFailed(reason)``: the tool never runs; the model
                                        reads a failed result carrying the reason
 - verdict ``ABORT``                    ``raise HookAbortError``: the run ends ``failed``
-- ``modified_input``                   validated again by the tool's own validator, then handed
-                                       to the tool
+- ``modified_input``                   validated by the tool's own validator (``validate=``)
+                                       before ``ToolCallStarted``, which records what the tool
+                                       receives; invalid: recorded ``failed``, ``raise
+                                       ToolFailed(reason)``
 the tool returns                       ``tracked.finished(result)``; the output the post-hooks left
                                        (``modified_output``) is what the model reads
 ``ModelRetry`` / ``ToolFailed``        ``tracked.failed(error)``; the model reads a retry prompt / a

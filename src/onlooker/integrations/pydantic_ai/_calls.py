@@ -8,7 +8,7 @@ verdict (``SKIP``, ``BLOCK``, ``ABORT``) is no failure, and is raised.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -35,8 +35,7 @@ __all__ = [
     "prompt_json",
     "refuse",
     "resolve",
-    "rewritten_args",
-    "unused_id",
+    "validator",
 ]
 
 logger: Final = logging.getLogger("onlooker.integrations.pydantic_ai")
@@ -51,23 +50,6 @@ class RunState:
     """The tool call ids used (a scripted model may repeat one)."""
     deferred: dict[str, tuple[TrackedToolCall, str]] = field(default_factory=dict)
     """Calls awaiting approval or an external result: the call and the open question."""
-
-
-async def rewritten_args(
-    ctx: RunContext[object], call: ToolCallPart, tracked: TrackedToolCall, args: dict[str, Any]
-) -> dict[str, Any]:
-    """The arguments the tool receives: PydanticAI's, or a pre-hook's rewrite validated again."""
-    rewritten = tracked.input
-    if rewritten == args:
-        return args
-    try:
-        return _revalidate(ctx, call, rewritten)
-    except Exception as exc:
-        await fail_call(tracked, exc)
-        raise ToolFailed(
-            f"onlooker: a pre-hook rewrote the arguments of {call.tool_name!r} "
-            f"into ones that do not validate: {exc}"
-        ) from exc
 
 
 async def defer(
@@ -104,18 +86,8 @@ async def resolve(
         logger.exception("onlooker could not record the answer to %s", question)
 
 
-def unused_id(used: set[str], tool_call_id: str) -> str:
-    """The framework's id, suffixed ``#2``, ``#3`` ... when a model repeats an id in one run."""
-    candidate, attempt = tool_call_id, 1
-    while candidate in used:
-        attempt += 1
-        candidate = f"{tool_call_id}#{attempt}"
-    used.add(candidate)
-    return candidate
-
-
 def prompt_json(prompt: str | Sequence[UserContent] | None) -> JsonValue:
-    """The run's input as JSON: the prompt text, or its parts (binary content as base64)."""
+    """The run's input as JSON: the prompt text, or its parts (binary content as URL-safe base64)."""
     if prompt is None or isinstance(prompt, str):
         return prompt
     return json_copy(list(prompt), bytes_mode="base64")
@@ -124,6 +96,8 @@ def prompt_json(prompt: str | Sequence[UserContent] | None) -> JsonValue:
 def refuse(tracked: TrackedToolCall) -> None:
     """Enforce a pre-hook's refusal in PydanticAI (the verdict is already recorded)."""
     reason = tracked.reason or f"refused by onlooker ({tracked.action.value})"
+    if tracked.status == "failed":  # a pre-hook's rewrite that the tool's validator refused
+        raise ToolFailed(f"Tool call failed: {reason}")
     if tracked.action is HookAction.SKIP:
         raise SkipToolExecution(f"Tool call skipped: {reason}")
     if tracked.action is HookAction.ABORT:
@@ -133,18 +107,23 @@ def refuse(tracked: TrackedToolCall) -> None:
     raise ToolFailed(f"Tool call blocked: {reason}")
 
 
-def _revalidate(
-    ctx: RunContext[object], call: ToolCallPart, args: Mapping[str, Any]
-) -> dict[str, Any]:
-    """Validate a pre-hook's ``modified_input`` as PydanticAI validated the model's arguments."""
-    manager = ctx.tool_manager
-    tool = None if manager is None or manager.tools is None else manager.tools.get(call.tool_name)
-    if tool is None:
-        return dict(args)
-    validated: dict[str, Any] = tool.args_validator.validate_python(
-        dict(args), context=ctx.validation_context
-    )
-    return validated
+def validator(ctx: RunContext[object], call: ToolCallPart) -> Callable[[dict[str, Any]], Any]:
+    """The tool's own validator, for a pre-hook's ``modified_input`` (``tool_started(validate=)``).
+
+    It validates the rewrite as PydanticAI validated the model's arguments,
+    so the recorded ``ToolCallStarted.args`` are what the tool receives. The
+    tool is looked up only when a pre-hook rewrites the call.
+    """
+
+    def validate(args: dict[str, Any]) -> Any:
+        manager = ctx.tool_manager
+        tools = None if manager is None else manager.tools
+        tool = None if tools is None else tools.get(call.tool_name)
+        if tool is None:
+            return args
+        return tool.args_validator.validate_python(args, context=ctx.validation_context)
+
+    return validate
 
 
 async def finish_call(tracked: TrackedToolCall, output: Any) -> Any:

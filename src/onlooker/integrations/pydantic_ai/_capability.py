@@ -25,6 +25,7 @@ from pydantic_ai.tools import RunContext, ToolDefinition
 
 from onlooker import ExecutionStatus, Trigger
 
+from .._ids import unused_id
 from ._calls import (
     RunState,
     defer,
@@ -35,8 +36,7 @@ from ._calls import (
     prompt_json,
     refuse,
     resolve,
-    rewritten_args,
-    unused_id,
+    validator,
 )
 
 if TYPE_CHECKING:
@@ -69,10 +69,11 @@ class OnlookerCapability(AbstractCapability[object]):
 
     ``Agent(model, capabilities=[OnlookerCapability(engine)])``: each run
     becomes a tracked execution named ``program`` (default: the agent's
-    name, else ``"agent"``) with trigger ``pydantic-ai`` (its metadata holds
-    PydanticAI's ``run_id``), each tool call a tracked call carrying
-    ``ToolCallPart.tool_call_id``. onlooker's pre-hooks decide each call
-    before it runs (skip, block, abort, rewrite its arguments); post-hooks
+    name, which PydanticAI infers from the agent's variable when ``name=``
+    is not given; ``"agent"`` if it has none) with trigger ``pydantic-ai``
+    (its metadata holds PydanticAI's ``run_id``), each tool call a tracked
+    call carrying ``ToolCallPart.tool_call_id``. onlooker's pre-hooks decide
+    each call before it runs (skip, block, abort, rewrite its arguments); post-hooks
     may rewrite what the model reads. One capability may serve many agents
     and concurrent runs: it keeps no per-run state.
     """
@@ -211,7 +212,10 @@ async def _open_call(
         return tracked, args
     try:
         tracked = await run.tool_started(
-            call.tool_name, args, tool_call_id=unused_id(state.ids, call.tool_call_id)
+            call.tool_name,
+            args,
+            tool_call_id=unused_id(state.ids, call.tool_call_id),
+            validate=validator(ctx, call),
         )
     except Exception:
         logger.exception(
@@ -222,4 +226,4 @@ async def _open_call(
         return None
     if not tracked.allowed:
         refuse(tracked)
-    return tracked, await rewritten_args(ctx, call, tracked, args)
+    return tracked, tracked.input
