@@ -23,6 +23,7 @@ from onlooker import (
     ExecutionContext,
     ExecutionEngine,
     ExecutionEvent,
+    ExecutionFinished,
     ToolCallStarted,
 )
 from onlooker.testing import RecordingObserver
@@ -706,6 +707,35 @@ class TestStalledAsyncObserver:
         (stalled,) = records_naming(caplog, "hung", "stalled", "stall_timeout")
         assert stalled.levelno == logging.ERROR
         assert len(records_naming(caplog, "hung", "shutdown timeout")) == 1
+
+    async def test_cancelling_the_task_in_the_engine_block_still_flushes(
+        self, check_stream: Check
+    ) -> None:
+        """The observers' workers are cancelled with the engine's task group; the close hands
+        what they held (the event cut off in their hands again) to the observer itself,
+        within the shutdown timeout. It used to drop them all, the closing events too."""
+        got: list[ExecutionEvent] = []
+
+        async def slow(event: ExecutionEvent) -> None:
+            await anyio.sleep(0.002)
+            got.append(event)
+
+        async def forever(ctx: ExecutionContext) -> None:
+            while True:
+                await ctx.call(step, n=1)
+
+        plugin = onlooker.define_plugin(id="slow", observer=lambda _: slow, queue_size=64)
+        engine = ExecutionEngine(tools=[step], plugins=[plugin], shutdown_timeout=30)
+        with anyio.fail_after(20):
+            with anyio.move_on_after(0.2) as cancelled:
+                async with engine:
+                    await engine.execute(forever)
+        assert cancelled.cancelled_caught
+        stats = engine.bus.statistics()
+        assert stats.dropped == 0
+        assert len(got) == stats.emitted
+        assert isinstance(got[-1], ExecutionFinished) and got[-1].status == "cancelled"
+        check_stream(got)
 
     async def test_several_hung_observers_hold_the_emitter_for_the_longest_timeout(
         self, caplog: pytest.LogCaptureFixture

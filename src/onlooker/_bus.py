@@ -367,6 +367,24 @@ class EventBus:
                 self._drained = anyio.Event()
             await self._drained.wait()
 
+    async def _flush_closing(self) -> None:
+        """:meth:`flush`, handing what an orphaned queue holds (its worker was cancelled with
+        the engine's task group) to its observer here, in the closing task."""
+        while not self._is_drained():
+            orphan = next((q for q in self._queues if q.orphaned and q.queue), None)
+            if orphan is not None:
+                await orphan.drain_here()
+                continue
+            if self._drained is None:
+                self._drained = anyio.Event()
+            await self._drained.wait()
+
+    def _wake_flush(self) -> None:
+        """Wake whoever waits in :meth:`flush` to look again (a queue became orphaned)."""
+        if self._drained is not None:
+            self._drained.set()
+            self._drained = None
+
     def statistics(self) -> BusStatistics:
         """The bus's counters, as a frozen snapshot."""
         tally = self._tally
@@ -408,7 +426,7 @@ class EventBus:
             return
         if self._task_group is not None:
             with anyio.move_on_after(grace):
-                await self.flush()
+                await self._flush_closing()
         self._closed = True
         for queue in self._queues:
             if not queue.retired:

@@ -10,6 +10,7 @@ more events) and what is left when the engine's shutdown timeout runs out.
 from __future__ import annotations
 
 import logging
+import sys
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias, final
@@ -54,8 +55,10 @@ class AsyncQueue:
         "episode",
         "errors",
         "handle",
+        "holding",
         "maxsize",
         "name",
+        "orphaned",
         "overflow",
         "queue",
         "reason",
@@ -85,8 +88,10 @@ class AsyncQueue:
         """Why a full queue drops: the reason counted for its drops."""
         self.queue: deque[ExecutionEvent] = deque()
         self.busy = False
+        self.holding: ExecutionEvent | None = None  # the event the worker is handling
         self.closed = False
         self.retired = False
+        self.orphaned = False  # its worker was cancelled with the engine's task group
         self.started = False
         self.stalled = False
         self.episode = 0  # events dropped since the queue was last full (for the log lines)
@@ -152,13 +157,38 @@ class AsyncQueue:
             try:
                 await self._work()
             except BaseException as exc:
-                # Dead (or cancelled with the engine's task group): nothing more is queued
-                # for it, what it held is counted, and flush() and waiting emitters are
-                # released — or closing the engine would wait for it forever. An abandoned
-                # worker (the shutdown timeout ran out) was counted by the bus already.
-                if not self.retired:
+                if isinstance(exc, anyio.get_cancelled_exc_class()) and not (
+                    self.retired or self.bus._closed
+                ):
+                    self._orphan()  # the task that entered the engine was cancelled
+                # Dead: nothing more is queued for it, what it held is counted, and
+                # flush() and waiting emitters are released — or closing the engine
+                # would wait for it forever. An abandoned worker (the shutdown timeout
+                # ran out) was counted by the bus already.
+                elif not self.retired:
                     self.retire(exc)
                 raise
+
+    def _orphan(self) -> None:
+        """The worker was cancelled with the engine's task group (the task that entered the
+        engine was cancelled): keep every event, emitters never wait, and the engine's close
+        hands them to the observer itself (:meth:`drain_here`), within its shutdown timeout."""
+        self.orphaned = True
+        if self.busy and self.holding is not None:  # cut off in its hands: handed again
+            self.queue.appendleft(self.holding)
+        self.busy, self.holding = False, None
+        self.maxsize = sys.maxsize
+        self._release_emitters()
+        self.bus._wake_flush()
+
+    async def drain_here(self) -> None:
+        """Handle what an orphaned queue holds, in the closing task (cancel it to stop)."""
+        queue = self.queue
+        while queue:
+            self.busy = True
+            await self._deliver(queue.popleft())
+            self.busy = False
+        self.bus._maybe_drained()
 
     async def _work(self) -> None:
         queue = self.queue
@@ -180,12 +210,16 @@ class AsyncQueue:
                 self._space is not None or self.stalled or self.episode
             ):
                 self._caught_up()
-            try:
-                await self.handle(event)
-            except Exception as exc:
-                self.bus._tally.failed(self, event, exc)
-            else:
-                self.bus._tally.delivered += 1
+            self.holding = event
+            await self._deliver(event)
+
+    async def _deliver(self, event: ExecutionEvent) -> None:
+        try:
+            await self.handle(event)
+        except Exception as exc:
+            self.bus._tally.failed(self, event, exc)
+        else:
+            self.bus._tally.delivered += 1
 
     def _caught_up(self) -> None:
         """Drained to half: emitters may go on, a stalled queue waits again."""
