@@ -832,6 +832,29 @@ class TestValueCap:
             history.plugin(redactor="yes")  # type: ignore[arg-type]
 
 
+class TestDroppedConnection:
+    async def test_a_connection_dropped_while_idle_is_replaced_at_once(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """PostgreSQL writes take no ping before each batch (a round trip): a pooled
+        connection the server dropped fails its batch, which is written again at once on a
+        fresh one, with no retry delay, warning or spill."""
+        for url in backend_url("postgres", tmp_path):
+            async with history.open(url, spill_path=tmp_path / "spill.jsonl") as store:
+                await store.write_events(execution_events("before"))
+                name = url.rsplit("/", 1)[1]
+                postgres.cluster_or_skip().sql(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+                )
+                with caplog.at_level(logging.WARNING, logger="onlooker.plugins.history"):
+                    await store.write_events(execution_events("after"))
+                assert await store.get_execution("before") is not None
+                assert await store.get_execution("after") is not None
+            assert not caplog.records
+            assert not (tmp_path / "spill.jsonl").exists()
+
+
 class TestLockedDatabase:
     """A database another connection keeps locked must not freeze the program or the close."""
 

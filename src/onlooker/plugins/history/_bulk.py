@@ -140,43 +140,51 @@ class PostgresBulk(Bulk):
             f"SELECT {columns} FROM {_STAGED}{table.name} {conflict}"
         )
 
+    # Each statement is a round trip to the server, and while the program runs each can
+    # also wait for the GIL for a switch interval: a batch sends as few as it can,
+    # statements without results joined into one.
+
     def write(self, conn: Connection, rows: Rows) -> int:
         with _Cursor(conn) as cursor:
-            cursor.execute(self._create)
-            new = self._log(cursor, rows)
-            self._project(cursor, rows)
+            cursor.execute(f"{self._create};SAVEPOINT onlooker_events")
+            new, done = self._log(cursor, rows)
+            self._project(cursor, rows, done)
         return max(new, 0)
 
-    def _log(self, cursor: _Cursor, rows: Rows) -> int:
+    def _log(self, cursor: _Cursor, rows: Rows) -> tuple[int, str]:
         """Insert the events: straight into the table, unless some are stored already.
 
         Events are new but for a replay, so they are copied into ``events``
         first; a duplicate undoes that copy (a savepoint) and the batch goes
-        through the staging table, which skips what is stored.
+        through the staging table, which skips what is stored. Returns how
+        many were new, and the statement that ends the savepoint (to send
+        with the next ones).
         """
-        cursor.execute("SAVEPOINT onlooker_events")
         try:
             cursor.copy(self._direct, rows.events)
         except self._duplicate:
             cursor.execute("ROLLBACK TO SAVEPOINT onlooker_events")
             _, copy, insert = self._tables["events"]
             cursor.copy(copy, rows.events)
-            return cursor.execute(insert)
-        cursor.execute("RELEASE SAVEPOINT onlooker_events")
-        return len(rows.events)
+            return cursor.execute(insert), ""
+        return len(rows.events), "RELEASE SAVEPOINT onlooker_events"
 
     def project(self, conn: Connection, rows: Rows) -> None:
         with _Cursor(conn) as cursor:
             cursor.execute(self._create)
-            self._project(cursor, rows)
+            self._project(cursor, rows, "")
 
-    def _project(self, cursor: _Cursor, rows: Rows) -> None:
+    def _project(self, cursor: _Cursor, rows: Rows, first: str) -> None:
+        """Copy the projection rows into staging, then merge them all (after ``first``)."""
+        statements = [first] if first else []
         for table in PROJECTIONS:
             entities = getattr(rows, table.name)
             if entities:
                 columns, copy, insert = self._tables[table.name]
                 cursor.copy(copy, _tuples(entities.values(), columns))
-                cursor.execute(insert)
+                statements.append(insert)
+        if statements:
+            cursor.execute(";".join(statements))
 
 
 class _Cursor:

@@ -138,7 +138,7 @@ def _read_only_sqlite(path: Path) -> Callable[[], sqlite3.Connection]:
     return connect
 
 
-def _create_engine(url: URL, read_only: bool) -> Engine:
+def _create_engine(url: URL, read_only: bool, *, pre_ping: bool = True) -> Engine:
     if url.get_backend_name() == "sqlite":
         path = _sqlite_file(url)
         if read_only and path is not None:
@@ -178,7 +178,7 @@ def _create_engine(url: URL, read_only: bool) -> Engine:
     connect_args = {"options": options}
     return sa.create_engine(
         url,
-        pool_pre_ping=True,
+        pool_pre_ping=pre_ping,
         pool_size=4,
         max_overflow=4,
         hide_parameters=True,
@@ -216,6 +216,15 @@ class Database:
             self.engine = _create_engine(self.url, read_only)
         except (ArgumentError, NoSuchModuleError, ImportError, OSError) as exc:
             raise HistoryError(f"cannot use history database {self.masked_url}: {exc}") from None
+        # PostgreSQL writes take connections that are not pinged first: a ping is one more
+        # round trip per batch, and each round trip can wait for the GIL for a switch
+        # interval (5 ms) while the program runs. A connection the server dropped while
+        # idle fails its batch, which is then written again at once (:meth:`_insert`).
+        self._writes = (
+            _create_engine(self.url, read_only, pre_ping=False)
+            if self.backend == "postgresql"
+            else self.engine
+        )
         self._file = _sqlite_file(self.url) if self.backend == "sqlite" else None
         self._checkpointer = (
             Checkpointer(self._file, _logger) if self._file is not None and not read_only else None
@@ -305,7 +314,13 @@ class Database:
             raise RowError(str(exc)) from exc
 
     def _insert(self, rows: Rows) -> int:
-        with self._serial, self.engine.begin() as conn:
+        try:
+            with self._serial, self._writes.begin() as conn:
+                return self._bulk.write(conn, rows)
+        except DBAPIError as exc:
+            if self._writes is self.engine or not exc.connection_invalidated:
+                raise
+        with self._writes.begin() as conn:  # a connection dropped while idle: a fresh one
             return self._bulk.write(conn, rows)
 
     def _rebuild(self, conn: Connection, chunk: int = 2000) -> None:
@@ -379,6 +394,8 @@ class Database:
         if self._checkpointer is not None:
             self._checkpointer.close()
         self.engine.dispose()
+        if self._writes is not self.engine:
+            self._writes.dispose()
 
 
 def _is_race(exc: OperationalError) -> bool:
