@@ -31,9 +31,9 @@ def no_deletes(use: onlooker.ToolUseContext) -> onlooker.PreHookResult:
 
 
 def build_server(engine: onlooker.ExecutionEngine) -> MCPServer:
-    server = MCPServer(
-        "notes", log_level="WARNING", middleware=[OnlookerMiddleware(engine, program="notes")]
-    )
+    server = MCPServer("notes", log_level="WARNING")
+    # given the server, the middleware records arguments as its tools receive them
+    server.middleware.append(OnlookerMiddleware(engine, program="notes", server=server))
     notes = {"todo.md": "- ship the MCP adapter"}
 
     @server.tool()

@@ -14,7 +14,7 @@ import sys
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio.to_thread
 import pytest
@@ -25,7 +25,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt import InjectedState, ToolNode, tools_condition
 from langgraph.prebuilt.tool_node import AsyncToolCallWrapper
 from langgraph.types import interrupt
 
@@ -334,6 +334,94 @@ async def test_hooks_rewrite_the_arguments_and_the_result() -> None:
     [ended] = recorder.of(ToolCallFinished)
     assert started.args == {"order_id": "A7"}
     assert (ended.status, ended.result) == ("completed", "[redacted: 17 chars]")
+
+
+def copying_tools(ran: list[dict[str, Any]]) -> list[BaseTool]:
+    """``copy`` with a default; ``count`` with an argument the ``ToolNode`` injects."""
+
+    @tool
+    def copy(doc: str, copies: int, mode: str = "fast") -> str:
+        """Copy a document."""
+        ran.append({"doc": doc, "copies": copies, "mode": mode})
+        return "copied"
+
+    @tool
+    def count(word: str, state: Annotated[dict[str, Any], InjectedState]) -> int:
+        """Count the messages so far that mention a word."""
+        ran.append({"word": word, "messages": len(state["messages"])})
+        return sum(word in str(m.content) for m in state["messages"])
+
+    return [copy, count]
+
+
+def copies_as_text(context: ToolUseContext) -> PreHookResult | None:
+    """Rewrite ``copies`` as a string, and drop ``mode``: the tool's schema restores both."""
+    if context.tool_call_id != "c1":
+        return None
+    return PreHookResult(modified_input={"doc": "a", "copies": "2"})
+
+
+async def test_the_recorded_arguments_are_what_the_tool_receives() -> None:
+    ran: list[dict[str, Any]] = []
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine(
+        hooks=[HookMatcher(pattern="copy", pre=[copies_as_text])]
+    ) as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine))
+        chat = model(
+            call("copy", "c1", doc="a", copies=9),
+            call("copy", "c2", doc="b", copies="3"),
+            call("count", "c3", word="go"),
+            AIMessage(content="done"),
+        )
+        await agent.graph("bot", chat, copying_tools(ran)).ainvoke(
+            {"messages": [HumanMessage("go")]},
+            config(OnlookerCallbackHandler(engine), uuid.uuid4()),
+        )
+    assert ran == [
+        {"doc": "a", "copies": 2, "mode": "fast"},  # "2" from the hook, coerced
+        {"doc": "b", "copies": 3, "mode": "fast"},  # the model's own "3", coerced
+        {"word": "go", "messages": 6},  # the injected state still reaches the tool
+    ]
+    assert [e.args for e in recorder.of(ToolCallStarted)] == [*ran[:2], {"word": "go"}]
+    assert [e.status for e in recorder.of(ToolCallFinished)] == ["completed"] * 3
+
+
+def garble(context: ToolUseContext) -> PreHookResult:
+    return PreHookResult(modified_input={"doc": "a", "copies": "many"})
+
+
+@pytest.mark.parametrize("with_handler", [True, False])
+async def test_a_rewrite_the_tool_would_refuse_is_a_failed_call(
+    with_handler: bool, check_stream: CheckStream
+) -> None:
+    ran: list[dict[str, Any]] = []
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine(
+        hooks=[HookMatcher(pattern="copy", pre=[garble])]
+    ) as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine))
+        chat = model(call("copy", "c1", doc="a", copies=1), AIMessage(content="done"))
+        callbacks = config(OnlookerCallbackHandler(engine), uuid.uuid4()) if with_handler else None
+        await agent.graph("bot", chat, copying_tools(ran)).ainvoke(
+            {"messages": [HumanMessage("copy")]}, callbacks
+        )
+    assert ran == []
+    message = agent.tool_message("c1")  # the model reads the refusal, as for a block
+    assert message.status == "error"
+    assert "invalid arguments for tool 'copy' (input modified by hook 'garble')" in str(
+        message.content
+    )
+    [ended] = recorder.of(ToolCallFinished)
+    assert ended.status == "failed" and ended.error is not None
+    assert ended.error.type == "ToolInputError" and "'garble'" in ended.error.message
+    # the graph's execution goes on; a call that is an execution of its own fails with it
+    assert [e.status for e in recorder.of(ExecutionFinished)] == [
+        "completed" if with_handler else "failed"
+    ]
+    check_stream(recorder.events)
 
 
 async def test_an_abort_stops_the_graph_and_fails_the_execution() -> None:

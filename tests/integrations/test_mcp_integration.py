@@ -371,6 +371,77 @@ class TestNoSessions:
         )
 
 
+def copies_as_text(use: ToolUseContext) -> PreHookResult | None:
+    """Rewrite ``copies`` as a string, and drop ``mode``: the server's validator restores both."""
+    if use.tool_input["name"] != "a":
+        return None
+    return PreHookResult(modified_input={"name": "a", "copies": str(use.tool_input["copies"] - 7)})
+
+
+def garble(use: ToolUseContext) -> PreHookResult:
+    return PreHookResult(modified_input={"name": "a", "copies": "many"})
+
+
+def copier(ran: list[dict[str, Any]]) -> MCPServer:
+    server = MCPServer("copier")
+
+    @server.tool()
+    def copy(name: str, copies: int, mode: str = "fast") -> str:
+        """Copy a document."""
+        ran.append({"name": name, "copies": copies, "mode": mode})
+        return "copied"
+
+    return server
+
+
+class TestArguments:
+    """Given the server, arguments are recorded as its validator hands them to the tool."""
+
+    async def test_the_recorded_arguments_are_what_the_tool_receives(
+        self, tmp_path: Path, check_stream: Check
+    ) -> None:
+        ran: list[dict[str, Any]] = []
+        hooks = [HookMatcher(pattern="copy", pre=(copies_as_text,))]
+        async with engine_for(tmp_path, hooks) as recorded:
+            server = copier(ran)
+            server.middleware.append(OnlookerMiddleware(recorded.engine, server=server))
+            async with Client(server, mode="legacy") as client:
+                rewritten = await client.call_tool("copy", {"name": "a", "copies": 9})
+                as_sent = await client.call_tool("copy", {"name": "b", "copies": "3"})
+
+        assert (rewritten.is_error, as_sent.is_error) == (False, False)
+        assert ran == [
+            {"name": "a", "copies": 2, "mode": "fast"},  # "2" from the hook, coerced
+            {"name": "b", "copies": 3, "mode": "fast"},  # the client's own "3", coerced
+        ]
+        assert [e.args for e in recorded.recorder.of(ToolCallStarted)] == ran
+        check_stream(recorded.recorder.events)
+
+    async def test_a_rewrite_the_tool_would_refuse_is_a_failed_call(
+        self, tmp_path: Path, check_stream: Check
+    ) -> None:
+        ran: list[dict[str, Any]] = []
+        async with engine_for(tmp_path, [HookMatcher(pattern="copy", pre=(garble,))]) as recorded:
+            server = copier(ran)
+            server.middleware.append(OnlookerMiddleware(recorded.engine, server=server))
+            async with Client(server) as client:  # no sessions: the call is its own execution
+                result = await client.call_tool("copy", {"name": "a", "copies": 1})
+
+        assert ran == []
+        assert result.is_error
+        assert "invalid arguments for tool 'copy' (input modified by hook 'garble')" in text(result)
+        (finished,) = recorded.recorder.of(ToolCallFinished)
+        assert finished.status == "failed" and finished.error is not None
+        assert finished.error.type == "ToolInputError"
+        assert "'garble'" in finished.error.message
+        assert [e.status for e in recorded.recorder.of(ExecutionFinished)] == ["completed"]
+        check_stream(recorded.recorder.events)
+
+    def test_only_an_mcpserver_validates(self) -> None:
+        with pytest.raises(TypeError, match="must be the MCPServer"):
+            OnlookerMiddleware(onlooker.ExecutionEngine(), server=Server("low-level"))  # type: ignore[arg-type]  # a low-level Server, refused
+
+
 class TestCancellation:
     @pytest.mark.parametrize(
         ("mode", "execution_status"),

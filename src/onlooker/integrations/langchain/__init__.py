@@ -31,9 +31,13 @@ nested (a subgraph, or a graph run by a tool)      the enclosing tool call) + ``
 ``on_tool_end`` (``ToolMessage(status="error")``,  ``failed(content)``
 a handled ``ToolException``)
 ``on_tool_error``                                  ``failed(error)``
-``awrap_tool_call(request, execute)``              ``tool_started``; refused: a ``ToolMessage``
-                                                   (``status="error"``, the reason) and the tool
-                                                   never runs; ``modified_input`` rewrites
+``awrap_tool_call(request, execute)``              ``tool_started`` with the ``args`` as the
+                                                   tool's ``args_schema`` validates them
+                                                   (``validate=`` that schema); refused: a
+                                                   ``ToolMessage`` (``status="error"``, the
+                                                   reason) and the tool never runs (so too a
+                                                   ``modified_input`` the schema refuses,
+                                                   ``failed``); ``modified_input`` rewrites
                                                    ``tool_call["args"]``; then ``finished`` /
                                                    ``failed``, ``modified_output`` rewrites the
                                                    ``ToolMessage`` content

@@ -162,9 +162,16 @@ def registry_of(engine: ExecutionEngine) -> Registry:
 
 
 async def open_call(
-    execution: TrackedExecution, tool: str, args: Mapping[str, Any], tool_call_id: str | None
+    execution: TrackedExecution,
+    tool: str,
+    args: Mapping[str, Any],
+    tool_call_id: str | None,
+    validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> TrackedToolCall:
-    """``tool_started``, under the framework's id unless this execution already used it."""
+    """``tool_started``, under the framework's id unless this execution already used it.
+
+    ``validate`` is the tool's own validator, for the pre-hooks' rewrites.
+    """
     if tool_call_id is not None:
         try:
             execution.call(tool_call_id)
@@ -172,7 +179,7 @@ async def open_call(
             pass  # unused: record the call under the framework's own id
         else:
             tool_call_id = None  # a model that repeats ids: onlooker picks a fresh one
-    return await execution.tool_started(tool, args, tool_call_id=tool_call_id)
+    return await execution.tool_started(tool, args, tool_call_id=tool_call_id, validate=validate)
 
 
 def interrupted(error: BaseException) -> bool:

@@ -18,6 +18,7 @@ from onlooker import HookAbortError, HookAction
 
 from .. import require
 from .._json import json_copy
+from ._arguments import validated, validator
 from ._shared import Home, ended_status, interrupted, logger, open_call, registry_of, text
 
 if TYPE_CHECKING:
@@ -38,7 +39,10 @@ def wrap_tool_call(engine: ExecutionEngine, *, program: str = "langgraph") -> As
     tool runs, onlooker's pre-hooks decide. A ``BLOCK`` (or ``SKIP``) returns
     a ``ToolMessage`` carrying the reason (``status="error"`` for a block)
     instead of running the tool; an ``ABORT`` raises ``HookAbortError``
-    into the graph; a ``modified_input`` replaces the call's ``args``. After
+    into the graph; a ``modified_input`` replaces the call's ``args``, once
+    the tool's ``args_schema`` validated it (an invalid one is refused like a
+    block, and recorded ``failed``). The arguments are recorded, and handed
+    to the tool, as that schema validated them. After
     the tool, the call is recorded ``completed`` (``failed`` for an error
     ``ToolMessage`` or an exception) and a post-hook's ``modified_output``
     replaces the ``ToolMessage`` content.
@@ -123,8 +127,13 @@ class _ToolNodeGovernor:
             execution = standalone
         else:
             execution = run.execution
+        validate = validator(request.tool)
         call = await open_call(
-            execution, tool_call["name"], tool_call["args"], tool_call.get("id") or None
+            execution,
+            tool_call["name"],
+            validated(validate, dict(tool_call["args"])),
+            tool_call.get("id") or None,
+            validate,
         )
         return call, standalone
 
@@ -135,9 +144,17 @@ class _ToolNodeGovernor:
         name: str,
         tool_call_id: str,
     ) -> ToolMessage:
-        """Enforce a refusing pre-hook: the tool never runs; an ``ABORT`` raises."""
+        """Enforce a refusing pre-hook: the tool never runs; an ``ABORT`` raises.
+
+        A rewrite the tool's schema refused is refused like a block (an error
+        message), and its execution of its own, if any, fails with it.
+        """
         if standalone is not None:
-            await _quietly(self._home, lambda: standalone.finish("completed"))
+            if call.status == "failed":
+                error = call.reason or f"invalid arguments for tool {name!r}"
+                await _quietly(self._home, lambda: standalone.finish("failed", error=error))
+            else:
+                await _quietly(self._home, lambda: standalone.finish("completed"))
         if call.action is HookAction.ABORT:
             raise HookAbortError(
                 f"onlooker's hooks aborted the run at tool {name!r}: {call.reason}",

@@ -4,7 +4,8 @@
 servers take a middleware chain)::
 
     async with onlooker.ExecutionEngine(plugins=[...], hooks=[...]) as engine:
-        server = MCPServer("calc", middleware=[OnlookerMiddleware(engine, program="calc")])
+        server = MCPServer("calc")
+        server.middleware.append(OnlookerMiddleware(engine, program="calc", server=server))
         await server.run_stdio_async()     # or: lowlevel_server.middleware.append(...)
 
 Every ``tools/call`` the server answers becomes a tracked tool call, governed
@@ -16,10 +17,14 @@ MCP server (``mcp`` 2.3 middleware)       onlooker
 first ``tools/call`` of a session         ``engine.track(program, trigger="mcp")``,
                                           ``run.start()``
 ``tools/call`` (JSON-RPC id ``N``)        ``run.tool_started(name, arguments,
-                                          tool_call_id="mcp:<execution_id>:N")``
+                                          tool_call_id="mcp:<execution_id>:N",
+                                          validate=<the tool's validator>)``
 pre-hook BLOCK / SKIP / ABORT             an error ``CallToolResult`` (``isError``, the
                                           reason as text); the tool is not called
-pre-hook ``modified_input``               ``params.arguments`` replaced for the handler
+pre-hook ``modified_input``               validated as the server validates; then
+                                          ``params.arguments`` replaced for the handler
+invalid ``modified_input``                an error ``CallToolResult``; the call is
+                                          ``failed`` (``ToolInputError`` naming the hook)
 result with ``isError`` false             ``call.finished(result)``; a post-hook's
                                           ``modified_output`` is what the client gets
 result with ``isError`` true              ``call.failed(its text)``
@@ -45,6 +50,17 @@ later SDK move it, sessions fall back to one execution per request too.
 client counts from 0 or 1), while onlooker's ``tool_call_id`` is unique
 everywhere; the recorded id is therefore ``"mcp:<execution_id>:<request id>"``,
 and :func:`request_id_of` gives the request id back (as a string).
+
+**Arguments as the tool receives them.** Given ``server=`` (the
+``MCPServer``), the middleware validates the arguments as ``MCPServer`` does
+inside the handler, after every middleware (the tool's argument model: ``"2"``
+becomes ``2``, defaults are filled, unknown keys dropped): the client's own
+arguments before the pre-hooks (invalid ones are recorded as sent, and the
+server answers its usual error result), and each pre-hook's
+``modified_input``. The handler is given the validated arguments, which the
+server's second validation leaves as they are. Without ``server=``, or on a
+low-level ``Server`` (which validates nothing itself), arguments are
+recorded as the client and the hooks gave them.
 
 **What is recorded as the result.** The ``CallToolResult`` in its wire form
 (``content``, ``structuredContent``, ``isError``, ``_meta``), without the

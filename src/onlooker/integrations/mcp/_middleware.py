@@ -19,11 +19,13 @@ from pydantic import JsonValue
 import onlooker
 
 from .. import require
+from ._arguments import ToolArguments, validated
 from ._wire import as_wire, merge_envelope, split_envelope, text_of
 
 if TYPE_CHECKING:
     from mcp.server.connection import Connection
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+    from mcp.server.mcpserver import MCPServer
     from mcp_types import CallToolResult, TextContent
 
 __all__ = ["OnlookerMiddleware", "request_id_of"]
@@ -65,9 +67,18 @@ class OnlookerMiddleware:
     ``owner`` their owner; without one, the client id of an authenticated
     request (OAuth bearer token) is the owner. See the module docstring for
     the mapping.
+
+    ``server`` is the ``MCPServer`` the middleware serves (append the
+    middleware to ``server.middleware`` once the server exists): with it, the
+    arguments are validated as the server validates them before the call is
+    recorded, so ``ToolCallStarted.args`` are what the tool receives and a
+    pre-hook's invalid rewrite is refused. Without it (or on a low-level
+    ``Server``, which validates nothing itself), arguments are recorded as the
+    client and the pre-hooks gave them.
     """
 
     __slots__ = (
+        "_arguments",
         "_call_tool_result",
         "_connection_type",
         "_engine",
@@ -86,6 +97,7 @@ class OnlookerMiddleware:
         program: str = "mcp-server",
         trigger: str = "mcp",
         owner: str | None = None,
+        server: MCPServer[Any] | None = None,
     ) -> None:
         types = require("mcp_types", extra="mcp", framework="MCP")
         connection = require("mcp.server.connection", extra="mcp", framework="MCP")
@@ -94,6 +106,7 @@ class OnlookerMiddleware:
         self._program = program
         self._trigger = trigger
         self._owner = owner
+        self._arguments = None if server is None else ToolArguments(server)
         self._call_tool_result: type[CallToolResult] = types.CallToolResult
         self._text_content: type[TextContent] = types.TextContent
         self._connection_type: type[Connection] = connection.Connection
@@ -220,10 +233,14 @@ class OnlookerMiddleware:
         arguments: Mapping[str, Any],
     ) -> HandlerResult:
         try:
+            validate = None if self._arguments is None else self._arguments.validator(name)
             call = await run.tool_started(
-                name, arguments, tool_call_id=f"{_PREFIX}{run.execution_id}:{ctx.request_id}"
+                name,
+                validated(validate, dict(arguments)),
+                tool_call_id=f"{_PREFIX}{run.execution_id}:{ctx.request_id}",
+                validate=validate,
             )
-            if not call.allowed:
+            if not call.allowed:  # refused, or a rewrite the tool's validator refused
                 return self._refusal(call.reason or f"onlooker refused the call to {name!r}")
             forwarded = ctx
             if dict(call.input) != dict(arguments):

@@ -1,0 +1,85 @@
+"""A LangChain tool's own validation of its arguments, done before onlooker records the call.
+
+LangChain validates a tool's arguments against its ``args_schema`` inside
+the tool's invocation, after ``awrap_tool_call``. The wrapper runs that same
+validation first, so ``ToolCallStarted.args`` are what the tool receives
+(``"2"`` coerced to ``2``, defaults filled, as ``BaseTool`` hands them on) and
+a pre-hook's rewrite the tool would refuse is refused with a
+``ToolInputError`` naming the hook. The validated arguments are what the
+tool call is given; LangChain validates them again, which changes nothing
+(validation is idempotent, and every default is already filled).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+if TYPE_CHECKING:
+    from langchain_core.tools import BaseTool
+
+__all__ = ["Validate", "validated", "validator"]
+
+Validate: TypeAlias = Callable[[dict[str, Any]], dict[str, Any]]
+"""A tool's validator: the arguments its function receives, or it raises."""
+
+_VARIADIC: Final = frozenset({"args", "kwargs"})
+"""The fields pydantic makes for ``*args`` / ``**kwargs``: passed on only when given."""
+
+
+def validator(tool: BaseTool | None) -> Validate | None:
+    """The validation ``BaseTool`` applies to the model's arguments; ``None`` if it applies none.
+
+    A tool with no pydantic (v2) ``args_schema`` (a JSON-schema dict, no
+    schema, a pydantic v1 model), or one with aliased fields, is left to
+    LangChain. The arguments the ``ToolNode`` injects later (state, store,
+    runtime, the call id) are not the model's: the tool's
+    ``tool_call_schema`` leaves them out.
+    """
+    schema = None if tool is None else tool.args_schema
+    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        return None
+    assert tool is not None  # a schema was found on it
+    model: type[BaseModel] = schema
+    call_schema = tool.tool_call_schema
+    if not (isinstance(call_schema, type) and issubclass(call_schema, BaseModel)):
+        return None
+    if set(call_schema.model_fields) != set(schema.model_fields):
+        model = call_schema  # injected arguments left out (and the schema's own validators)
+    if any(_aliased(name, field) for name, field in model.model_fields.items()):
+        return None  # validated by field name, LangChain's second pass might not accept them
+
+    def validate(args: dict[str, Any]) -> dict[str, Any]:
+        # As ``BaseTool._parse_input``: every field the input gave or that has a
+        # default, by field name, with its validated value (models stay models),
+        # and the extra keys a schema that allows them kept.
+        parsed = model.model_validate(args)
+        given = {
+            name: getattr(parsed, name)
+            for name in type(parsed).model_fields
+            if name in parsed.model_fields_set or name not in _VARIADIC
+        }
+        return {**given, **(parsed.model_extra or {})}
+
+    return validate
+
+
+def _aliased(name: str, field: FieldInfo) -> bool:
+    return any(alias not in (None, name) for alias in (field.alias, field.validation_alias))
+
+
+def validated(validate: Validate | None, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The model's own ``arguments`` as the tool would receive them; as given if invalid.
+
+    Invalid arguments are left for LangChain to refuse with its own error,
+    as without onlooker.
+    """
+    if validate is None:
+        return arguments
+    try:
+        return validate(arguments)
+    except Exception:  # the tool's own schema: LangChain reports the error itself
+        return arguments
