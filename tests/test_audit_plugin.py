@@ -438,8 +438,25 @@ class TestReplay:
         lines = trail.path.read_bytes().splitlines(keepends=True)
         lines[3] = b"garbage\n"
         trail.path.write_bytes(b"".join(lines))
+        store = Store()
         with pytest.raises(onlooker.AuditError, match=r"events.jsonl:4"):
-            await audit.replay(trail.session_dir, Store())
+            await audit.replay(trail.session_dir, store)
+        assert [e.seq for e in store.events.values()] == [0, 1, 2]  # what came before it
+
+    async def test_replay_writes_the_events_before_an_invalid_one(self, tmp_path: Path) -> None:
+        _, trail = await run(
+            program,
+            tools=TOOLS,
+            extension=audit.plugin(directory=tmp_path, session_id="s1"),
+            trigger="test",
+        )
+        lines = trail.path.read_bytes().splitlines(keepends=True)
+        lines[2] = lines[2].replace(b'"seq":2', b'"seq":-2')  # a record whose event is invalid
+        trail.path.write_bytes(b"".join(lines))
+        store = Store()
+        with pytest.raises(onlooker.AuditError, match=r"events.jsonl:3: the recorded event"):
+            await audit.replay(trail.session_dir, store)
+        assert [e.seq for e in store.events.values()] == [0, 1]
 
     async def test_replay_into_a_sqlite_history_store(self, tmp_path: Path) -> None:
         history = pytest.importorskip("onlooker.plugins.history")

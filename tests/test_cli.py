@@ -476,6 +476,49 @@ def free_port() -> int:
 
 
 class TestMetrics:
+    def test_serve_outlives_a_database_it_cannot_read(
+        self, recorded: dict[str, Any], workdir: Path
+    ) -> None:
+        """It serves the last figures and warns, rather than dying with a traceback."""
+        assert EXECUTABLE is not None
+        port = free_port()
+        server = subprocess.Popen(
+            [EXECUTABLE, "metrics", "serve", "--port", str(port), "--interval", "0.1"],
+            cwd=workdir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "COLUMNS": "300"},
+        )
+        try:
+            assert server.stderr is not None
+            assert "serving the metrics" in server.stderr.readline().decode()
+            with contextlib.closing(sqlite3.connect(workdir / ".onlooker" / "history.db")) as db:
+                db.execute("DROP TABLE tool_calls")
+                db.commit()
+            warning = server.stderr.readline().decode()
+            assert "warning: cannot read" in warning and "no such table: tool_calls" in warning
+            assert server.poll() is None, "still serving"
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+                assert 'tool="fetch"' in reply.read().decode()  # the last figures
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+            if server.stderr is not None:
+                server.stderr.close()
+
+    def test_a_database_that_fails_a_read_is_an_error_not_a_traceback(
+        self, recorded: dict[str, Any], workdir: Path
+    ) -> None:
+        with contextlib.closing(sqlite3.connect(workdir / ".onlooker" / "history.db")) as db:
+            db.execute("DROP TABLE tool_calls")
+            db.commit()
+        result = invoke("history", "stats")
+        assert result.exit_code == 1
+        output = " ".join(result.output.split())  # as wrapped to the terminal's width
+        assert "the history database cannot be read" in output
+        assert "no such table: tool_calls" in output
+        assert "Traceback" not in output
+
     def test_serve_exposes_the_history(self, recorded: dict[str, Any], workdir: Path) -> None:
         assert EXECUTABLE is not None
         port = free_port()

@@ -217,12 +217,18 @@ def _call(read: Callable[[], Awaitable[T]]) -> T:
     A store error (unreachable database, newer schema) is a message and exit
     1; a bad argument the store rejects is exit 2.
     """
+    import sqlalchemy.exc
+
     import onlooker
+    from onlooker.plugins.history._db import describe
 
     try:
         return anyio.run(read)
     except onlooker.OnlookerError as exc:
         stderr.print(f"[red]error[/]: {escape(str(exc))}")
+        raise typer.Exit(1) from None
+    except sqlalchemy.exc.SQLAlchemyError as exc:  # the database failed the read itself
+        stderr.print(f"[red]error[/]: the history database cannot be read: {escape(describe(exc))}")
         raise typer.Exit(1) from None
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

@@ -62,11 +62,26 @@ async def _serve(url: str | None, port: int, host: str, interval: float) -> None
     import anyio
 
     from onlooker.plugins import metrics
+    from onlooker.plugins.history._db import describe
 
     async with reading(url) as store:
         exposed = await metrics.metrics_from_history(store)
         with exposed.serve(port, host) as server:
             stderr.print(f"serving the metrics of {escape(store.url)} at {server.url}")
+            failing = False
             while True:
                 await anyio.sleep(interval)
-                await exposed.refresh()
+                try:
+                    await exposed.refresh()
+                except Exception as exc:  # the database is down: serve the last figures, retry
+                    if not failing:
+                        stderr.print(
+                            f"[yellow]warning[/]: cannot read {escape(store.url)} "
+                            f"({escape(describe(exc))}); serving the last figures, retrying "
+                            f"every {interval:g} s"
+                        )
+                    failing = True
+                    continue
+                if failing:
+                    stderr.print(f"{escape(store.url)} can be read again")
+                failing = False

@@ -143,18 +143,24 @@ async def replay(path: str | os.PathLike[str], store: EventSink, *, batch_size: 
     Calls ``await store.write_events(batch)`` with up to ``batch_size``
     events at a time, oldest first. Stores write idempotently by event id,
     so replaying twice changes nothing (and the second replay returns 0).
-    A torn last line and the writer's notes are skipped. Run :func:`verify`
-    first to trust the trail.
+    A torn last line and the writer's notes are skipped. A line that holds
+    no valid event raises ``AuditError`` naming it, once every event before
+    it is written. Run :func:`verify` first to trust the trail.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
     written = 0
     batch: list[ExecutionEvent] = []
-    for file, line, record in iter_records(path):
-        batch.append(_event(file, line, record))
-        if len(batch) >= batch_size:
-            written += await store.write_events(batch)
-            batch = []
+    try:
+        for file, line, record in iter_records(path):
+            batch.append(_event(file, line, record))
+            if len(batch) >= batch_size:
+                written += await store.write_events(batch)
+                batch = []
+    except AuditError:
+        if batch:  # the events before the bad line are written, then it is named
+            await store.write_events(batch)
+        raise
     if batch:
         written += await store.write_events(batch)
     return written
