@@ -743,6 +743,17 @@ class TestAuditDirectory:
         assert result.exit_code == 2
         assert not (workdir / "x.db").exists()
 
+    @pytest.mark.parametrize("command", ["verify", "tail", "replay"])
+    def test_a_path_that_holds_no_trail_is_a_usage_error(self, workdir: Path, command: str) -> None:
+        (workdir / "empty").mkdir()
+        (workdir / "notes.txt").write_text("not a trail\n")
+        for path in ("empty", "notes.txt"):
+            result = invoke(
+                "audit", command, path, *(["--db", "x.db"] if command == "replay" else [])
+            )
+            assert result.exit_code == 2, (path, result.output)
+        assert sorted(os.listdir(workdir)) == ["empty", "notes.txt"]  # nothing created
+
 
 class TestInteractiveAndLayout:
     def test_end_of_input_declines_the_question(self, workdir: Path) -> None:

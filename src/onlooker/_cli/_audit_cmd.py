@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -132,6 +133,7 @@ def tail(
     from ._render import event_line
 
     _exists(path)
+    _holds_a_trail(path)
     try:
         for event in audit.tail(path, follow=follow):
             if as_json:
@@ -177,9 +179,8 @@ def replay(
     from onlooker.plugins import audit, history
 
     _exists(path)
+    _holds_a_trail(path)
     targets = _sessions(path) or [path]
-    if path.is_dir() and targets == [path] and not any(path.glob("events*.jsonl")):
-        raise typer.BadParameter(f"no audit trail in {str(path)!r}", param_hint="PATH")
 
     async def go() -> list[int]:
         async with history.open(db_url(db)) as store:
@@ -202,5 +203,19 @@ def replay(
 
 
 def _exists(path: Path) -> None:
+    """A usage error (exit 2) unless ``path`` is there and may hold a trail: a directory, or
+    an ``events*.jsonl`` file (anything else holds no trail; ``replay`` must not create a
+    database for it)."""
     if not path.exists():
         raise typer.BadParameter(f"no such file or directory: {str(path)!r}", param_hint="PATH")
+    if not path.is_dir() and not fnmatch(path.name, "events*.jsonl"):
+        raise typer.BadParameter(
+            f"{str(path)!r} is not an audit trail file (events*.jsonl) or directory",
+            param_hint="PATH",
+        )
+
+
+def _holds_a_trail(path: Path) -> None:
+    """A usage error (exit 2) for a directory with no trail in it, nor sessions."""
+    if path.is_dir() and not _sessions(path) and not any(path.glob("events*.jsonl")):
+        raise typer.BadParameter(f"no audit trail in {str(path)!r}", param_hint="PATH")
