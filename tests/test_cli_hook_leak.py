@@ -153,3 +153,40 @@ def test_a_tool_calls_arguments_keep_their_shape(tmp_path: Path) -> None:
     assert started.args["command"] == (
         'def connect():\n    password = "[REDACTED:secret_assignment]"\n    return db(password)'
     )
+
+
+def test_the_state_file_keeps_no_tool_input_and_no_secret_tool_name(tmp_path: Path) -> None:
+    # The state keeps ids, times and tool names, never a tool's input: a Task's
+    # subagent_type and an MCP server's name can hold anything.
+    hook = Hook(tmp_path / "audit")
+    token = SHAPES[2][0].split()[-1]
+    mcp = f"mcp__{token}__run"
+    task = {"subagent_type": f"helper-{token}", "description": "d", "prompt": "p"}
+    explore = {**task, "subagent_type": "Explore"}
+    hook({"hook_event_name": "PreToolUse", "session_id": "st", "tool_name": "Task",
+          "tool_input": explore, "tool_use_id": "toolu_e"})  # fmt: skip
+    hook({"hook_event_name": "PreToolUse", "session_id": "st", "tool_name": "Task",
+          "tool_input": task, "tool_use_id": "toolu_t"})  # fmt: skip
+    hook({"hook_event_name": "PreToolUse", "session_id": "st", "tool_name": mcp,
+          "tool_input": {}, "tool_use_id": "toolu_m"})  # fmt: skip
+    hook({"hook_event_name": "PermissionRequest", "session_id": "st", "tool_name": mcp,
+          "tool_input": {}})  # fmt: skip
+    state = (tmp_path / "audit" / "st" / ".claude-hook-state.json").read_bytes()
+    for form in forms(token):
+        assert form not in state
+    assert b'"tool":"Task"' in state  # tool names are kept (redacted)
+    # and the state still does its work: the prompt gates the MCP call, the
+    # sub-agent of that type is linked to the Task call that started it (not the older one)
+    hook({"hook_event_name": "PostToolUse", "session_id": "st", "tool_name": mcp,
+          "tool_input": {}, "tool_use_id": "toolu_m", "tool_response": "ok"})  # fmt: skip
+    hook({"hook_event_name": "SubagentStart", "session_id": "st", "agent_id": "a1",
+          "agent_type": f"helper-{token}"})  # fmt: skip
+    events = hook.events("st")
+    kinds = [(e.kind, getattr(e, "interaction_id", None)) for e in events]
+    assert ("InteractionResolved", "permission-toolu_m") in kinds
+    (agent,) = [e for e in events if e.kind == "ExecutionStarted" and e.execution_id != "st"]
+    assert agent.attribution.parent_tool_call_id == "toolu_t"
+    assert all(token not in str(e) for e in events)
+    state = (tmp_path / "audit" / "st" / ".claude-hook-state.json").read_bytes()
+    for form in forms(token):
+        assert form not in state

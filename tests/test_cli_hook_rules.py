@@ -7,7 +7,9 @@ payload, a recording failure, recording switched off, unreadable rules).
 
 from __future__ import annotations
 
+import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,48 @@ TABLE: list[tuple[str, dict[str, Any], str | None]] = [
     ("tool_input not an object", {**bash("t1", "x"), "tool_input": "sudo ls"}, "deny"),
     ("no hook_event_name", {"tool_name": "Bash", "tool_input": {"command": "ls"}}, "deny"),
 ]
+
+
+# Where a command starts, the built-in rules must see it: after a newline, a
+# reserved word (then, do, else, {, !, time) or a prefix that runs the next word.
+DEFAULTS_DENIED = [
+    "cd /srv\nsudo apt-get install x",
+    "make build\nshutdown -h now",
+    "cd /\nsu -",
+    "ls\n  reboot",
+    "cd x &&\n  sudo ls",
+    "if true; then sudo ls; fi",
+    "if true\nthen\n  sudo ls\nfi",
+    "if false; then :; else reboot; fi",
+    "while true; do sudo ls; done",
+    "{ sudo ls; }",
+    "time sudo ls",
+    "time -p sudo ls",
+    "! sudo ls",
+    "A=1 sudo ls",
+    "env sudo ls",
+    "exec reboot",
+    "nohup /sbin/shutdown now",
+    "cd x; time /usr/bin/sudo ls",
+]
+DEFAULTS_ALLOWED = [
+    "echo then sudo",
+    "echo do reboot",
+    "echo {sudo,x}",
+    "thence sudo ls",
+    "timeout 5 ls",
+    "command -v sudo",
+    "man sudo",
+    "grep -n reboot\nls docs/",
+    "git commit -m 'fix su typo'",
+    "echo pseudo",
+]
+
+
+def library_denies(command: str) -> bool:
+    """Whether ``onlooker.policies.deny_commands()`` (the built-in rules) refuses ``command``."""
+    use = ToolUseContext("Bash", {"command": command}, "c1", onlooker.Attribution(), "e", False)
+    return deny_commands().pre[0](use) is not None
 
 
 @pytest.fixture
@@ -174,6 +218,23 @@ class TestFailClosed:
             assert printed is not None and printed[0] == "deny", raw
         assert hook("{not json") == ""  # no rules: nothing to enforce, only recorded problems
 
+    @pytest.mark.parametrize("depth", [1000, 100_000])
+    def test_input_nested_too_deeply_is_denied(
+        self, tmp_path: Path, rules: Path, depth: int
+    ) -> None:
+        # Any tool whose input takes arbitrary JSON (an MCP tool) could carry it.
+        payload = bash("t1", "sudo rm -rf /srv")
+        text = json.dumps({**payload, "tool_input": {**payload["tool_input"], "x": "NEST"}})
+        raw = text.replace('"NEST"', "[" * depth + "]" * depth)
+        result = hook_process(tmp_path, raw, "--deny-commands", str(rules))
+        assert (result.returncode, result.stderr) == (0, "")
+        printed = decision(result.stdout)
+        assert printed is not None and printed[0] == "deny"
+        assert "is not JSON: JSON nested too deeply" in printed[1]
+        (line,) = (tmp_path / "audit.err").read_text().splitlines()
+        assert "nested too deeply" in json.loads(line)["message"]
+        assert "sudo" not in line  # never the input itself
+
     def test_denies_even_when_recording_fails(self, tmp_path: Path, rules: Path) -> None:
         blocker = tmp_path / "audit"
         blocker.write_text("")
@@ -213,6 +274,30 @@ class TestFailClosed:
         printed = decision(hook(bash("t1", "sudo reboot"), "--deny-commands", str(rules)))
         assert printed is not None and printed[0] == "deny"
         assert not (hook.audit_dir / SESSION).exists()
+
+
+class TestDefaults:
+    @pytest.mark.parametrize("command", DEFAULTS_DENIED)
+    def test_a_command_wherever_it_starts_is_denied(self, hook: Hook, command: str) -> None:
+        path = hook.audit_dir.parent / "deny.txt"
+        path.write_text("@defaults\n")
+        printed = decision(hook(bash("t1", command), "--deny-commands", str(path)))
+        assert printed is not None and printed[0] == "deny", command
+        assert library_denies(command)
+
+    @pytest.mark.parametrize("command", DEFAULTS_ALLOWED)
+    def test_words_and_arguments_are_not_commands(self, hook: Hook, command: str) -> None:
+        path = hook.audit_dir.parent / "deny.txt"
+        path.write_text("@defaults\n")
+        assert hook(bash("t1", command), "--deny-commands", str(path)) == ""
+        assert not library_denies(command)
+
+    def test_a_long_command_is_judged_in_linear_time(self) -> None:
+        # Each place a command may start is searched only up to the next separator.
+        started = time.monotonic()
+        for command in (";A=1" * 100_000, "\n " * 100_000, ";{ " * 100_000):
+            assert not library_denies(command)
+        assert time.monotonic() - started < 5
 
 
 class TestRuleFiles:

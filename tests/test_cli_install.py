@@ -147,6 +147,65 @@ class TestInstall:
         commands = {command for _, command in ours(read(settings))}
         assert commands == {f"{script} hook claude-code"}
 
+    @pytest.mark.parametrize(
+        ("hooks", "problem"),
+        [
+            ({"PreToolUse": {"matcher": "*"}}, "hooks.PreToolUse must be a list"),
+            ({"Stop": "say done"}, "hooks.Stop must be a list of hook entries, not a string"),
+            ({"SessionEnd": None}, "hooks.SessionEnd must be a list of hook entries, not null"),
+        ],
+    )
+    def test_settings_of_the_wrong_shape_are_refused_and_left_alone(
+        self, tmp_path: Path, hooks: dict[str, Any], problem: str
+    ) -> None:
+        settings = tmp_path / "settings.json"
+        text = json.dumps({"model": "opus", "hooks": hooks})
+        settings.write_text(text)
+        result = invoke("hook", "install", "--settings", str(settings))
+        assert result.exit_code == 1
+        assert problem in " ".join(result.output.split())
+        assert "Traceback" not in result.output and result.exception is not None
+        assert isinstance(result.exception, SystemExit)
+        assert settings.read_text() == text
+        assert not list(tmp_path.glob("*.bak"))
+
+    def test_a_custom_command_is_installed_once_and_recognised(self, project: Path) -> None:
+        settings = project / ".claude" / "settings.local.json"
+        for _ in range(2):
+            result = invoke("hook", "install", "--local", "--command", "/opt/wrap.sh --quiet")
+            assert result.exit_code == 0, result.output
+        data = read(settings)
+        groups = [group for event in HOOK_EVENTS for group in data["hooks"][event]]
+        assert len(groups) == len(HOOK_EVENTS)  # once per event, however often installed
+        commands = {hook["command"] for group in groups for hook in group["hooks"]}
+        assert commands == {"/opt/wrap.sh --quiet # onlooker hook claude-code"}
+        assert "nothing changed" in result.output
+        status = json.loads(invoke("hook", "status", "--json").output)
+        (local,) = [s for s in status["settings"] if s["installed"]]
+        assert local["scope"] == "local" and local["missing_events"] == []
+        assert any("/opt/wrap.sh" in problem for problem in local["problems"])  # not there
+        assert invoke("hook", "uninstall", "--local").exit_code == 0
+        assert read(settings) == {}
+
+    @pytest.mark.parametrize(
+        ("command", "installed"),
+        [
+            ("echo ran", "echo ran # onlooker hook claude-code"),
+            ("echo ran \\", "echo ran \\\n# onlooker hook claude-code"),  # else joined
+            ("echo ran\necho twice", "echo ran\necho twice\n# onlooker hook claude-code"),
+        ],
+    )
+    def test_the_marker_of_a_custom_command_is_a_comment(
+        self, tmp_path: Path, command: str, installed: str
+    ) -> None:
+        settings = tmp_path / "settings.json"
+        result = invoke("hook", "install", "--settings", str(settings), "--command", command)
+        assert result.exit_code == 0, result.output
+        assert {hook["command"] for group in read(settings)["hooks"]["Stop"]
+                for hook in group["hooks"]} == {installed}  # fmt: skip
+        ran = subprocess.run(["sh", "-c", installed], capture_output=True, text=True, check=True)
+        assert ran.stdout.split("\n")[0] == "ran"
+
     def test_invalid_json_is_an_error_and_left_alone(self, tmp_path: Path) -> None:
         settings = tmp_path / "settings.json"
         settings.write_text("{not json")

@@ -33,6 +33,7 @@ from onlooker import (
     _events,
     _shared,
 )
+from onlooker._cli import _claude_hook
 from onlooker._cli._claude_hook import MAX_RECORD_CHARS
 from onlooker._cli._claude_session import HOOK_EVENTS, Session
 from onlooker._shared import safe_session_id
@@ -371,6 +372,34 @@ class TestEvidence:
         assert str(finished.result[-1]).startswith("…[truncated ")
         assert audit.verify(hook.audit_dir / SESSION).ok
 
+    def test_nan_and_infinities_are_recorded_as_null(self, hook: Hook, tmp_path: Path) -> None:
+        # Python's json reads and writes them; JSON (and onlooker's events) has none.
+        def raw(payload: dict[str, Any], **numbers: str) -> str:
+            text = json.dumps(payload)
+            for name, number in numbers.items():
+                text = text.replace(f'"@{name}"', number)
+            return text
+
+        hook(raw(pre("toolu_1", "Bash", {**BASH, "n": "@n", "big": "@big", "small": "@small"}),
+                 n="NaN", big="1e999", small="-Infinity"))  # fmt: skip
+        response = post("toolu_1", "Bash", BASH, {"x": "@x", "ok": 1.5}, duration_ms="@d")
+        hook(raw(response, x="Infinity", d="1e999"))
+        trail = (hook.audit_dir / SESSION / "events.jsonl").read_text()
+        assert "NaN" not in trail and "Infinity" not in trail
+        started, finished = hook.events()[1:]  # onlooker.parse_event accepts every line
+        assert isinstance(started, ToolCallStarted) and isinstance(finished, ToolCallFinished)
+        assert started.args == {**BASH, "n": None, "big": None, "small": None}
+        assert finished.result == {"x": None, "ok": 1.5}
+        assert finished.duration_ms is not None and 0 <= finished.duration_ms < 60_000
+        assert audit.verify(hook.audit_dir / SESSION).ok
+        assert hook.errors() == ""
+
+        async def replay() -> int:
+            async with history.open(f"sqlite:///{tmp_path / 'history.db'}") as store:
+                return await audit.replay(hook.audit_dir / SESSION, store)
+
+        assert anyio.run(replay) == 3
+
 
 class TestSchema:
     def test_events_match_the_models_exactly(self) -> None:
@@ -465,6 +494,8 @@ class TestFailSafe:
             (json.dumps({"hook_event_name": "PreToolUse"}), "no session_id"),
             (json.dumps(event("Stop", session_id="")), "no session_id"),
             (json.dumps(event("Stop", session_id="../..")), "no usable characters"),
+            ("[" * 100_000 + "]" * 100_000, "not JSON: JSON nested too deeply"),
+            ('{"a": ' * 5000 + "1" + "}" * 5000, "not JSON: JSON nested too deeply"),
         ],
     )
     def test_bad_input_exits_0_silently_and_is_logged(
@@ -523,6 +554,25 @@ class TestFailSafe:
 
         assert _disabled() is not recorded
 
+    def test_a_lock_held_for_good_costs_the_event_never_the_agent(
+        self, hook: Hook, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(_claude_hook, "LOCK_WAIT_SECONDS", 0.3)
+        rules = tmp_path / "deny.txt"
+        rules.write_text("@defaults\n")
+        hook(event("SessionStart", source="startup"))
+        with open(hook.audit_dir / SESSION / ".claude-hook.lock", "a+b") as held:
+            _shared.lock_file(held.fileno())  # a hook process that hung holding it
+            started = time.monotonic()
+            printed = hook(bash("toolu_1", "sudo reboot"), "--deny-commands", str(rules))
+            assert time.monotonic() - started < 5
+        assert json.loads(printed)["hookSpecificOutput"]["permissionDecision"] == "deny"
+        (line,) = hook.errors().splitlines()
+        assert "PreToolUse of session" in line and "not recorded" in line
+        assert len(hook.events()) == 1  # the trail as it was
+        hook(post("toolu_1", "Bash", BASH, "ok"))  # the lock is free again: recorded
+        assert [e.kind for e in hook.events()][1:] == ["ToolCallStarted", "ToolCallFinished"]
+
     def test_concurrent_processes_number_events_without_gaps(self, tmp_path: Path) -> None:
         hook_process(tmp_path, event("SessionStart", source="startup"))
         calls = [bash(f"toolu_{i}", f"echo {i}") for i in range(8)]
@@ -557,6 +607,21 @@ class TestHistory:
         assert (agent.program, agent.parent_tool_call_id) == ("Explore", "toolu_2")
         again, _ = anyio.run(replay)
         assert again == [0, 0]
+
+    def test_history_replays_the_directory_a_secret_session_id_is_recorded_in(
+        self, hook: Hook, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        started: list[list[str]] = []
+        monkeypatch.setattr(subprocess, "Popen", lambda args, **_: started.append(args))
+        secret = "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+        hook(event("UserPromptSubmit", session_id=secret, prompt="hi"), "--history")
+        hook(event("Stop", session_id=secret), "--history")
+        (session_dir,) = [p for p in hook.audit_dir.iterdir() if p.is_dir()]
+        assert session_dir.name.startswith("redacted-")
+        ((*_, audit_dir, session, url),) = started
+        assert (audit_dir, session) == (str(hook.audit_dir.resolve()), session_dir.name)
+        assert url == str(hook.audit_dir.resolve().parent / "history.db")
+        assert not any(secret in arg for arg in started[0])  # nothing for ps to show
 
     def test_history_option_keeps_the_database_current(self, tmp_path: Path) -> None:
         audit_dir = tmp_path / ".onlooker" / "audit"
@@ -598,12 +663,34 @@ class TestSharedRules:
         assert _shared.json_dumps(value) == expected
         assert _shared.json_loads(" " + expected + "\n") == json.loads(expected)
 
-    @pytest.mark.parametrize("bad", ["", "{", "[1] x", "nul", b"\xff", '{"a": "\\x"}'])
+    @pytest.mark.parametrize(
+        "bad", ["", "{", "[1] x", "nul", b"\xff", '{"a": "\\x"}', "[" * 100_000]
+    )
     def test_json_errors_are_value_errors(self, bad: str | bytes) -> None:
         with pytest.raises(ValueError):
             _shared.json_loads(bad)
+        with pytest.raises(ValueError):
+            _shared.json_loads_finite(bad)
         with pytest.raises(TypeError, match="not JSON serializable"):
             _shared.json_dumps({"a": object()})
+
+    def test_finite_json_reads_nan_and_infinities_as_null(self) -> None:
+        text = '{"a": [NaN, Infinity, -Infinity, 1e999, -1e999, 1.5, 1e308, 7], "b": 0.1}'
+        assert _shared.json_loads_finite(text) == {
+            "a": [None, None, None, None, None, 1.5, 1e308, 7],
+            "b": 0.1,
+        }
+        assert _shared.json_loads(text)["a"][1] == float("inf")  # json's reading, unchanged
+
+    def test_a_lock_with_a_deadline(self, tmp_path: Path) -> None:
+        path = tmp_path / "lock"
+        with open(path, "a+b") as held, open(path, "a+b") as other:
+            _shared.lock_file(held.fileno())
+            started = time.monotonic()
+            assert _shared.lock_file_within(other.fileno(), 0.2) is False
+            assert 0.2 <= time.monotonic() - started < 5
+            _shared.unlock_file(held.fileno())
+            assert _shared.lock_file_within(other.fileno(), 0.2) is True
 
     @pytest.mark.parametrize(
         ("raw", "safe"),

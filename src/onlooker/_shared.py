@@ -11,17 +11,18 @@ rule):
   ``_events.py``; a test keeps the two equal);
 - :func:`iso_time`, the ``at`` of events and audit records;
 - :func:`lock_file` / :func:`unlock_file`, the exclusive lock concurrent
-  writers of one file take;
+  writers of one file take (:func:`lock_file_within`: with a deadline);
 - the session-id rule: :func:`is_session_id`, :func:`safe_session_id`;
 - the audit switch: :data:`DISABLE_VARIABLE`, :func:`audit_disabled`;
 - deny rules for shell commands: :data:`DEFAULT_DENIED_COMMANDS` and
   :func:`compile_command_rule`, used by ``policies.deny_commands()`` and by
   the hook's rule files alike;
-- JSON without ``re``: :func:`json_loads` and :func:`json_dumps` (compact,
-  non-ASCII kept), CPython's own C scanner and encoder, as ``json`` uses
-  them; importing ``json`` would import ``re``, ``enum`` and more, half the
-  cost of a bare interpreter start, for a hook whose payload may need no
-  regular expression at all;
+- JSON without ``re``: :func:`json_loads`, :func:`json_loads_finite` (NaN and
+  infinities read as None) and :func:`json_dumps` (compact, non-ASCII kept),
+  CPython's own C scanner and encoder, as ``json`` uses them; importing
+  ``json`` would import ``re``, ``enum`` and more, half the cost of a bare
+  interpreter start, for a hook whose payload may need no regular
+  expression at all;
 - :func:`sha256`, CPython's own SHA-256 (``hashlib`` loads OpenSSL);
 - :func:`lazy_attribute`, the ``__getattr__`` (PEP 562) of the packages that
   load their public names on first use (``onlooker``, ``onlooker.plugins.audit``).
@@ -54,7 +55,9 @@ __all__ = [
     "iso_time",
     "json_dumps",
     "json_loads",
+    "json_loads_finite",
     "lock_file",
+    "lock_file_within",
     "safe_session_id",
     "sha256",
     "unlock_file",
@@ -164,6 +167,16 @@ if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
         os.lseek(fd, 0, os.SEEK_SET)
         msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
 
+    def _try_lock(fd: int) -> bool:
+        import msvcrt
+
+        os.lseek(fd, 0, os.SEEK_SET)
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+
     def unlock_file(fd: int) -> None:
         """Release the lock :func:`lock_file` took (closing ``fd`` releases it too)."""
         import msvcrt
@@ -178,9 +191,32 @@ else:
         """Wait for and take an exclusive lock on the open file ``fd``."""
         fcntl.flock(fd, fcntl.LOCK_EX)
 
+    def _try_lock(fd: int) -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
     def unlock_file(fd: int) -> None:
         """Release the lock :func:`lock_file` took (closing ``fd`` releases it too)."""
         fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def lock_file_within(fd: int, seconds: float) -> bool:
+    """Take the lock :func:`lock_file` takes, waiting at most ``seconds``; whether it was taken.
+
+    For a process that must not hang behind a holder that never lets go.
+    """
+    deadline = time.monotonic() + seconds
+    pause = 0.001
+    while not _try_lock(fd):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.05)
+    return True
 
 
 # -- session ids ----------------------------------------------------------------------------
@@ -226,8 +262,16 @@ def audit_disabled(environ: Mapping[str, str] | None = None) -> bool:
 
 # -- deny rules for shell commands -----------------------------------------------------------
 
-_SEP: Final = r"(?:^|[;&|(`]|\$\()\s*"
-"""Command position: the start, or after a separator, a subshell or a substitution."""
+_WORD: Final = r"[^\s;&|()<>`]*"
+"""Part of one shell word, up to a space or a separator (which a search never scans past)."""
+_SEP: Final = (
+    r"(?:^|[\n;&|(`]|\$\()[ \t]*"
+    r"(?:(?:[!{]|if|then|elif|else|do|while|until|time(?:[ \t]+-p)?|exec|command|builtin|nohup"
+    r"|env|\w+=" + _WORD + r")[ \t]+)*"
+)
+"""Command position: the start, or after a separator (a newline too), a subshell or a
+substitution; then any reserved word or prefix that runs the next word as a command (``then``,
+``do``, ``{``, ``!``, ``time``, ``exec``, ``env``, ``VAR=value``, ...), each a whole word."""
 _END: Final = r"(?=$|[\s;&|)`])"
 
 DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
@@ -235,8 +279,8 @@ DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
         r"\brm\s+(?:-[\w-]+\s+)*(?:-[a-zA-Z]*[rR][a-zA-Z]*|--recursive)\s+"
         r"(?:-[\w-]+\s+)*(?:--\s+)?[\"']?(?:/\*?|~/?\*?|\$\{?HOME\}?/?\*?)[\"']?" + _END
     ),
-    "sudo": _SEP + r"(?:\S*/)?(?:sudo|doas)\b",
-    "su": _SEP + r"(?:\S*/)?su" + _END,
+    "sudo": _SEP + r"(?:" + _WORD + r"/)?(?:sudo|doas)\b",
+    "su": _SEP + r"(?:" + _WORD + r"/)?su" + _END,
     "mkfs": r"\bmkfs(?:\.\w+)?\b",
     "dd-to-device": r"\bdd\b[^;&|]*\bof=/dev/",
     "redirect-to-device": r">\s*/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk)\w*",
@@ -247,7 +291,7 @@ DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
     "chmod-recursive-root": (
         r"\bchmod\s+(?:-\S+\s+)*-[a-zA-Z]*R[a-zA-Z]*\s+(?:-\S+\s+)*\S+\s+/" + _END
     ),
-    "power": _SEP + r"(?:\S*/)?(?:shutdown|reboot|poweroff|halt)\b",
+    "power": _SEP + r"(?:" + _WORD + r"/)?(?:shutdown|reboot|poweroff|halt)\b",
 }
 """The built-in command rules: rule name -> regular expression (``re.search``).
 
@@ -289,8 +333,10 @@ def compile_command_rule(
 # -- JSON and SHA-256 without their heavy modules ---------------------------------------------
 
 
-def _codec() -> tuple[Callable[[str | bytes], Any], Callable[[Any], str]]:
-    """``loads`` and compact ``dumps`` built on ``_json``, or on ``json`` where it is missing."""
+def _codec() -> tuple[
+    Callable[[str | bytes], Any], Callable[[Any], str], Callable[[str | bytes], Any]
+]:
+    """``loads``, compact ``dumps`` and finite ``loads``, on ``_json`` (or ``json`` without it)."""
     try:
         from _json import encode_basestring, make_encoder, make_scanner
 
@@ -298,15 +344,17 @@ def _codec() -> tuple[Callable[[str | bytes], Any], Callable[[Any], str]]:
             strict = True
             object_hook = None
             object_pairs_hook = None
-            parse_float = float
             parse_int = int
-            parse_constant = {
-                "-Infinity": -1e999,
-                "Infinity": 1e999,
-                "NaN": 1e999 - 1e999,
-            }.__getitem__
 
-        scan = make_scanner(_Decoding())  # type: ignore[arg-type]  # typeshed: a JSONDecoder; these attributes are all it reads
+            def __init__(
+                self, parse_float: Callable[[str], Any], constants: dict[str, float | None]
+            ) -> None:
+                self.parse_float = parse_float
+                self.parse_constant = constants.__getitem__
+
+        # typeshed: make_scanner takes a JSONDecoder; these attributes are all it reads
+        scan = make_scanner(_Decoding(float, _CONSTANTS))  # type: ignore[arg-type]
+        scan_finite = make_scanner(_Decoding(_finite_float, _NO_CONSTANTS))  # type: ignore[arg-type]
 
         def default(value: object) -> Any:
             raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
@@ -314,24 +362,45 @@ def _codec() -> tuple[Callable[[str | bytes], Any], Callable[[Any], str]]:
     except (ImportError, TypeError):  # pragma: no cover - another interpreter
         import json
 
-        return json.loads, json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+        def loads_finite(text: str | bytes) -> Any:
+            try:
+                return json.loads(
+                    text, parse_float=_finite_float, parse_constant=_NO_CONSTANTS.__getitem__
+                )
+            except RecursionError:
+                raise ValueError("JSON nested too deeply") from None
 
-    def loads(text: str | bytes) -> Any:
-        if not isinstance(text, str):
-            text = text.decode("utf-8")
-        start = len(text) - len(text.lstrip(" \t\n\r"))
-        try:
-            value, end = scan(text, start)
-        except StopIteration as stop:
-            raise ValueError(f"Expecting value: char {stop.value}") from None
-        except Exception:  # the C scanner reports errors through json.decoder,
-            import json  # which may not be loaded yet: let json itself say what is wrong
+        return (
+            json.loads,
+            json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode,
+            loads_finite,
+        )
 
-            return json.loads(text)
-        rest = len(text) - len(text.rstrip(" \t\n\r"))
-        if end != len(text) - rest:
-            raise ValueError(f"Extra data: char {end}")
-        return value
+    def loader(scan: Callable[[str, int], tuple[Any, int]], finite: bool) -> Callable[..., Any]:
+        def loads(text: str | bytes) -> Any:
+            if not isinstance(text, str):
+                text = text.decode("utf-8")
+            start = len(text) - len(text.lstrip(" \t\n\r"))
+            try:
+                value, end = scan(text, start)
+            except StopIteration as stop:
+                raise ValueError(f"Expecting value: char {stop.value}") from None
+            except RecursionError:  # json's own error; a ValueError like every bad input
+                raise ValueError("JSON nested too deeply") from None
+            except Exception:  # the C scanner reports errors through json.decoder,
+                import json  # which may not be loaded yet: let json itself say what is wrong
+
+                if finite:
+                    return json.loads(
+                        text, parse_float=_finite_float, parse_constant=_NO_CONSTANTS.__getitem__
+                    )
+                return json.loads(text)
+            rest = len(text) - len(text.rstrip(" \t\n\r"))
+            if end != len(text) - rest:
+                raise ValueError(f"Extra data: char {end}")
+            return value
+
+        return loads
 
     def dumps(value: Any) -> str:
         if isinstance(value, str):
@@ -341,12 +410,29 @@ def _codec() -> tuple[Callable[[str | bytes], Any], Callable[[Any], str]]:
         encode = make_encoder({}, default, encode_basestring, None, ":", ",", False, False, True)
         return "".join(encode(value, 0))
 
-    return loads, dumps
+    return loader(scan, False), dumps, loader(scan_finite, True)
 
 
-json_loads, json_dumps = _codec()
-"""``json.loads`` (``ValueError`` on bad input) and ``json.dumps`` with ``separators=(",", ":")``
-and ``ensure_ascii=False``: the same C code, without importing ``json``."""
+_CONSTANTS: Final[dict[str, float | None]] = {
+    "-Infinity": -1e999,
+    "Infinity": 1e999,
+    "NaN": 1e999 - 1e999,
+}
+_NO_CONSTANTS: Final[dict[str, float | None]] = dict.fromkeys(_CONSTANTS)
+
+
+def _finite_float(text: str) -> float | None:
+    """A JSON number as a float, or None when it is out of range (``1e999``)."""
+    value = float(text)
+    return value if value - value == 0 else None
+
+
+json_loads, json_dumps, json_loads_finite = _codec()
+"""``json.loads`` (``ValueError`` on bad input, nesting too deep included) and ``json.dumps``
+with ``separators=(",", ":")`` and ``ensure_ascii=False``: the same C code, without importing
+``json``. ``json_loads_finite`` reads ``NaN``, ``Infinity``, ``-Infinity`` and numbers out of a
+float's range (``1e999``) as None, as onlooker's events hold them (JSON has no infinity or NaN):
+what reads input that becomes a record."""
 
 if TYPE_CHECKING:
     from hashlib import sha256

@@ -28,8 +28,9 @@ from onlooker._shared import (
     iso_time,
     json_dumps,
     json_loads,
+    json_loads_finite,
     lock_file,
-    safe_session_id,
+    lock_file_within,
 )
 
 from ._claude_session import HOOK_EVENTS, Session
@@ -54,6 +55,8 @@ _LOCK: Final = ".claude-hook.lock"
 _OPTIONS: Final = ("--audit-dir", "--deny-commands", "--history-db")
 _FLAGS: Final = ("--history", "--shorten-paths")
 _REPLAY_ON: Final = frozenset({"Stop", "SubagentStop", "SessionEnd"})
+LOCK_WAIT_SECONDS: Final = 5.0
+"""The longest a hook process waits for its session's lock; then that event is not recorded."""
 
 
 class _HookError(Exception):
@@ -82,9 +85,11 @@ def run(args: list[str]) -> int:
             raise malformed or _HookError("no hook input")
         event = _check(payload)
         if not audit_disabled():
-            _record(audit_dir, payload, verdict, shorten_paths="--shorten-paths" in options)
+            session = _record(
+                audit_dir, payload, verdict, shorten_paths="--shorten-paths" in options
+            )
             if "--history" in options and event in _REPLAY_ON:
-                _replay_later(audit_dir, payload, options.get("--history-db"))
+                _replay_later(audit_dir, session, options.get("--history-db"))
     except Exception as exc:  # fail-safe: the agent never pays for a recording problem
         problems.append(exc)
     for problem in problems:
@@ -126,8 +131,8 @@ def _parse_args(args: list[str], problems: list[Exception]) -> dict[str, str]:
 
 def _parse(raw: bytes) -> tuple[dict[str, Any] | None, Exception | None]:
     try:
-        payload = json_loads(raw)
-    except ValueError as exc:
+        payload = json_loads_finite(raw)  # NaN and infinities become null, as in events
+    except (ValueError, RecursionError) as exc:  # nested too deeply: not JSON we can judge
         # Never the input itself: a malformed payload still carries the agent's secrets.
         return None, _HookError(f"hook input ({len(raw)} bytes) is not JSON: {exc}")
     if not isinstance(payload, dict):
@@ -223,7 +228,8 @@ def _redactor(shorten_paths: bool = False) -> Redactor:
 
 def _record(
     audit_dir: str, payload: dict[str, Any], verdict: Verdict | None, *, shorten_paths: bool
-) -> None:
+) -> str:
+    """Record ``payload``'s events; returns the session's id as recorded (its directory)."""
     redactor = _redactor(shorten_paths)
     session = safe_id(payload["session_id"], redactor.redact_text)  # never a secret on disk
     if session is None:
@@ -235,9 +241,15 @@ def _record(
         raise _HookError(f"cannot create the session directory {session_dir}: {exc}") from None
     state_path = os.path.join(session_dir, _STATE)
     # One exclusive lock per session: concurrent hook processes take turns, so
-    # seq has no gaps or duplicates and the hash chain stays linear.
-    with open(os.path.join(session_dir, _LOCK), "a+b") as lock:
-        lock_file(lock.fileno())
+    # seq has no gaps or duplicates and the hash chain stays linear. A holder
+    # that never lets go (a hung or stopped process) costs this event, never the agent.
+    lock_path = os.path.join(session_dir, _LOCK)
+    with open(lock_path, "a+b") as lock:
+        if not lock_file_within(lock.fileno(), LOCK_WAIT_SECONDS):
+            raise _HookError(
+                f"{payload['hook_event_name']} of session {session} not recorded: its lock "
+                f"{lock_path} stayed taken for {LOCK_WAIT_SECONDS:g} s (a hook process hung?)"
+            )
         state = _load_state(state_path)
         session_state = Session(
             session,
@@ -249,6 +261,7 @@ def _record(
         events = session_state.handle(payload, verdict)
         _write(audit_dir, session, events, redactor)
         _save_state(state_path, session_state.state)
+    return session
 
 
 def _load_state(path: str) -> dict[str, Any] | None:
@@ -296,15 +309,16 @@ def _write(audit_dir: str, session: str, events: list[dict[str, Any]], redactor:
 # -- history ------------------------------------------------------------------------------
 
 
-def _replay_later(audit_dir: str, payload: dict[str, Any], url: str | None) -> None:
+def _replay_later(audit_dir: str, session: str, url: str | None) -> None:
     """Keep history current: replay this session's trail in a process of its own.
 
-    The agent never waits for it (the replay imports the database layer);
-    replays are idempotent, and take turns on a lock.
+    ``session`` is the session's id as recorded (its directory: safe, never a
+    secret, so it can go on a command line). The agent never waits for the
+    replay (it imports the database layer); replays are idempotent, and take
+    turns on a lock.
     """
     import subprocess
 
-    session = safe_session_id(payload["session_id"]) or ""
     if url is None:
         url = os.path.join(os.path.dirname(os.path.abspath(audit_dir)), "history.db")
     code = "from onlooker._cli._claude_hook import main_replay; main_replay()"

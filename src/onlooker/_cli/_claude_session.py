@@ -223,7 +223,8 @@ class Session(Executions):
         tool = str(payload.get("tool_name") or "unknown")
         fingerprint = digest(payload.get("tool_input"))
         calls = self.execs[home]["calls"]
-        waiting = [cid for cid, c in calls.items() if c["tool"] == tool and not c.get("ask")]
+        kept = self._keep(tool)  # as the state keeps it: redacted
+        waiting = [cid for cid, c in calls.items() if c["tool"] == kept and not c.get("ask")]
         same = [cid for cid in waiting if calls[cid].get("in") == fingerprint]
         call_id = (same or waiting or [None])[-1]
         interaction = "permission-" + (call_id or os.urandom(6).hex())

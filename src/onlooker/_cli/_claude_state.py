@@ -80,7 +80,11 @@ class Executions:
         return eid
 
     def _claim_spawn(self, agent_type: object) -> list[str] | None:
-        """The oldest open Agent/Task call for this agent type (or any), now taken."""
+        """The oldest open Agent/Task call for this agent type (or any), now taken.
+
+        A call keeps its ``subagent_type`` as a fingerprint (tool input never
+        sits in the state), so the agent type is compared by its fingerprint.
+        """
         spawns = [
             (call["t"], eid, call_id, call)
             for eid, execution in self.execs.items()
@@ -90,7 +94,8 @@ class Executions:
         if not spawns:
             return None
         spawns.sort(key=lambda spawn: spawn[0])
-        chosen = next((s for s in spawns if s[3]["spawn"] == agent_type), spawns[0])
+        wanted = digest(agent_type)
+        chosen = next((s for s in spawns if s[3]["spawn"] == wanted), spawns[0])
         del chosen[3]["spawn"]
         return [chosen[1], chosen[2]]
 
@@ -108,9 +113,11 @@ class Executions:
     def _call_started(self, home: str, call_id: str, payload: dict[str, Any]) -> None:
         tool = str(payload.get("tool_name") or "unknown")
         tool_input = payload.get("tool_input")
-        call: dict[str, Any] = {"tool": tool, "t": self.now, "in": digest(tool_input)}
+        # The state keeps the tool's name redacted (an MCP server's name may hold a
+        # secret) and its input only as fingerprints.
+        call: dict[str, Any] = {"tool": self._keep(tool), "t": self.now, "in": digest(tool_input)}
         if tool in AGENT_TOOLS and isinstance(tool_input, dict):
-            call["spawn"] = tool_input.get("subagent_type")
+            call["spawn"] = digest(tool_input.get("subagent_type"))
         self.execs[home]["calls"][call_id] = call
         args = tool_input if isinstance(tool_input, dict) else {"input": tool_input}
         self._emit(home, "ToolCallStarted", {"tool_call_id": call_id, "tool": tool, "args": args})

@@ -21,6 +21,7 @@ from ._settings import (
     hook_command,
     ignore_onlooker,
     installed_commands,
+    is_ours,
     plan_install,
     plan_uninstall,
     settings_path,
@@ -180,7 +181,10 @@ def install_cmd(
     command: Annotated[
         str | None,
         typer.Option(
-            help="The exact hook command to install (overrides the above).", show_default=False
+            help="The hook command to install (overrides the above). One that does not run "
+            "onlooker hook claude-code itself gets the comment # onlooker hook claude-code, by "
+            "which install, uninstall and status recognise it.",
+            show_default=False,
         ),
     ] = None,
     dry_run: DryRun = False,
@@ -201,7 +205,8 @@ def install_cmd(
             load_rules(deny_commands)
         except RuleError as exc:
             _fail(str(exc), as_json)
-    line = command or hook_command(
+    line = _recognisable(command) if command else None
+    line = line or hook_command(
         audit_dir=audit_dir,
         deny_commands=deny_commands,
         history=history,
@@ -209,6 +214,7 @@ def install_cmd(
         shorten_paths=shorten_paths,
     )
     try:
+        _check_hooks(path)
         change = plan_install(path, line)
         project = _project(path)
         gitignore = ignore_onlooker(project, dry_run=dry_run) if project is not None else None
@@ -216,6 +222,57 @@ def install_cmd(
     except SettingsError as exc:
         _fail(str(exc), as_json)
     _print_install(change, line, backup, gitignore, dry_run=dry_run, as_json=as_json)
+
+
+_MARKER = "# onlooker hook claude-code"
+"""Appended to a ``--command`` that does not name the hook: how our entries are recognised."""
+
+
+def _recognisable(command: str) -> str:
+    """``command`` as installed: with :data:`_MARKER` (a shell comment) unless it is ours already.
+
+    Our entries are found by their command (to replace them on the next
+    install, to remove them, to report them); without the marker, a wrapper
+    script would be installed again on every install, and never uninstalled.
+    """
+    if is_ours({"type": "command", "command": command}):
+        return command
+    command = command.rstrip()
+    # A comment on a line of its own: the end of a here-document or a trailing
+    # backslash would otherwise swallow it.
+    joint = "\n" if "\n" in command or command.endswith("\\") else " "
+    return command + joint + _MARKER
+
+
+def _check_hooks(path: Path) -> None:
+    """Refuse settings whose entry for a hook event is not a list: installing cannot add to it.
+
+    A file that cannot be read or parsed is left to :func:`plan_install`, which names that.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    hooks = data.get("hooks") if isinstance(data, dict) else None
+    if not isinstance(hooks, dict):
+        return
+    for event in HOOK_EVENTS:
+        if event in hooks and not isinstance(hooks[event], list):
+            kind = _JSON_KINDS.get(type(hooks[event]), "a value")
+            raise SettingsError(
+                f"{path}: hooks.{event} must be a list of hook entries, not {kind}; "
+                "fix the file by hand (nothing was changed)"
+            )
+
+
+_JSON_KINDS = {
+    dict: "an object",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "true or false",
+    type(None): "null",
+}
 
 
 def _print_install(
