@@ -737,6 +737,84 @@ class TestStalledAsyncObserver:
         assert isinstance(got[-1], ExecutionFinished) and got[-1].status == "cancelled"
         check_stream(got)
 
+    async def test_after_the_cancel_a_flush_hands_them_over_too_each_queue_at_once(
+        self,
+    ) -> None:
+        """A shielded clean-up's ``bus.flush()`` used to wait for ever for the cancelled
+        workers; a hung observer no longer costs a healthy one its events."""
+        healthy: list[ExecutionEvent] = []
+
+        async def hung(event: ExecutionEvent) -> None:
+            await anyio.sleep_forever()
+
+        async def slow(event: ExecutionEvent) -> None:
+            await anyio.sleep(0.001)
+            healthy.append(event)
+
+        async def forever(ctx: ExecutionContext) -> None:
+            while True:
+                await ctx.call(step, n=1)
+                await anyio.sleep(0.001)
+
+        engine = ExecutionEngine(tools=[step], shutdown_timeout=1)
+        flushed: list[bool] = []
+        with anyio.fail_after(20):
+            with anyio.move_on_after(0.2):
+                async with engine:
+                    engine.bus.subscribe(hung, name="hung", stall_timeout=30)
+                    engine.bus.subscribe(slow, name="healthy")
+                    try:
+                        await engine.execute(forever)
+                    finally:
+                        with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                            await engine.bus.flush()  # hung still holds one: it cannot end
+                            flushed.append(True)
+        assert flushed == []
+        stats = engine.bus.statistics()
+        assert len(healthy) == stats.emitted  # every event, while the hung one held on
+        assert stats.dropped_by_observer.keys() == {"hung"}
+
+    async def test_an_observer_dying_while_the_close_hands_it_events(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """It takes no more events, the others still get theirs, the counts add up, and the
+        exception is logged (the block's cancellation is what comes out)."""
+
+        class Stop(BaseException):
+            pass
+
+        other: list[ExecutionEvent] = []
+
+        async def dies_late(event: ExecutionEvent) -> None:
+            await anyio.sleep(0.001)
+            if event.kind == "ExecutionFinished":
+                raise Stop
+
+        async def records(event: ExecutionEvent) -> None:
+            await anyio.sleep(0.001)
+            other.append(event)
+
+        async def forever(ctx: ExecutionContext) -> None:
+            while True:
+                await ctx.call(step, n=1)
+                await anyio.sleep(0.001)
+
+        engine = ExecutionEngine(tools=[step], shutdown_timeout=30)
+        with anyio.fail_after(20):
+            with anyio.move_on_after(0.2) as cancelled:
+                async with engine:
+                    engine.bus.subscribe(dies_late, name="dies")
+                    engine.bus.subscribe(records, name="records")
+                    await engine.execute(forever)
+        assert cancelled.cancelled_caught
+        (logged,) = records_naming(caplog, "closing the engine failed", "cancelled")
+        assert logged.exc_info is not None and logged.exc_info[0] is Stop
+        stats = engine.bus.statistics()
+        assert len(other) == stats.emitted  # the other observer got everything
+        assert stats.dropped_by_reason == {"died": 1}  # the event it died on
+        assert stats.delivered + stats.observer_errors + stats.dropped == 2 * stats.emitted
+        assert stats.queued == 0
+
     async def test_several_hung_observers_hold_the_emitter_for_the_longest_timeout(
         self, caplog: pytest.LogCaptureFixture
     ) -> None:

@@ -356,24 +356,26 @@ class EventBus:
         """Wait until every async observer has handled every event accepted so far.
 
         A hung observer makes this wait too: bound it with ``anyio.move_on_after``
-        (closing the engine bounds it with its shutdown timeout).
+        (closing the engine bounds it with its shutdown timeout). A queue whose
+        worker was cancelled with the engine's task group (the task inside
+        ``async with engine:`` was) is handed to its observer here, in this
+        task, each such queue concurrently; an observer that dies of a
+        ``BaseException`` meanwhile takes no more events, and the exception is
+        raised once the others are handed theirs.
         """
         while not self._is_drained():
             if self._task_group is None:
                 raise RuntimeError(
                     "async observers are not running: flush() needs a started engine"
                 )
-            if self._drained is None:
-                self._drained = anyio.Event()
-            await self._drained.wait()
-
-    async def _flush_closing(self) -> None:
-        """:meth:`flush`, handing what an orphaned queue holds (its worker was cancelled with
-        the engine's task group) to its observer here, in the closing task."""
-        while not self._is_drained():
-            orphan = next((q for q in self._queues if q.orphaned and q.queue), None)
-            if orphan is not None:
-                await orphan.drain_here()
+            orphans = [q for q in self._queues if q.orphaned and q.queue and not q.draining]
+            if orphans:
+                async with anyio.create_task_group() as group:
+                    for queue in orphans:
+                        group.start_soon(queue.drain_here)
+                died = next((q.died_of for q in orphans if q.died_of is not None), None)
+                if died is not None:
+                    raise died
                 continue
             if self._drained is None:
                 self._drained = anyio.Event()
@@ -424,17 +426,19 @@ class EventBus:
         """
         if self._closed:
             return
-        if self._task_group is not None:
-            with anyio.move_on_after(grace):
-                await self._flush_closing()
-        self._closed = True
-        for queue in self._queues:
-            if not queue.retired:
-                queue.retire()
-            if queue.worker is not None:
-                queue.worker.cancel()  # a hung handler: the task group could not end otherwise
-        self._subject.on_completed()
-        self._task_group = None
+        try:
+            if self._task_group is not None:
+                with anyio.move_on_after(grace):
+                    await self.flush()
+        finally:  # also when an observer died of a BaseException while its queue was drained
+            self._closed = True
+            for queue in self._queues:
+                if not queue.retired:
+                    queue.retire()
+                if queue.worker is not None:
+                    queue.worker.cancel()  # a hung handler: the task group could not end otherwise
+            self._subject.on_completed()
+            self._task_group = None
 
     # -- bookkeeping ---------------------------------------------------------------
 

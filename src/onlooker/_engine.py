@@ -198,6 +198,12 @@ class ExecutionEngine:
             return False  # the task that entered leaves the task group when it leaves `async with`
         self._left = True
         cancelled = exc is not None and isinstance(exc, anyio.get_cancelled_exc_class())
+        if (
+            cancelled and close_error is not None
+        ):  # the cancellation goes on: say what else happened
+            logger.error(
+                "closing the engine failed while its block was cancelled", exc_info=close_error
+            )
         try:
             if exc is None or cancelled:
                 await task_group.__aexit__(exc_type, exc, tb)

@@ -52,6 +52,8 @@ class AsyncQueue:
         "bus",
         "busy",
         "closed",
+        "died_of",
+        "draining",
         "episode",
         "errors",
         "handle",
@@ -92,6 +94,8 @@ class AsyncQueue:
         self.closed = False
         self.retired = False
         self.orphaned = False  # its worker was cancelled with the engine's task group
+        self.draining = False  # a flush is handing an orphaned queue's events to its observer
+        self.died_of: BaseException | None = None  # what its observer died of while drained
         self.started = False
         self.stalled = False
         self.episode = 0  # events dropped since the queue was last full (for the log lines)
@@ -182,13 +186,27 @@ class AsyncQueue:
         self.bus._wake_flush()
 
     async def drain_here(self) -> None:
-        """Handle what an orphaned queue holds, in the closing task (cancel it to stop)."""
+        """Handle what an orphaned queue holds, in the flushing task (cancel it to stop).
+
+        An observer that dies of a ``BaseException`` here is retired as a dead
+        worker is, and the exception kept in ``died_of`` for the flush to raise.
+        """
         queue = self.queue
-        while queue:
-            self.busy = True
-            await self._deliver(queue.popleft())
-            self.busy = False
-        self.bus._maybe_drained()
+        self.draining = True
+        try:
+            while queue:
+                self.busy = True
+                self.holding = queue.popleft()
+                await self._deliver(self.holding)
+                self.busy = False
+        except BaseException as exc:
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                raise  # the flush's deadline: the close counts what is left
+            self.retire(exc)
+            self.died_of = exc
+        finally:
+            self.draining = False
+            self.bus._maybe_drained()
 
     async def _work(self) -> None:
         queue = self.queue
