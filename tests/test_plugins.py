@@ -236,6 +236,27 @@ class TestExtensions:
             async with ExecutionEngine(plugins=[plugin]):
                 pass
 
+    async def test_an_awaitable_async_context_manager_is_entered(self) -> None:
+        """Shaped like SQLAlchemy's ``AsyncConnection`` or asyncpg's pool: entered, not refused."""
+        log: list[str] = []
+
+        class Both:
+            def __await__(self) -> Any:
+                log.append("awaited")
+                return iter(())
+
+            async def __aenter__(self) -> str:
+                log.append("entered")
+                return "pool"
+
+            async def __aexit__(self, *exc_info: object) -> None:
+                log.append("exited")
+
+        plugin = define_plugin(id="both", extension=lambda ctx: Both())
+        async with ExecutionEngine(plugins=[plugin]) as engine:
+            assert engine.extension(plugin) == "pool"
+        assert log == ["entered", "exited"]
+
     async def test_a_failing_teardown_is_a_plugin_error_naming_it(self) -> None:
         closed: list[str] = []
 

@@ -79,15 +79,15 @@ async def _extension(
         bus=bus,
     )
     ext = plugin.extension(context)
-    if inspect.isawaitable(ext):
+    if hasattr(ext, "__aenter__") and hasattr(ext, "__aexit__"):  # awaitable too, maybe
+        return await stack.enter_async_context(_Named(plugin.id, ext))
+    if inspect.isawaitable(ext):  # an async def extension: its coroutine would never run
         if inspect.iscoroutine(ext):
             ext.close()  # never awaited: no "was never awaited" warning on top
         raise TypeError(
             "its extension returned an awaitable: give an async context manager "
             "(contextlib.asynccontextmanager) for setup and teardown, or a plain function"
         )
-    if hasattr(ext, "__aenter__") and hasattr(ext, "__aexit__"):
-        ext = await stack.enter_async_context(_Named(plugin.id, ext))
     return ext
 
 
