@@ -838,10 +838,14 @@ class TestDroppedConnection:
     ) -> None:
         """PostgreSQL writes take no ping before each batch (a round trip): a pooled
         connection the server dropped fails its batch, which is written again at once on a
-        fresh one, with no retry delay, warning or spill."""
+        fresh one (the pool emptied: its other connections went with it), with no retry
+        delay, warning or spill."""
         for url in backend_url("postgres", tmp_path):
             async with history.open(url, spill_path=tmp_path / "spill.jsonl") as store:
                 await store.write_events(execution_events("before"))
+                writes = store._db._writes  # three idle connections in its pool, all to drop
+                with writes.connect(), writes.connect(), writes.connect():
+                    pass
                 name = url.rsplit("/", 1)[1]
                 postgres.cluster_or_skip().sql(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "

@@ -320,7 +320,9 @@ class Database:
         except DBAPIError as exc:
             if self._writes is self.engine or not exc.connection_invalidated:
                 raise
-        with self._writes.begin() as conn:  # a connection dropped while idle: a fresh one
+        # A connection dropped while idle: its pool-mates likely were too (a server restart).
+        self._writes.dispose()
+        with self._writes.begin() as conn:
             return self._bulk.write(conn, rows)
 
     def _rebuild(self, conn: Connection, chunk: int = 2000) -> None:
