@@ -282,7 +282,7 @@ class TestParseErrors:
         with pytest.raises(EventValidationError, match="JSON"):
             parse_event(raw)
 
-    @pytest.mark.parametrize("spelled", ["NaN", "Infinity", "-Infinity"])
+    @pytest.mark.parametrize("spelled", ["NaN", "Infinity", "-Infinity", "1e999", "-2E+400"])
     def test_nan_and_infinity_are_not_json(self, spelled: str) -> None:
         """pydantic's parser reads them, but no JSON reader need, and no event holds one."""
         text = one_of_each()[5].model_dump_json()
@@ -301,8 +301,11 @@ class TestParseErrors:
                 parse_event(raw | bad)
 
     def test_nan_and_infinity_inside_strings_are_text(self) -> None:
-        finished = one_of_each()[5].model_copy(update={"result": "NaN or -Infinity"})
-        assert parse_event(finished.model_dump_json()) == finished
+        for text in ("NaN or -Infinity", "a 1e999 in text"):
+            finished = one_of_each()[5].model_copy(update={"result": text})
+            assert parse_event(finished.model_dump_json()) == finished
+        big = one_of_each()[5].model_copy(update={"result": 1e300})  # large, but a float
+        assert parse_event(big.model_dump_json()) == big
 
     def test_not_utf8(self) -> None:
         with pytest.raises(EventValidationError, match="UTF-8"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from math import isfinite
@@ -25,7 +26,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
 )
-from pydantic_core import from_json, to_jsonable_python
+from pydantic_core import to_jsonable_python
 
 from ._errors import EventValidationError
 from ._shared import SCHEMA_VERSION
@@ -273,7 +274,7 @@ def parse_event(raw: bytes | str | dict[str, Any]) -> ExecutionEvent:
             except UnicodeDecodeError as exc:
                 raise EventValidationError(f"event is not UTF-8: {exc}") from None
         if isinstance(raw, str):
-            if "NaN" in raw or "Infinity" in raw:  # JSON has neither; pydantic's parser reads both
+            if _SUSPECT_NUMBER.search(raw):  # JSON has none; pydantic's parser reads them
                 _refuse_non_finite(raw)
             try:
                 return _EVENT_ADAPTER.validate_json(raw)
@@ -298,18 +299,37 @@ def parse_event(raw: bytes | str | dict[str, Any]) -> ExecutionEvent:
 
 
 def _refuse_non_finite(raw: str) -> None:
-    """Raise :class:`EventValidationError` if ``raw`` spells ``NaN`` or ``Infinity`` as a value
-    (outside a string): JSON has no such numbers, and no event holds one."""
+    """Raise :class:`EventValidationError` if ``raw`` spells ``NaN``, ``Infinity`` or a number
+    too large for a float (``1e999``) as a value: JSON has no such numbers (pydantic's parser
+    reads them as floats that no event holds)."""
+    import json
+
+    def finite(text: str) -> float:
+        value = float(text)
+        if value - value != 0:
+            raise _NonFinite(text)
+        return value
+
+    def constant(name: str) -> float:
+        raise _NonFinite(name)
+
     try:
-        from_json(raw, allow_inf_nan=False)
-    except ValueError as strict:
-        try:
-            from_json(raw)
-        except ValueError:
-            return  # invalid anyway: the parse that follows names the fault
+        json.loads(raw, parse_float=finite, parse_constant=constant)
+    except _NonFinite as exc:
         raise EventValidationError(
-            f"event JSON is invalid: NaN and Infinity are not JSON numbers ({strict})"
+            f"event JSON is invalid: NaN and Infinity are not JSON numbers, nor is one too "
+            f"large for a float: {exc}"
         ) from None
+    except (ValueError, RecursionError):
+        return  # invalid anyway: the parse that follows names the fault
+
+
+class _NonFinite(Exception):
+    pass
+
+
+_SUSPECT_NUMBER: Final = re.compile(r"NaN|Infinity|\d[eE]\+?\d{3}")
+"""What may spell a non-finite number (or sits in a string: then the check finds nothing)."""
 
 
 def _validation_error(exc: ValidationError) -> EventValidationError:
