@@ -295,7 +295,8 @@ class TestDefaults:
     def test_a_long_command_is_judged_in_linear_time(self) -> None:
         # Each place a command may start is searched only up to the next separator.
         started = time.monotonic()
-        for command in (";A=1" * 100_000, "\n " * 100_000, ";{ " * 100_000):
+        long_word = "echo " + "QUJD" * 10_000 + " | base64 -d > model.bin"  # a 40 KB blob
+        for command in (";A=1" * 100_000, "\n " * 100_000, ";{ " * 100_000, long_word):
             assert not library_denies(command)
         assert time.monotonic() - started < 5
 

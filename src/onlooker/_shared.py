@@ -284,7 +284,10 @@ DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
     "mkfs": r"\bmkfs(?:\.\w+)?\b",
     "dd-to-device": r"\bdd\b[^;&|]*\bof=/dev/",
     "redirect-to-device": r">\s*/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk)\w*",
-    "fork-bomb": r"(?P<bomb>[^\s(){}|&;]+)\s*\(\)\s*\{\s*(?P=bomb)\s*\|\s*(?P=bomb)\s*&\s*\}",
+    # the name starts a word (the lookbehind): tried once per word, not at each of its chars
+    "fork-bomb": (
+        r"(?<![^\s(){}|&;])(?P<bomb>[^\s(){}|&;]+)\s*\(\)\s*\{\s*(?P=bomb)\s*\|\s*(?P=bomb)\s*&\s*\}"
+    ),
     "download-piped-to-shell": (
         r"\b(?:curl|wget|fetch)\b[^;&|]*\|\s*(?:sudo\s+)?(?:\S*/)?(?:ba|z|k|da|fi)?sh\b"
     ),
