@@ -103,6 +103,11 @@ DEFAULTS_DENIED = [
     "exec reboot",
     "nohup /sbin/shutdown now",
     "cd x; time /usr/bin/sudo ls",
+    "env -i sudo ls",
+    "command -p sudo ls",
+    "exec -a x sudo ls",
+    'FOO="a b" sudo ls',
+    "X='y z' reboot",
 ]
 DEFAULTS_ALLOWED = [
     "echo then sudo",

@@ -264,10 +264,14 @@ def audit_disabled(environ: Mapping[str, str] | None = None) -> bool:
 
 _WORD: Final = r"[^\s;&|()<>`]*"
 """Part of one shell word, up to a space or a separator (which a search never scans past)."""
+_OPTIONS: Final = r"(?:[ \t]+-" + _WORD + r")*"
+"""A prefix command's options (``env -i``, ``exec -c``)."""
 _SEP: Final = (
     r"(?:^|[\n;&|(`]|\$\()[ \t]*"
-    r"(?:(?:[!{]|if|then|elif|else|do|while|until|time(?:[ \t]+-p)?|exec|command|builtin|nohup"
-    r"|env|\w+=" + _WORD + r")[ \t]+)*"
+    r"(?:(?:[!{]|if|then|elif|else|do|while|until|builtin|nohup"
+    r"|(?:time|command)(?:[ \t]+-p)?|env" + _OPTIONS  # command -v only prints: not a run
+    + r"|exec(?:[ \t]+-a[ \t]+" + _WORD + r")?" + _OPTIONS
+    + r"|\w+=(?:\"[^\"\n]*\"|'[^'\n]*'|" + _WORD + r"))[ \t]+)*"
 )
 """Command position: the start, or after a separator (a newline too), a subshell or a
 substitution; then any reserved word or prefix that runs the next word as a command (``then``,
