@@ -269,9 +269,15 @@ _OPTIONS: Final = r"(?:[ \t]+-" + _WORD + r")*"
 _SEP: Final = (
     r"(?:^|[\n;&|(`]|\$\()[ \t]*"
     r"(?:(?:[!{]|if|then|elif|else|do|while|until|builtin|nohup"
-    r"|(?:time|command)(?:[ \t]+-p)?|env" + _OPTIONS  # command -v only prints: not a run
-    + r"|exec(?:[ \t]+-a[ \t]+" + _WORD + r")?" + _OPTIONS
-    + r"|\w+=(?:\"[^\"\n]*\"|'[^'\n]*'|" + _WORD + r"))[ \t]+)*"
+    r"|(?:time|command)(?:[ \t]+-p)?|env"
+    + _OPTIONS  # command -v only prints: not a run
+    + r"|exec(?:[ \t]+-a[ \t]+"
+    + _WORD
+    + r")?"
+    + _OPTIONS
+    + r"|\w+=(?:\"[^\"\n]*\"|'[^'\n]*'|"
+    + _WORD
+    + r"))[ \t]+)*"
 )
 """Command position: the start, or after a separator (a newline too), a subshell or a
 substitution; then any reserved word or prefix that runs the next word as a command (``then``,
