@@ -778,7 +778,8 @@ class TestStalledAsyncObserver:
         self, caplog: pytest.LogCaptureFixture
     ) -> None:
         """It takes no more events, the others still get theirs, the counts add up, and the
-        exception is logged (the block's cancellation is what comes out)."""
+        exception comes out or, when the close met it, is logged (the block's cancellation
+        is what comes out then)."""
 
         class Stop(BaseException):
             pass
@@ -800,15 +801,19 @@ class TestStalledAsyncObserver:
                 await anyio.sleep(0.001)
 
         engine = ExecutionEngine(tools=[step], shutdown_timeout=30)
+        came_out = False
         with anyio.fail_after(20):
-            with anyio.move_on_after(0.2) as cancelled:
-                async with engine:
-                    engine.bus.subscribe(dies_late, name="dies")
-                    engine.bus.subscribe(records, name="records")
-                    await engine.execute(forever)
-        assert cancelled.cancelled_caught
-        (logged,) = records_naming(caplog, "closing the engine failed", "cancelled")
-        assert logged.exc_info is not None and logged.exc_info[0] is Stop
+            try:
+                with anyio.move_on_after(0.2):
+                    async with engine:
+                        engine.bus.subscribe(dies_late, name="dies")
+                        engine.bus.subscribe(records, name="records")
+                        await engine.execute(forever)
+            except Stop:  # it died in its own worker, before the close: it crashed the engine
+                came_out = True
+        logged = records_naming(caplog, "closing the engine failed", "cancelled")
+        if not came_out:  # it died while the close handed it events: logged, not lost
+            assert [r.exc_info[0] for r in logged if r.exc_info] == [Stop]
         stats = engine.bus.statistics()
         assert len(other) == stats.emitted  # the other observer got everything
         assert stats.dropped_by_reason == {"died": 1}  # the event it died on

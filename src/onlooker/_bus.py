@@ -373,13 +373,18 @@ class EventBus:
                 async with anyio.create_task_group() as group:
                     for queue in orphans:
                         group.start_soon(queue.drain_here)
-                died = next((q.died_of for q in orphans if q.died_of is not None), None)
-                if died is not None:
-                    raise died
                 continue
             if self._drained is None:
                 self._drained = anyio.Event()
             await self._drained.wait()
+        self._raise_death()
+
+    def _raise_death(self) -> None:
+        """Raise what an observer died of while a flush handed it its events (once)."""
+        for queue in self._queues:
+            died, queue.died_of = queue.died_of, None
+            if died is not None:
+                raise died
 
     def _wake_flush(self) -> None:
         """Wake whoever waits in :meth:`flush` to look again (a queue became orphaned)."""
@@ -439,6 +444,7 @@ class EventBus:
                     queue.worker.cancel()  # a hung handler: the task group could not end otherwise
             self._subject.on_completed()
             self._task_group = None
+        self._raise_death()  # one that died while the time ran out
 
     # -- bookkeeping ---------------------------------------------------------------
 
