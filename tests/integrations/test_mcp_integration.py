@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import pytest
@@ -37,6 +37,7 @@ from mcp_types import (
     TextContent,
     Tool,
 )
+from pydantic import AfterValidator
 
 import onlooker
 from onlooker import (
@@ -436,6 +437,25 @@ class TestArguments:
         assert "'garble'" in finished.error.message
         assert [e.status for e in recorded.recorder.of(ExecutionFinished)] == ["completed"]
         check_stream(recorded.recorder.events)
+
+    async def test_arguments_no_hook_rewrote_are_validated_once(self, tmp_path: Path) -> None:
+        """The server validates the client's own arguments; onlooker's check of them only
+        decides what is recorded, so a validator that transforms applies once."""
+        ran: list[str] = []
+        server = MCPServer("tags")
+
+        @server.tool()
+        def tag(label: Annotated[str, AfterValidator(lambda text: "#" + text)]) -> str:
+            """Tag a note."""
+            ran.append(label)
+            return label
+
+        async with engine_for(tmp_path) as recorded:
+            server.middleware.append(OnlookerMiddleware(recorded.engine, server=server))
+            async with Client(server, mode="legacy") as client:
+                await client.call_tool("tag", {"label": "urgent"})
+        assert ran == ["#urgent"]
+        assert [e.args for e in recorded.recorder.of(ToolCallStarted)] == [{"label": "#urgent"}]
 
     def test_only_an_mcpserver_validates(self) -> None:
         with pytest.raises(TypeError, match="must be the MCPServer"):

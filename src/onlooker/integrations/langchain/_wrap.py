@@ -92,13 +92,15 @@ class _ToolNodeGovernor:
         tool_call_id = tool_call.get("id") or ""
         node_run_id = _node_run_id(request, self._manager_type)
         try:
-            call, standalone = await self._home.call(lambda: self._open(request, node_run_id))
+            call, standalone, given = await self._home.call(
+                lambda: self._open(request, node_run_id)
+            )
         except Exception:
             logger.exception("onlooker could not record LangGraph tool call %r", tool_call_id)
             return await execute(request)
         if not call.allowed:
             return await self._refuse(call, standalone, tool_call["name"], tool_call_id)
-        if call.input != tool_call["args"]:
+        if call.input != given:  # rewritten; else LangChain validates the model's own args once
             request = request.override(tool_call={**tool_call, "args": call.input})
         key = (node_run_id, tool_call_id) if node_run_id is not None else None
         result, raised = await self._execute(execute, request, key, call, standalone)
@@ -114,8 +116,9 @@ class _ToolNodeGovernor:
 
     async def _open(
         self, request: ToolCallRequest, node_run_id: UUID | None
-    ) -> tuple[TrackedToolCall, TrackedExecution | None]:
-        """``tool_started`` in the graph's execution, else in one of its own (``standalone``)."""
+    ) -> tuple[TrackedToolCall, TrackedExecution | None, dict[str, Any]]:
+        """``tool_started`` in the graph's execution, else in one of its own (``standalone``);
+        also the arguments it was given (the model's, as the tool's schema validates them)."""
         tool_call = request.tool_call
         run = self._registry.runs.get(node_run_id) if node_run_id is not None else None
         standalone: TrackedExecution | None = None
@@ -128,14 +131,11 @@ class _ToolNodeGovernor:
         else:
             execution = run.execution
         validate = validator(request.tool)
+        given = validated(validate, dict(tool_call["args"]))
         call = await open_call(
-            execution,
-            tool_call["name"],
-            validated(validate, dict(tool_call["args"])),
-            tool_call.get("id") or None,
-            validate,
+            execution, tool_call["name"], given, tool_call.get("id") or None, validate
         )
-        return call, standalone
+        return call, standalone, given
 
     async def _refuse(
         self,

@@ -234,16 +234,17 @@ class OnlookerMiddleware:
     ) -> HandlerResult:
         try:
             validate = None if self._arguments is None else self._arguments.validator(name)
+            given = validated(validate, dict(arguments))
             call = await run.tool_started(
                 name,
-                validated(validate, dict(arguments)),
+                given,
                 tool_call_id=f"{_PREFIX}{run.execution_id}:{ctx.request_id}",
                 validate=validate,
             )
             if not call.allowed:  # refused, or a rewrite the tool's validator refused
                 return self._refusal(call.reason or f"onlooker refused the call to {name!r}")
-            forwarded = ctx
-            if dict(call.input) != dict(arguments):
+            forwarded = ctx  # not rewritten: the server validates the client's own arguments
+            if dict(call.input) != given:
                 forwarded = replace(
                     ctx, params={**(ctx.params or {}), "arguments": dict(call.input)}
                 )
