@@ -79,6 +79,22 @@ async def main(ctx):
     return await ctx.call("t")
 """
 
+GIVES_UP = """
+from pathlib import Path
+
+import anyio
+
+
+async def main(ctx):
+    with anyio.move_on_after(0.3):  # nobody answers in time: the program gives up
+        await ctx.elicit("first?")
+    Path("second").touch()
+    answer = await ctx.elicit(
+        "second?", schema={"type": "object", "properties": {"name": {"type": "string"}}}
+    )
+    return {"action": answer.action, "content": answer.content}
+"""
+
 ALIAS = """
 import onlooker
 
@@ -601,6 +617,28 @@ class TestEndToEnd:
             process.stdin.close()
         with contextlib.closing(sqlite3.connect(tmp_path / ".onlooker" / "history.db")) as db:
             assert db.execute("SELECT status FROM executions").fetchall() == [("cancelled",)]
+
+    def test_a_question_the_program_gave_up_on_does_not_eat_the_next_answer(
+        self, tmp_path: Path
+    ) -> None:
+        assert EXECUTABLE is not None
+        (tmp_path / "gives_up.py").write_text(GIVES_UP)
+        process = subprocess.Popen(
+            [EXECUTABLE, "run", "gives_up.py", "--interactive", "--no-audit", "--json"],
+            cwd=tmp_path,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not (tmp_path / "second").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.3)  # the second prompt waits for its lines by now
+            out, _ = process.communicate(b"y\nann\n", timeout=30)
+        finally:
+            process.kill()
+        assert json.loads(out)["result"] == {"action": "accept", "content": {"name": "ann"}}
 
 
 class TestReadOnlyCommands:

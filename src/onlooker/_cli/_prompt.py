@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+from collections import deque
 from typing import Any, TextIO, cast
 
 from rich.console import Console
@@ -13,17 +15,20 @@ from rich.prompt import Confirm, FloatPrompt, IntPrompt, Prompt
 
 from onlooker import Elicitation, InteractionResponse
 
-__all__ = ["StdinLines", "ask"]
+__all__ = ["GaveUp", "StdinLines", "ask"]
 
 
 class StdinLines:
-    """Standard input, a line at a time, read from its descriptor with ``os.read``.
+    """Standard input, a line at a time, for one question after another.
 
-    A thread waiting here for a person holds none of ``sys.stdin``'s locks,
-    so the process can still exit while it waits (Ctrl-C at a prompt): the
-    interpreter's shutdown would wait for, or abort on, a thread blocked in
-    ``input()``. The end of input raises ``EOFError``, as ``input()`` does. A
-    standard input without a descriptor (a test's) is read as it is.
+    One daemon thread reads the input (from its descriptor, with
+    ``os.read``: waiting for a person, it holds none of ``sys.stdin``'s
+    locks, so the process can still exit — Ctrl-C at a prompt); each
+    question's prompt takes its lines in turn. A question the program gave
+    up waiting for gives its turn away when the next one begins
+    (:meth:`begin`), so it cannot eat that one's answer. The end of input
+    raises ``EOFError``, as ``input()`` does. A standard input without a
+    descriptor (a test's) is read as it is.
     """
 
     def __init__(self, stream: TextIO | None = None) -> None:
@@ -32,22 +37,61 @@ class StdinLines:
             self._fd: int | None = self._stream.fileno()
         except (AttributeError, OSError, ValueError):
             self._fd = None
-        self._pending = b""
+        self._lines: deque[str] = deque()
+        self._ended = False
+        self._turn = 0
+        self._ready = threading.Condition()
+        self._reader: threading.Thread | None = None
+        self._mine = threading.local()
+
+    def begin(self) -> None:
+        """The calling thread's prompt takes the input from now on (earlier ones give up)."""
+        with self._ready:
+            self._turn += 1
+            self._mine.turn = self._turn
+            self._ready.notify_all()
+            if self._reader is None:
+                self._reader = threading.Thread(
+                    target=self._read, name="onlooker run: stdin", daemon=True
+                )
+                self._reader.start()
 
     def readline(self) -> str:
-        if self._fd is None:
-            line = self._stream.readline()
-        else:
-            while b"\n" not in self._pending:
-                chunk = os.read(self._fd, 4096)
-                if not chunk:
-                    break
-                self._pending += chunk
-            raw, newline, self._pending = self._pending.partition(b"\n")
-            line = (raw + newline).decode(errors="replace")
-        if not line:
-            raise EOFError("end of input")
-        return line
+        turn = getattr(self._mine, "turn", None)
+        with self._ready:
+            while not self._lines and not self._ended and self._turn == turn:
+                self._ready.wait()
+            if self._turn != turn:
+                raise GaveUp("another question took the input")
+            if self._lines:
+                return self._lines.popleft()
+        raise EOFError("end of input")
+
+    def _read(self) -> None:
+        pending = b""
+        while True:
+            if self._fd is None:
+                line = self._stream.readline()
+            else:
+                while b"\n" not in pending:
+                    chunk = os.read(self._fd, 4096)
+                    if not chunk:
+                        break
+                    pending += chunk
+                raw, newline, pending = pending.partition(b"\n")
+                line = (raw + newline).decode(errors="replace")
+            with self._ready:
+                if line:
+                    self._lines.append(line)
+                else:
+                    self._ended = True
+                self._ready.notify_all()
+            if not line:
+                return
+
+
+class GaveUp(Exception):  # not an error: a prompt nobody waits for any more
+    """Raised in a prompt whose question the program stopped waiting for."""
 
 
 def ask(
@@ -59,9 +103,9 @@ def ask(
     with an object schema, each property is asked with a prompt fitting its
     type; otherwise the answer is typed as a JSON object.
     """
-    stream = cast(
-        TextIO, lines if lines is not None else StdinLines()
-    )  # reads a line, as rich needs
+    lines = lines if lines is not None else StdinLines()
+    lines.begin()  # this question takes the input: one the program gave up on lets go
+    stream = cast(TextIO, lines)  # it reads a line, all rich needs
     console.print(f"\n[magenta bold]?[/] {escape(question.message)}")
     if not Confirm.ask("Answer it?", default=True, console=console, stream=stream):
         return InteractionResponse.decline()

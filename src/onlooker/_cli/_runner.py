@@ -21,7 +21,7 @@ from onlooker import Elicitation, ExecutionEvent, InteractionResponse
 
 from ._common import stderr, stdout
 from ._program import LoadedProgram
-from ._prompt import StdinLines, ask
+from ._prompt import GaveUp, StdinLines, ask
 from ._render import event_line, execution_tree, summary_table
 
 __all__ = ["run_program"]
@@ -117,6 +117,8 @@ def _ask_or_decline(question: Elicitation, lines: StdinLines) -> InteractionResp
         return ask(question, stderr, lines)
     except EOFError:
         stderr.print("[yellow]no answer (end of input): declined[/]")
+        return InteractionResponse.decline()
+    except GaveUp:  # the program stopped waiting for this one: nobody reads this answer
         return InteractionResponse.decline()
 
 
