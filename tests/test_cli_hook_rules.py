@@ -108,6 +108,9 @@ DEFAULTS_DENIED = [
     "exec -a x sudo ls",
     'FOO="a b" sudo ls',
     "X='y z' reboot",
+    "command -- sudo reboot",
+    "bash -c ':(){ :|:& };:'",
+    'sh -c ":(){ :|:& };:"',
 ]
 DEFAULTS_ALLOWED = [
     "echo then sudo",
@@ -120,6 +123,7 @@ DEFAULTS_ALLOWED = [
     "grep -n reboot\nls docs/",
     "git commit -m 'fix su typo'",
     "echo pseudo",
+    "exec -a sudo ls",  # runs ls, calling it sudo
 ]
 
 
@@ -301,7 +305,8 @@ class TestDefaults:
         # Each place a command may start is searched only up to the next separator.
         started = time.monotonic()
         long_word = "echo " + "QUJD" * 10_000 + " | base64 -d > model.bin"  # a 40 KB blob
-        for command in (";A=1" * 100_000, "\n " * 100_000, ";{ " * 100_000, long_word):
+        quoted = " ".join(f'VAR{n}="{n}"' for n in range(2_000)) + " ./build.sh"
+        for command in (";A=1" * 100_000, "\n " * 100_000, ";{ " * 100_000, long_word, quoted):
             assert not library_denies(command)
         assert time.monotonic() - started < 5
 

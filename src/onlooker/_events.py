@@ -328,7 +328,7 @@ class _NonFinite(Exception):
     pass
 
 
-_SUSPECT_NUMBER: Final = re.compile(r"NaN|Infinity|\d[eE]\+?\d{3}")
+_SUSPECT_NUMBER: Final = re.compile(r"NaN|Infinity|\d[eE]\+?\d{3}|\d{309}")
 """What may spell a non-finite number (or sits in a string: then the check finds nothing)."""
 
 

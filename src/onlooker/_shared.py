@@ -264,20 +264,17 @@ def audit_disabled(environ: Mapping[str, str] | None = None) -> bool:
 
 _WORD: Final = r"[^\s;&|()<>`]*"
 """Part of one shell word, up to a space or a separator (which a search never scans past)."""
-_OPTIONS: Final = r"(?:[ \t]+-" + _WORD + r")*"
-"""A prefix command's options (``env -i``, ``exec -c``)."""
+_BARE: Final = r"[^\s;&|()<>`'\"]*"
+"""An unquoted word: no quote in it, so a quoted value can be read one way only (two ways
+would make the repeated prefixes below try 2^n paths on a command they do not match)."""
 _SEP: Final = (
     r"(?:^|[\n;&|(`]|\$\()[ \t]*"
     r"(?:(?:[!{]|if|then|elif|else|do|while|until|builtin|nohup"
-    r"|(?:time|command)(?:[ \t]+-p)?|env"
-    + _OPTIONS  # command -v only prints: not a run
-    + r"|exec(?:[ \t]+-a[ \t]+"
-    + _WORD
-    + r")?"
-    + _OPTIONS
-    + r"|\w+=(?:\"[^\"\n]*\"|'[^'\n]*'|"
-    + _WORD
-    + r"))[ \t]+)*"
+    r"|time(?:[ \t]+-p)?"
+    r"|command(?:[ \t]+-p)?(?:[ \t]+--)?"  # command -v only prints: not a run
+    r"|env(?:[ \t]+-" + _BARE + r")*"  # env -i; options taking a value are not followed
+    r"|exec(?:[ \t]+-a[ \t]+" + _BARE + r"|[ \t]+-[cl]+)*"  # exec -a NAME: NAME is not run
+    r"|\w+=(?:\"[^\"\n]*\"|'[^'\n]*'|" + _BARE + r"))[ \t]+)*"
 )
 """Command position: the start, or after a separator (a newline too), a subshell or a
 substitution; then any reserved word or prefix that runs the next word as a command (``then``,
@@ -294,9 +291,9 @@ DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
     "mkfs": r"\bmkfs(?:\.\w+)?\b",
     "dd-to-device": r"\bdd\b[^;&|]*\bof=/dev/",
     "redirect-to-device": r">\s*/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk)\w*",
-    # the name starts a word (the lookbehind): tried once per word, not at each of its chars
+    # the name starts a word or a quoted text (the lookbehind): tried once per word
     "fork-bomb": (
-        r"(?<![^\s(){}|&;])(?P<bomb>[^\s(){}|&;]+)\s*\(\)\s*\{\s*(?P=bomb)\s*\|\s*(?P=bomb)\s*&\s*\}"
+        r"(?<![^\s(){}|&;'\"])(?P<bomb>[^\s(){}|&;'\"]+)\s*\(\)\s*\{\s*(?P=bomb)\s*\|\s*(?P=bomb)\s*&\s*\}"
     ),
     "download-piped-to-shell": (
         r"\b(?:curl|wget|fetch)\b[^;&|]*\|\s*(?:sudo\s+)?(?:\S*/)?(?:ba|z|k|da|fi)?sh\b"
