@@ -774,6 +774,47 @@ class TestStalledAsyncObserver:
         assert len(healthy) == stats.emitted  # every event, while the hung one held on
         assert stats.dropped_by_observer.keys() == {"hung"}
 
+    async def test_two_flushes_hand_a_queue_over_once_and_a_cut_off_one_loses_nothing(
+        self, check_stream: Check
+    ) -> None:
+        """One flush claims an orphaned queue, so its observer is never called twice at once;
+        a flush cut off in a handler puts the event back for the next one."""
+        got: list[ExecutionEvent] = []
+        in_flight: list[int] = [0, 0]  # now, peak
+
+        async def slow(event: ExecutionEvent) -> None:
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight)
+            try:
+                await anyio.sleep(0.005)
+            finally:
+                in_flight[0] -= 1
+            got.append(event)
+
+        async def forever(ctx: ExecutionContext) -> None:
+            while True:
+                await ctx.call(step, n=1)
+                await anyio.sleep(0.001)
+
+        engine = ExecutionEngine(tools=[step], shutdown_timeout=30)
+        with anyio.fail_after(20):
+            with anyio.move_on_after(0.2):
+                async with engine:
+                    engine.bus.subscribe(slow, name="slow")
+                    try:
+                        await engine.execute(forever)
+                    finally:
+                        with anyio.CancelScope(shield=True):
+                            with anyio.move_on_after(0.012):  # cut off in a handler
+                                await engine.bus.flush()
+                            async with anyio.create_task_group() as both:
+                                both.start_soon(engine.bus.flush)
+                                both.start_soon(engine.bus.flush)
+        assert in_flight[1] == 1
+        stats = engine.bus.statistics()
+        assert stats.dropped == 0 and len(got) == stats.emitted
+        check_stream(got)
+
     async def test_an_observer_dying_while_the_close_hands_it_events(
         self, caplog: pytest.LogCaptureFixture
     ) -> None:

@@ -372,6 +372,7 @@ class EventBus:
             if orphans:
                 async with anyio.create_task_group() as group:
                     for queue in orphans:
+                        queue.draining = True  # claimed here: no other flush hands it over
                         group.start_soon(queue.drain_here)
                 continue
             if self._drained is None:
@@ -438,6 +439,8 @@ class EventBus:
         finally:  # also when an observer died of a BaseException while its queue was drained
             self._closed = True
             for queue in self._queues:
+                if queue.drain_scope is not None:  # another task's flush is handing it over
+                    queue.drain_scope.cancel()
                 if not queue.retired:
                     queue.retire()
                 if queue.worker is not None:

@@ -53,6 +53,7 @@ class AsyncQueue:
         "busy",
         "closed",
         "died_of",
+        "drain_scope",
         "draining",
         "episode",
         "errors",
@@ -95,6 +96,7 @@ class AsyncQueue:
         self.retired = False
         self.orphaned = False  # its worker was cancelled with the engine's task group
         self.draining = False  # a flush is handing an orphaned queue's events to its observer
+        self.drain_scope: anyio.CancelScope | None = None  # that hand-over, for the close
         self.died_of: BaseException | None = None  # what its observer died of while drained
         self.started = False
         self.stalled = False
@@ -186,27 +188,35 @@ class AsyncQueue:
         self.bus._wake_flush()
 
     async def drain_here(self) -> None:
-        """Handle what an orphaned queue holds, in the flushing task (cancel it to stop).
+        """Handle what an orphaned queue holds, in the flushing task that claimed it
+        (``draining``); cancel it to stop: the event in hand is then handed again first.
 
         An observer that dies of a ``BaseException`` here is retired as a dead
         worker is, and the exception kept in ``died_of`` for the flush to raise.
         """
         queue = self.queue
-        self.draining = True
-        try:
-            while queue:
-                self.busy = True
-                self.holding = queue.popleft()
-                await self._deliver(self.holding)
+        with anyio.CancelScope() as self.drain_scope:  # the close cancels one it did not start
+            try:
+                while queue:
+                    self.busy = True
+                    self.holding = queue.popleft()
+                    await self._deliver(self.holding)
+                    self.busy = False
+            except BaseException as exc:
+                if not isinstance(exc, anyio.get_cancelled_exc_class()):
+                    self.retire(exc)
+                    self.died_of = exc
+                    return
+                if self.busy and not self.retired and self.holding is not None:
+                    queue.appendleft(self.holding)  # cut off in its hands: the next flush's
                 self.busy = False
-        except BaseException as exc:
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
-                raise  # the flush's deadline: the close counts what is left
-            self.retire(exc)
-            self.died_of = exc
-        finally:
-            self.draining = False
-            self.bus._maybe_drained()
+                raise
+            finally:
+                self.draining = False
+                self.drain_scope = None
+                self.bus._maybe_drained()
+                if queue:  # given up with events left: another flush may take them now
+                    self.bus._wake_flush()
 
     async def _work(self) -> None:
         queue = self.queue
