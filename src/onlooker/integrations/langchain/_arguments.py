@@ -5,26 +5,24 @@ the tool's invocation, after ``awrap_tool_call``. The wrapper runs that same
 validation first, so ``ToolCallStarted.args`` are what the tool receives
 (``"2"`` coerced to ``2``, defaults filled, as ``BaseTool`` hands them on) and
 a pre-hook's rewrite the tool would refuse is refused with a
-``ToolInputError`` naming the hook. The validated arguments are what the
-tool call is given; LangChain validates them again, which changes nothing
-(validation is idempotent, and every default is already filled).
+``ToolInputError`` naming the hook. Arguments no hook rewrote go on as the
+model sent them, so LangChain validates them once; a rewrite goes on
+validated, and LangChain validates it again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from .._arguments import Validate
+
 if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
 
-__all__ = ["Validate", "validated", "validator"]
-
-Validate: TypeAlias = Callable[[dict[str, Any]], dict[str, Any]]
-"""A tool's validator: the arguments its function receives, or it raises."""
+__all__ = ["validator"]
 
 _VARIADIC: Final = frozenset({"args", "kwargs"})
 """The fields pydantic makes for ``*args`` / ``**kwargs``: passed on only when given."""
@@ -69,17 +67,3 @@ def validator(tool: BaseTool | None) -> Validate | None:
 
 def _aliased(name: str, field: FieldInfo) -> bool:
     return any(alias not in (None, name) for alias in (field.alias, field.validation_alias))
-
-
-def validated(validate: Validate | None, arguments: dict[str, Any]) -> dict[str, Any]:
-    """The model's own ``arguments`` as the tool would receive them; as given if invalid.
-
-    Invalid arguments are left for LangChain to refuse with its own error,
-    as without onlooker.
-    """
-    if validate is None:
-        return arguments
-    try:
-        return validate(arguments)
-    except Exception:  # the tool's own schema: LangChain reports the error itself
-        return arguments

@@ -17,8 +17,9 @@ import anyio
 from onlooker import HookAbortError, HookAction
 
 from .. import require
+from .._arguments import validated
 from .._json import json_copy
-from ._arguments import validated, validator
+from ._arguments import validator
 from ._shared import Home, ended_status, interrupted, logger, open_call, registry_of, text
 
 if TYPE_CHECKING:

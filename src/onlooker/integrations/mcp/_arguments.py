@@ -6,26 +6,23 @@ argument model built from its signature, with the SDK's JSON pre-parsing).
 The middleware runs that same validation first, so ``ToolCallStarted.args``
 are what the tool receives (``"2"`` coerced to ``2``, defaults filled) and a
 pre-hook's rewrite the tool would refuse is refused with a ``ToolInputError``
-naming the hook. The validated arguments are what the handler is given; the
-server validates them again, which changes nothing (validation is idempotent,
-and every default is already filled).
+naming the hook. Arguments no hook rewrote go on as the client sent them, so
+the server validates them once; a rewrite goes on validated, and the server
+validates it again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeAlias, final
+from typing import TYPE_CHECKING, Any, final
 
 from .. import require
+from .._arguments import Validate
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.tools import ToolManager
 
-__all__ = ["ToolArguments", "Validate", "validated"]
-
-Validate: TypeAlias = Callable[[dict[str, Any]], dict[str, Any]]
-"""A tool's validator: the arguments its function receives, or it raises."""
+__all__ = ["ToolArguments"]
 
 
 @final
@@ -48,17 +45,3 @@ class ToolArguments:
         """The validator ``Tool.run`` applies to ``tool``'s arguments; ``None`` for no such tool."""
         registered = self._tools.get_tool(tool)
         return None if registered is None else registered.fn_metadata.validate_arguments
-
-
-def validated(validate: Validate | None, arguments: dict[str, Any]) -> dict[str, Any]:
-    """The client's own ``arguments`` as the tool would receive them; as given if invalid.
-
-    Invalid arguments are left for the server to refuse with its own error
-    result, as without onlooker.
-    """
-    if validate is None:
-        return arguments
-    try:
-        return validate(arguments)
-    except Exception:  # the server's own validator: it reports the error itself
-        return arguments

@@ -19,7 +19,8 @@ from pydantic import JsonValue
 import onlooker
 
 from .. import require
-from ._arguments import ToolArguments, validated
+from .._arguments import validated
+from ._arguments import ToolArguments
 from ._wire import as_wire, merge_envelope, split_envelope, text_of
 
 if TYPE_CHECKING:

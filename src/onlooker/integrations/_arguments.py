@@ -1,0 +1,22 @@
+"""A framework's own validation of a tool's arguments, done first so the record matches the tool."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
+__all__ = ["Validate", "validated"]
+
+Validate: TypeAlias = Callable[[dict[str, Any]], dict[str, Any]]
+"""A tool's validator: the arguments its function receives, or it raises."""
+
+
+def validated(validate: Validate | None, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The model's (or client's) own ``arguments`` as the tool would receive them; as given
+    if invalid: the framework refuses them with its own error, as without onlooker."""
+    if validate is None:
+        return arguments
+    try:
+        return validate(arguments)
+    except Exception:  # the framework's own validator: it reports the error itself
+        return arguments
