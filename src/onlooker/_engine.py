@@ -117,9 +117,8 @@ class ExecutionEngine:
         self._spawn = child_runner(self._runtime)
         self._detached = DetachedRuns(self._runtime, self._spawn, keep_results=keep_results)
         self._tracked = TrackedRuns(keep_closed=keep_results)
-        self._inline: set[anyio.CancelScope] = (
-            set()
-        )  # inline executions running: closing cancels them
+        # inline executions running: closing cancels them
+        self._inline: set[anyio.CancelScope] = set()
         self._inline_gone: anyio.Event | None = None  # set when the last one ends, for the close
         self._task_group: TaskGroup | None = None
         self._owner: int | None = None  # the task that entered: only it can leave the task group
@@ -198,9 +197,7 @@ class ExecutionEngine:
             return False  # the task that entered leaves the task group when it leaves `async with`
         self._left = True
         cancelled = exc is not None and isinstance(exc, anyio.get_cancelled_exc_class())
-        if (
-            cancelled and close_error is not None
-        ):  # the cancellation goes on: say what else happened
+        if cancelled and close_error is not None:  # the cancellation goes on: say so
             logger.error(
                 "closing the engine failed while its block was cancelled", exc_info=close_error
             )
@@ -231,7 +228,7 @@ class ExecutionEngine:
         engine closes it (detached executions cancelled, observers flushed,
         plugins closed) and returns, and the engine's task group is left
         when that task leaves ``async with``. Closing from inside one of the
-        engine's own detached executions, which closing waits for, is a
+        engine's own executions, which closing waits for, is a
         ``RuntimeError``. ``shutdown_timeout`` replaces the engine's own for
         this close.
         """
@@ -242,9 +239,7 @@ class ExecutionEngine:
             if shutdown_timeout is None
             else check_timeout("shutdown_timeout", shutdown_timeout)
         )
-        if self._phase is EnginePhase.RUNNING and (
-            self._detached.running_here() or self._runs_here()
-        ):
+        if self._phase is EnginePhase.RUNNING and self._runs_here():
             raise RuntimeError(
                 "engine.aclose() was called from inside one of the engine's own "
                 "executions, which closing the engine waits for: close it from another task"

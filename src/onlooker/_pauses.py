@@ -9,7 +9,6 @@ resuming or cancelling a finished execution returns it again.
 from __future__ import annotations
 
 from collections import OrderedDict
-from contextvars import ContextVar
 from typing import Any, final
 
 from anyio import TaskHandle
@@ -25,9 +24,6 @@ from ._lifecycle import Runtime
 from ._results import ExecutionResult, InteractionResponse, PausedExecution
 from ._run import DetachedRun, RunPhase
 from ._scope import _observers, _Scoped
-
-_running_in: ContextVar[DetachedRuns | None] = ContextVar("onlooker_detached_runs", default=None)
-"""In a detached execution's task: the runs it belongs to."""
 
 __all__ = ["DetachedRuns"]
 
@@ -116,10 +112,6 @@ class DetachedRuns:
         assert run.result is not None  # _run sets it before the end
         return run.result
 
-    def running_here(self) -> bool:
-        """Whether the calling task runs one of these executions (closing would wait for it)."""
-        return _running_in.get() is self
-
     async def cancel_all(self) -> None:
         """Cancel every open execution and wait until each has ended."""
         self._deadlines.stop()  # it ends once no question waits
@@ -149,7 +141,6 @@ class DetachedRuns:
         # The scope captured at execute_with_pause, whichever task resumes us.
         if _observers.get() is not scoped:
             _observers.set(scoped)
-        _running_in.set(self)
         try:  # a cancellation ends here, in the task handle's own scope
             await run_execution(
                 self._runtime,
