@@ -388,7 +388,7 @@ class EventBus:
                 raise died
 
     def _wake_flush(self) -> None:
-        """Wake whoever waits in :meth:`flush` to look again (a queue became orphaned)."""
+        """Wake whoever waits in :meth:`flush` to look again (drained, or a queue orphaned)."""
         if self._drained is not None:
             self._drained.set()
             self._drained = None
@@ -456,8 +456,7 @@ class EventBus:
 
     def _maybe_drained(self) -> None:
         if self._drained is not None and self._is_drained():
-            self._drained.set()
-            self._drained = None
+            self._wake_flush()
 
     def _count_dropped(self, name: str, reason: DropReason, count: int = 1) -> None:
         self._dropped[name] = self._dropped.get(name, 0) + count
