@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeAlias
+from collections.abc import Mapping
+from typing import Any
+
+from onlooker._tracked_call import Validate  # tool_started(validate=...)'s own type
 
 __all__ = ["Validate", "validated"]
 
-Validate: TypeAlias = Callable[[dict[str, Any]], dict[str, Any]]
-"""A tool's validator: the arguments its function receives, or it raises."""
 
-
-def validated(validate: Validate | None, arguments: dict[str, Any]) -> dict[str, Any]:
+def validated(validate: Validate | None, arguments: dict[str, Any]) -> Mapping[str, Any]:
     """The model's (or client's) own ``arguments`` as the tool would receive them; as given
     if invalid: the framework refuses them with its own error, as without onlooker."""
     if validate is None:

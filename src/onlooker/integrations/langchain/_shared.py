@@ -20,6 +20,8 @@ import anyio.lowlevel
 
 from onlooker import TrackingError
 
+from .._arguments import Validate
+
 if TYPE_CHECKING:
     from anyio.lowlevel import EventLoopToken
 
@@ -166,7 +168,7 @@ async def open_call(
     tool: str,
     args: Mapping[str, Any],
     tool_call_id: str | None,
-    validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    validate: Validate | None = None,
 ) -> TrackedToolCall:
     """``tool_started``, under the framework's id unless this execution already used it.
 

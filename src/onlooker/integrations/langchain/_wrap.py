@@ -117,7 +117,7 @@ class _ToolNodeGovernor:
 
     async def _open(
         self, request: ToolCallRequest, node_run_id: UUID | None
-    ) -> tuple[TrackedToolCall, TrackedExecution | None, dict[str, Any]]:
+    ) -> tuple[TrackedToolCall, TrackedExecution | None, Mapping[str, Any]]:
         """``tool_started`` in the graph's execution, else in one of its own (``standalone``);
         also the arguments it was given (the model's, as the tool's schema validates them)."""
         tool_call = request.tool_call
