@@ -68,6 +68,13 @@ def step(n: int) -> int:
     return n
 
 
+async def calls_forever(ctx: ExecutionContext) -> None:
+    """Tool calls until cancelled, each waiting a little (the observers' workers run meanwhile)."""
+    while True:
+        await ctx.call(step, n=1)
+        await anyio.sleep(0.001)
+
+
 async def calls(ctx: ExecutionContext) -> int:
     """Four tool calls: 10 events."""
     total = 0
@@ -720,16 +727,12 @@ class TestStalledAsyncObserver:
             await anyio.sleep(0.002)
             got.append(event)
 
-        async def forever(ctx: ExecutionContext) -> None:
-            while True:
-                await ctx.call(step, n=1)
-
         plugin = onlooker.define_plugin(id="slow", observer=lambda _: slow, queue_size=64)
         engine = ExecutionEngine(tools=[step], plugins=[plugin], shutdown_timeout=30)
         with anyio.fail_after(20):
             with anyio.move_on_after(0.2) as cancelled:
                 async with engine:
-                    await engine.execute(forever)
+                    await engine.execute(calls_forever)
         assert cancelled.cancelled_caught
         stats = engine.bus.statistics()
         assert stats.dropped == 0
@@ -751,11 +754,6 @@ class TestStalledAsyncObserver:
             await anyio.sleep(0.001)
             healthy.append(event)
 
-        async def forever(ctx: ExecutionContext) -> None:
-            while True:
-                await ctx.call(step, n=1)
-                await anyio.sleep(0.001)
-
         engine = ExecutionEngine(tools=[step], shutdown_timeout=1)
         flushed: list[bool] = []
         with anyio.fail_after(20):
@@ -764,7 +762,7 @@ class TestStalledAsyncObserver:
                     engine.bus.subscribe(hung, name="hung", stall_timeout=30)
                     engine.bus.subscribe(slow, name="healthy")
                     try:
-                        await engine.execute(forever)
+                        await engine.execute(calls_forever)
                     finally:
                         with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                             await engine.bus.flush()  # hung still holds one: it cannot end
@@ -791,18 +789,13 @@ class TestStalledAsyncObserver:
                 in_flight[0] -= 1
             got.append(event)
 
-        async def forever(ctx: ExecutionContext) -> None:
-            while True:
-                await ctx.call(step, n=1)
-                await anyio.sleep(0.001)
-
         engine = ExecutionEngine(tools=[step], shutdown_timeout=30)
         with anyio.fail_after(20):
             with anyio.move_on_after(0.2):
                 async with engine:
                     engine.bus.subscribe(slow, name="slow")
                     try:
-                        await engine.execute(forever)
+                        await engine.execute(calls_forever)
                     finally:
                         with anyio.CancelScope(shield=True):
                             with anyio.move_on_after(0.012):  # cut off in a handler
@@ -836,11 +829,6 @@ class TestStalledAsyncObserver:
             await anyio.sleep(0.001)
             other.append(event)
 
-        async def forever(ctx: ExecutionContext) -> None:
-            while True:
-                await ctx.call(step, n=1)
-                await anyio.sleep(0.001)
-
         engine = ExecutionEngine(tools=[step], shutdown_timeout=30)
         came_out = False
         with anyio.fail_after(20):
@@ -849,7 +837,7 @@ class TestStalledAsyncObserver:
                     async with engine:
                         engine.bus.subscribe(dies_late, name="dies")
                         engine.bus.subscribe(records, name="records")
-                        await engine.execute(forever)
+                        await engine.execute(calls_forever)
             except Stop:  # it died in its own worker, before the close: it crashed the engine
                 came_out = True
         logged = records_naming(caplog, "closing the engine failed", "cancelled")
