@@ -19,6 +19,9 @@ import pytest
 from agents import (
     Agent,
     FunctionTool,
+    GuardrailFunctionOutput,
+    InputGuardrail,
+    OutputGuardrail,
     Runner,
     ToolInputGuardrail,
     UserError,
@@ -26,7 +29,11 @@ from agents import (
     set_trace_processors,
     set_tracing_disabled,
 )
-from agents.exceptions import ToolInputGuardrailTripwireTriggered
+from agents.exceptions import (
+    InputGuardrailTripwireTriggered,
+    OutputGuardrailTripwireTriggered,
+    ToolInputGuardrailTripwireTriggered,
+)
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 import onlooker
@@ -35,6 +42,7 @@ from onlooker import (
     ExecutionStarted,
     HookAction,
     HookMatcher,
+    PostHookResult,
     PreHookResult,
     ToolCallFinished,
     ToolCallStarted,
@@ -73,7 +81,9 @@ def offline_tracing() -> Iterator[None]:
 def no_adapter_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     """The adapter logs its own failures instead of raising: none may happen here."""
     yield
-    errors = [r for r in caplog.records if r.name == LOGGER and r.levelno >= logging.ERROR]
+    # caplog.records would be this teardown's own records: the test's are the "call" phase's.
+    logged = caplog.get_records("call")
+    errors = [r for r in logged if r.name == LOGGER and r.levelno >= logging.ERROR]
     assert not errors, [r.getMessage() for r in errors]
 
 
@@ -325,6 +335,48 @@ class TestFailures:
             ("done", "crash", "k1", "failed"),
             ("end", "failed"),
         ]
+
+    @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+    @pytest.mark.parametrize("which", ["input", "output"])
+    async def test_a_guardrail_tripwire_fails_the_run(
+        self, which: str, streamed: bool, check_stream: Check
+    ) -> None:
+        """The SDK raises a tripwire out of the run; the input guardrail's error is on the
+        turn span, and the output guardrail runs after ``on_agent_end`` saw the output."""
+
+        async def trip(ctx: Any, agent: Any, data: Any) -> GuardrailFunctionOutput:
+            return GuardrailFunctionOutput(output_info="refused", tripwire_triggered=True)
+
+        guardrails: dict[str, Any] = (
+            {"input_guardrails": [InputGuardrail(guardrail_function=trip)]}
+            if which == "input"
+            else {"output_guardrails": [OutputGuardrail(guardrail_function=trip)]}
+        )
+        model = ScriptedModel([[assistant_message("the secret")]])
+        agent = Agent(name="guarded", model=model, **guardrails)
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks = OnlookerRunHooks(engine)
+            tripwire = (
+                InputGuardrailTripwireTriggered
+                if which == "input"
+                else OutputGuardrailTripwireTriggered
+            )
+            with pytest.raises(tripwire):
+                if streamed:
+                    async for _ in Runner.run_streamed(agent, "go", hooks=hooks).stream_events():
+                        pass
+                else:
+                    await Runner.run(agent, "go", hooks=hooks)
+
+        check_stream(recorder.events)
+        [end] = recorder.of(ExecutionFinished)
+        assert end.status == "failed"
+        assert end.result is None  # the output the guardrail refused is not the run's result
+        assert end.error is not None
+        assert end.error.message == "Guardrail tripwire triggered"
 
     async def test_a_tool_the_sdk_stops_at_its_timeout_fails(self, check_stream: Check) -> None:
         """By default the SDK gives the model a timeout message as the tool's result: a
@@ -696,6 +748,47 @@ class TestGovernanceLimits:
             if isinstance(item, dict) and item.get("type") == "function_call_output"
         ]
         assert isinstance(output, str) and output.startswith("Tool call refused by onlooker")
+
+    async def test_a_post_hook_abort_is_enforced_at_the_next_call(
+        self, check_stream: Check
+    ) -> None:
+        """on_tool_end cannot stop the SDK: the next guarded call halts the run. The
+        ``no_adapter_errors`` fixture checks that the abort is not logged as a failure."""
+
+        def leaked(ctx: ToolUseContext, output: Any) -> PostHookResult:
+            return PostHookResult(action=HookAction.ABORT, reason="leaked data")
+
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine(
+            hooks=[HookMatcher(pattern="lookup", post=(leaked,))]
+        ) as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks = OnlookerRunHooks(engine)
+            tools = Tools(tool_guardrail(engine))
+            model = ScriptedModel(
+                [
+                    [function_call("lookup", {"city": "Oslo"}, call_id="p1")],
+                    [function_call("lookup", {"city": "Rome"}, call_id="p2")],
+                    [assistant_message("done")],
+                ]
+            )
+            agent = Agent(name="leaky", model=model, tools=[tools.lookup])
+            with pytest.raises(ToolInputGuardrailTripwireTriggered):
+                await Runner.run(agent, "go", hooks=hooks)
+
+        check_stream(recorder.events)
+        assert tools.ran == ["lookup:Oslo"]
+        assert tool_events(recorder.events) == [
+            ("start", "leaky"),
+            ("call", "lookup", "p1"),
+            ("done", "lookup", "p1", "blocked"),
+            ("call", "lookup", "p2"),
+            ("done", "lookup", "p2", "blocked"),
+            ("end", "failed"),
+        ]
+        [end] = recorder.of(ExecutionFinished)
+        assert end.error is not None and end.error.type == "HookAbortError"
 
     async def test_when_onlooker_cannot_record_it_the_call_runs_and_the_agent_goes_on(
         self, caplog: pytest.LogCaptureFixture

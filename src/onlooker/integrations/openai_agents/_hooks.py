@@ -63,11 +63,19 @@ class OnlookerRunHooks(RunHooks[Any]):
     async def on_agent_end(
         self, context: AgentHookContext[Any], agent: Agent[Any], output: Any
     ) -> None:
-        """Finish the run's tracked execution ``completed`` with the final output."""
+        """Finish the run's tracked execution ``completed`` with the final output.
+
+        When the processor watches the agent's span, the run finishes when that
+        span ends instead: the SDK runs the output guardrails after this hook,
+        and a tripwire (the run then raises) is only on the span.
+        """
         try:
             state = self._state
             run = state.run_for(context)
             if run is None or agent is not run.agent:
+                return
+            if run.agent_span_id in state.spans:  # the processor saw it start: it will see the end
+                run.output = (output,)
                 return
             await state.drain()
             await state.finish_run(run, "completed", result=output)

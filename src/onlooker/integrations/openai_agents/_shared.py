@@ -21,7 +21,7 @@ from agents.tool import default_tool_timeout_error_message
 from agents.tool_context import ToolContext
 from agents.tracing import AgentSpanData, FunctionSpanData, Span, get_current_span
 
-from onlooker import ErrorInfo
+from onlooker import ErrorInfo, HookAbortError
 
 from .._json import json_copy
 
@@ -85,9 +85,11 @@ class Run:
         "handoff",
         "key",
         "local",
+        "output",
         "parent",
         "state",
         "track",
+        "turn_error",
     )
 
     def __init__(
@@ -108,6 +110,11 @@ class Run:
         self.aborted = False  # a pre-hook's ABORT: every later call of the run is refused
         self.calls: dict[str, Call] = {}  # open function-tool calls by the SDK's call id
         self.local: dict[int, list[Call]] = {}  # open calls of id-less local tools, by tool
+        # The final output on_agent_end saw, held until the agent span ends: the SDK runs
+        # the output guardrails after that hook, and a tripwire is only on the span.
+        self.output: tuple[object] | None = None
+        # A turn span's error (an input guardrail's tripwire): its agent span carries none.
+        self.turn_error: str | None = None
 
 
 # The call whose tool is running: the guardrail sets it in the task the SDK runs
@@ -278,9 +285,14 @@ class State:
             return
         if failure is not None:
             await entry.call.failed(failure)
-        else:
+            return
+        try:
             # A post-hook's rewrite cannot reach the model: on_tool_end's return is ignored.
             await entry.call.finished(json_copy(result))
+        except HookAbortError:
+            # Recorded (the call blocked, the run to finish failed); the SDK cannot be
+            # stopped from on_tool_end: the run's next guarded call halts it.
+            entry.run.aborted = True
 
     # -- what the processor defers ----------------------------------------------------
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agents.tracing import AgentSpanData, FunctionSpanData, Span, Trace, TracingProcessor
+from agents.tracing import (
+    AgentSpanData,
+    FunctionSpanData,
+    Span,
+    Trace,
+    TracingProcessor,
+    TurnSpanData,
+)
 
 from ._shared import CANCELLED, Run, cancelling, logger, span_error, state_of, timeout_failure
 
@@ -23,10 +30,12 @@ class OnlookerTracingProcessor(TracingProcessor):
     ``failure_error_function``; a nested run without the hooks; the SDK
     cancelled it) as the span says: ``cancelled`` when the task ending it is
     being cancelled, ``failed`` with its error, else ``completed`` with its
-    output. It finishes a run whose agent span ends before ``on_agent_end``:
-    ``failed`` after a pre-hook's ``ABORT`` or when the span carries an error
-    (``Runner.run`` raised), ``cancelled`` when the run's task is being
-    cancelled, else ``completed``. Register it with
+    output. It finishes a run when its agent span ends (``on_agent_end``
+    only notes the final output: the SDK runs the output guardrails after
+    it): ``failed`` after a pre-hook's ``ABORT`` or when the span, or one of
+    its turns, carries an error (``Runner.run`` raised: a guardrail's
+    tripwire, ...), ``cancelled`` when the run's task is being cancelled,
+    else ``completed`` with the output ``on_agent_end`` saw. Register it with
     ``add_trace_processor`` (keeps exporting to OpenAI) or
     ``set_trace_processors([...])`` (nothing leaves the machine). It records
     nothing while tracing is disabled.
@@ -69,7 +78,15 @@ class OnlookerTracingProcessor(TracingProcessor):
                 run = state.span_runs.get(span.span_id)
                 if run is not None and not run.handoff:
                     status, error = _run_end(run, span)
-                    state.schedule(lambda: state.finish_run(run, status, error=error))
+                    result = run.output[0] if run.output and status == "completed" else None
+                    state.schedule(
+                        lambda: state.finish_run(run, status, result=result, error=error)
+                    )
+            elif isinstance(data, TurnSpanData) and span.parent_id is not None:
+                turn_error = span_error(span)  # an input guardrail's tripwire, ...
+                parent_run = state.span_runs.get(span.parent_id)
+                if parent_run is not None and turn_error is not None:
+                    parent_run.turn_error = turn_error
         except Exception:
             logger.exception("could not record a span end")
 
@@ -81,10 +98,10 @@ class OnlookerTracingProcessor(TracingProcessor):
 
 
 def _run_end(run: Run, span: Span[Any]) -> tuple[ExecutionStatus, str | None]:
-    """How a run whose agent span ends before ``on_agent_end`` finishes, and with what error."""
+    """How a run finishes when its agent span ends, and with what error."""
     if run.aborted:  # the core finishes an aborted run failed, with the abort as its error
         return "completed", None
     if cancelling():  # the SDK sets no error on a cancelled run's span
         return "cancelled", None
-    error = span_error(span)
+    error = span_error(span) or run.turn_error
     return ("completed" if error is None else "failed"), error
