@@ -75,6 +75,41 @@ class TestRecording:
         assert (stats.written, stats.errors, stats.dropped, stats.pending) == (18, 0, 0, 0)
         assert not trail.error_path.exists()
 
+    @pytest.mark.parametrize("trigger", ["plain", "secret"])
+    async def test_keys_holding_lone_surrogates_are_kept_apart(
+        self, tmp_path: Path, trigger: str
+    ) -> None:
+        """Undecodable file names as keys: pydantic's JSON mode writes each as U+FFFD, which
+        made the two keys one and lost a value. A secret elsewhere sends the event through
+        the field-by-field redaction."""
+        files = {
+            f"caf{chr(0xDCE9)}.txt": 12,
+            f"caf{chr(0xDCE8)}.txt": 13,
+        }  # ruff merges the literals
+        note = "sk-" + "a" * 40 if trigger == "secret" else "plain"
+
+        @onlooker.tool
+        def sizes(files: dict[str, int], note: str) -> dict[str, int]:
+            return dict(files)
+
+        async def sized(ctx: onlooker.ExecutionContext) -> object:
+            return await ctx.call("sizes", files=files, note=note)
+
+        recorder = RecordingObserver()
+        _, trail = await run(
+            sized,
+            tools=[sizes],
+            extension=audit.plugin(directory=tmp_path, session_id="s1"),
+            recorder=recorder,
+        )
+        recorded = {e.kind: e for e in audit.tail(trail.session_dir)}
+        started, finished = recorded["ToolCallStarted"], recorded["ToolCallFinished"]
+        assert isinstance(started, onlooker.ToolCallStarted)
+        assert isinstance(finished, onlooker.ToolCallFinished)
+        assert started.args["files"] == files
+        assert finished.result == files
+        assert audit.verify(trail.path).ok
+
     async def test_flush_makes_the_events_so_far_durable(self, tmp_path: Path) -> None:
         plugin = audit.plugin(directory=tmp_path, session_id="s1", fsync="always")
         async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:
@@ -258,6 +293,18 @@ class TestFailures:
             await trail.flush()
             assert trail.statistics().written == 36
         assert audit.verify(tmp_path / "s1").ok
+
+    async def test_records_still_refused_at_close_are_dropped_with_a_critical_line(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        (tmp_path / "s1").write_text("in the way")  # no session directory can be made
+        plugin = audit.plugin(directory=tmp_path, session_id="s1")
+        async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:
+            await engine.execute(program)
+        assert engine.extension(plugin).statistics().dropped == 18
+        [critical] = [r for r in caplog.records if r.levelno == logging.CRITICAL]
+        assert "18 record(s) not written: the trail closed" in critical.getMessage()
+        assert str(tmp_path / "s1") in critical.getMessage()
 
     async def test_a_read_only_directory_is_logged_then_reported_with_a_gap_record(
         self, tmp_path: Path, caplog: pytest.LogCaptureFixture

@@ -467,6 +467,29 @@ class TestTypedHookInputs:
         assert started[0].args == {"file_path": signed["file_path"], "content": "hi\n-- onlooker\n"}
         assert recorded.recorder.of(ToolCallFinished)[1].result == redacted
 
+    async def test_a_subagent_records_the_prompt_a_pre_hook_left(self, tmp_path: Path) -> None:
+        def narrow(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(modified_input={**use.tool_input, "prompt": "only read notes.md"})
+
+        async with engine_for(tmp_path, [HookMatcher(pattern="Agent", pre=(narrow,))]) as recorded:
+            sdk = Sdk(hooks(recorded.engine))
+            await sdk.send(prompt("go"))
+            answer = await sdk.send(pre("Agent", DELEGATE, "toolu_a"))
+            await sdk.send(subagent_start("a1"))
+            await sdk.send(subagent_stop("a1", "ok"))
+            await sdk.send(
+                post("Agent", DELEGATE | {"prompt": "only read notes.md"}, "toolu_a", DELEGATED, 5)
+            )
+            await sdk.send(stop("done"))
+
+        narrowed = DELEGATE | {"prompt": "only read notes.md"}
+        assert answer == {
+            "hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": narrowed}
+        }
+        _, child = recorded.recorder.of(ExecutionStarted)
+        assert child.attribution.parent_tool_call_id == "toolu_a"
+        assert child.input == {"prompt": "only read notes.md"}  # what the sub-agent was given
+
     async def test_an_mcp_tool_output_is_rewritten_both_ways(self, tmp_path: Path) -> None:
         def shout(use: ToolUseContext, output: Any) -> PostHookResult:
             return PostHookResult(modified_output={"content": [{"type": "text", "text": "LOUD"}]})

@@ -378,6 +378,35 @@ class TestFailures:
         assert end.error is not None
         assert end.error.message == "Guardrail tripwire triggered"
 
+    async def test_an_output_keyed_by_undecodable_file_names_is_recorded(
+        self, check_stream: Check
+    ) -> None:
+        """pydantic-core refuses a key holding a lone surrogate; the copy keeps it."""
+        sizes = {
+            f"caf{chr(0xDCE9)}.txt": 12,
+            f"caf{chr(0xDCE8)}.txt": 13,
+        }  # ruff merges the literals
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            guard = tool_guardrail(engine)
+
+            @function_tool(tool_input_guardrails=[guard])
+            def listing() -> dict[str, int]:
+                """File sizes by name."""
+                return sizes
+
+            model = ScriptedModel(
+                [[function_call("listing", {}, call_id="s1")], [assistant_message("ok")]]
+            )
+            agent = Agent(name="lister", model=model, tools=[listing])
+            await Runner.run(agent, "go", hooks=OnlookerRunHooks(engine))
+
+        check_stream(recorder.events)
+        [finished] = recorder.of(ToolCallFinished)
+        assert (finished.status, finished.result) == ("completed", sizes)
+
     async def test_a_tool_the_sdk_stops_at_its_timeout_fails(self, check_stream: Check) -> None:
         """By default the SDK gives the model a timeout message as the tool's result: a
         failure told as a result, recorded ``failed`` with that message."""

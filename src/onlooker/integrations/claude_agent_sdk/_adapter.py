@@ -258,8 +258,8 @@ class Adapter:
                     logger.exception("onlooker could not finish the aborted turn")
             return refusal
         self._calls[session_id, tool_use_id] = call, turn
-        if tool in AGENT_TOOLS:
-            subagent_type, prompt = args.get("subagent_type"), args.get("prompt")
+        if tool in AGENT_TOOLS:  # the sub-agent gets what the pre-hooks left
+            subagent_type, prompt = call.input.get("subagent_type"), call.input.get("prompt")
             self._spawns.setdefault(session_id, []).append(
                 _Spawn(
                     turn,

@@ -32,10 +32,29 @@ from ._encode import (
 from ._redact import Redactor
 from ._secrets import ENVELOPE_FIELDS
 
-__all__ = ["MAX_RECORD_CHARS", "EventEncoder"]
+__all__ = ["MAX_RECORD_CHARS", "EventEncoder", "json_form"]
 
 MAX_RECORD_CHARS: Final = 65536
 """One event's JSON at most, as the coding-agent hook writes."""
+
+
+def json_form(model: BaseModel) -> dict[str, Any]:
+    """``model.model_dump(mode="json")``, its JSON values (objects, arrays) taken as they are.
+
+    pydantic-core's JSON mode writes a key holding a lone surrogate (an
+    undecodable file name) as U+FFFD, so two such keys become one and a
+    value is lost. An event's objects and arrays are JSON already (snapshots,
+    or validated JSON values): they need no conversion, and the stdlib
+    encoder that writes the form escapes the surrogate. Not copied: do not
+    mutate the result's members.
+    """
+    data = model.model_dump(mode="json")
+    for name, value in model.__dict__.items():
+        if type(value) is dict or type(value) is list:
+            data[name] = value
+        elif isinstance(value, BaseModel):
+            data[name] = json_form(value)
+    return data
 
 
 @final
@@ -101,7 +120,7 @@ class EventEncoder:
             else:
                 if self._fits(text):
                     return text
-        data = event.model_dump(mode="json")
+        data = json_form(event)
         data.update(changes)
         (text,) = fast_json_bytes([data])  # what json writes, by pydantic-core
         if not self._fits(text):  # each value under the cap, but too many of them

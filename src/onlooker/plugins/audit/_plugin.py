@@ -283,6 +283,7 @@ class AuditTrail:
             )
 
     def _give_up(self, message: str) -> None:
+        _logger.critical("audit: %s to %s", message, self._writer.path)
         self._dropped += len(self._retry)
         self._writer.report(message, records=len(self._retry))
         self._retry = []

@@ -24,6 +24,7 @@ from typing import IO, Any, Final
 
 from onlooker import ExecutionEvent
 from onlooker._shared import lock_file
+from onlooker.plugins.audit._events import json_form  # keys with lone surrogates kept
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT",
@@ -134,7 +135,7 @@ class DeadLetters:
         }
         if redacted:  # never a payload that redaction has not seen
             try:
-                entry["event"] = event.model_dump(mode="json")
+                entry["event"] = json_form(event)
             except Exception as exc:  # the envelope alone, then: it still names the event
                 entry["reason"] = f"{reason}; its payload cannot be converted either: {exc!r}"
         self.logger.error(

@@ -47,6 +47,7 @@ from onlooker import (
     parse_event,
 )
 from onlooker.plugins.audit._encode import json_bytes  # the trail's JSON: surrogates escaped
+from onlooker.plugins.audit._events import json_form  # keys with lone surrogates kept
 from onlooker.plugins.audit._redact import cap_record  # the trail's record cap, its markers
 
 from ._schema import events
@@ -115,7 +116,7 @@ def _json_text(value: Any, serialize: Callable[[Any], bytes] = to_json) -> str:
     try:
         return serialize(value).decode()
     except ValueError:
-        plain = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        plain = json_form(value) if isinstance(value, BaseModel) else value
         return json_bytes(plain).decode()
 
 
@@ -325,7 +326,7 @@ def stored(event: ExecutionEvent, body: bytes | None = None) -> Stored:
 
 def capped(event: ExecutionEvent) -> ExecutionEvent:
     """``event`` with its largest values cut (the audit trail's way) to fit one record."""
-    data = cap_record(event.model_dump(mode="json"), MAX_RECORD_CHARS)
+    data = cap_record(json_form(event), MAX_RECORD_CHARS)
     try:
         return parse_event(data)
     except EventValidationError as exc:  # a cut that breaks the event's schema: a poison event
