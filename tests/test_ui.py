@@ -490,6 +490,36 @@ class TestEscaping:
         assert hostile_id in text_of(page.text)
         assert "call/<i>1</i>" in text_of(detail.text)
 
+    def test_undecodable_file_names_are_shown_escaped(self, tmp_path: Path) -> None:
+        """A lone surrogate (an undecodable file name) in a value, a key or a program's name:
+        no response can encode one; each page shows it escaped, as the trail writes it."""
+        name = f"caf{chr(0xDCE9)}.txt"
+        url = sqlite_url(tmp_path / "h.db")
+
+        async def go() -> None:
+            async with (
+                onlooker.ExecutionEngine(plugins=[history.plugin(url)]) as engine,
+                engine.track(f"ls {name}", execution_id="r1") as run,
+            ):
+                call = await run.tool_started("ls", {name: 1, "path": name}, tool_call_id="c1")
+                await call.finished({name: 12})
+
+        anyio.run(go)
+        with client(create_app(url)) as c:
+            pages = [
+                c.get("/"),
+                c.get("/executions/r1"),
+                c.get("/executions/r1?call=c1"),
+                c.get("/executions/r1?format=json"),
+            ]
+        assert [page.status_code for page in pages] == [200] * 4
+        assert "ls caf\ufffd.txt" in pages[0].text  # the program column (U+FFFD, see history.md)
+        assert all("caf\\udce9.txt" in page.text for page in pages[1:3])  # the recorded values
+        events = [onlooker.parse_event(e) for e in pages[3].json()]
+        assert isinstance(events[1], onlooker.ToolCallStarted)
+        assert events[1].args == {name: 1, "path": name}
+        assert isinstance(events[2], onlooker.ToolCallFinished) and events[2].result == {name: 12}
+
     def test_security_headers_and_host_check(self, ui: TestClient) -> None:
         page = ui.get("/")
         assert "script-src 'self'" in page.headers["content-security-policy"]

@@ -16,9 +16,11 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, Response
 
 from onlooker import ExecutionEvent, HistoryError
+from onlooker.plugins.audit._encode import json_bytes
+from onlooker.plugins.audit._events import json_form
 from onlooker.plugins.history import ExecutionRecord
 
 from . import _queries
@@ -126,7 +128,9 @@ async def execution_page(request: Request) -> Response:
         events = await store_of(request).events(execution_id)
         if not events:
             raise _not_found(execution_id)
-        return JSONResponse([event.model_dump(mode="json") for event in events])
+        # The trail's JSON: a lone surrogate (in a value or a key) escaped, not refused.
+        body = json_bytes([json_form(event) for event in events])
+        return Response(body, media_type="application/json")
     for key, column in (("call", "tool_call_id"), ("interaction", "interaction_id")):
         if key in params:
             return await _detail(request, execution_id, column, params[key])

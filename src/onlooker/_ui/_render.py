@@ -12,6 +12,8 @@ import jinja2
 from markupsafe import Markup, escape
 from pydantic import BaseModel
 
+from onlooker.plugins.audit._events import json_form
+
 from ._timeline import Lane
 
 __all__ = ["ICONS", "environment", "fragment_for_stream", "lane_rows"]
@@ -59,9 +61,8 @@ def when(moment: datetime | None) -> str:
 def pretty(value: Any) -> str:
     """JSON, indented; very long values are cut with a note (the raw events keep them whole)."""
     if isinstance(value, BaseModel):
-        text = value.model_dump_json(indent=2)
-    else:
-        text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+        value = json_form(value)  # not model_dump_json: it refuses a lone surrogate
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
     if len(text) > _MAX_JSON:
         return f"{text[:_MAX_JSON]}\n… ({len(text) - _MAX_JSON} more characters)"
     return text

@@ -15,7 +15,7 @@ from onlooker.plugins.history import HistoryStore
 
 from ._audit import AuditIndex
 
-__all__ = ["UiState", "page", "state_of", "store_of"]
+__all__ = ["UiState", "page", "rendered", "state_of", "store_of"]
 
 
 @dataclass(slots=True)
@@ -47,5 +47,14 @@ def store_of(request: Request) -> HistoryStore:
 
 def page(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
     """``template`` rendered with ``context``, never cached."""
-    html = state_of(request).templates.get_template(template).render(request=request, **context)
+    html = rendered(state_of(request).templates.get_template(template), request, **context)
     return HTMLResponse(html, status_code=status_code, headers={"cache-control": "no-store"})
+
+
+def rendered(template: jinja2.Template, request: Request, **context: Any) -> str:
+    """``template`` rendered; a lone surrogate (an undecodable file name in a recorded
+    value), which no response can encode, shown escaped as the trail writes it (``\\udce9``)."""
+    html = template.render(request=request, **context)
+    if html.isascii():
+        return html
+    return html.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -20,7 +20,7 @@ from starlette.responses import Response
 from ._filters import list_filters
 from ._pages import execution_node, list_context, live_context
 from ._render import fragment_for_stream
-from ._state import UiState, state_of
+from ._state import UiState, rendered, state_of
 
 __all__ = ["execution_stream", "list_stream"]
 
@@ -72,7 +72,7 @@ async def list_stream(request: Request) -> Response:
     template = state_of(request).templates.get_template("_rows.html")
 
     async def render() -> tuple[str, None]:
-        return template.render(request=request, **await list_context(request)), None
+        return rendered(template, request, **await list_context(request)), None
 
     return _stream(request, render)
 
@@ -85,7 +85,7 @@ async def execution_stream(request: Request) -> Response:
 
     async def render() -> tuple[str, str | None]:
         context = live_context(request, await execution_node(request, execution_id))
-        html = template.render(request=request, **context)
+        html = rendered(template, request, **context)
         return html, None if context["timeline"].running else context["tree"].status
 
     return _stream(request, render)
