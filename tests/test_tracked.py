@@ -202,13 +202,16 @@ class TestApi:
         assert len(recorder.of(ExecutionStarted)) == 1
 
     async def test_track_needs_a_running_engine(self) -> None:
+        """A TrackingError (tracked.md), and the RuntimeError of every other entry point."""
         engine = ExecutionEngine()
-        with pytest.raises(RuntimeError, match="not running"):
+        with pytest.raises(TrackingError, match="not running"):
             engine.track("early")
         async with engine:
             pass
-        with pytest.raises(RuntimeError, match="closed"):
-            engine.track("late")
+        with pytest.raises(TrackingError, match="closed") as closed:
+            engine.track("late", execution_id="late-1")
+        assert isinstance(closed.value, RuntimeError)
+        assert closed.value.execution_id == "late-1"
 
     async def test_failed_with_an_exception_or_a_message(self) -> None:
         async with ExecutionEngine() as engine:

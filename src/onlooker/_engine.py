@@ -439,7 +439,10 @@ class ExecutionEngine:
         ``await run.tool_started(...)`` runs onlooker's pre-hooks on each call
         and records it. Its events reach the observers in scope here.
         """
-        self._require_running()
+        try:
+            self._require_running()
+        except RuntimeError as exc:  # no run can start: misuse of tracking (tracked.md)
+            raise _NotRunningTrackingError(str(exc), execution_id=execution_id or "") from None
         if execution_id is not None:
             self._check_free(execution_id)
         return track(
@@ -495,3 +498,8 @@ def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
         elif not isinstance(item, anyio.get_cancelled_exc_class()):
             leaves.append(item)
     return leaves or list(group.exceptions)
+
+
+class _NotRunningTrackingError(TrackingError, RuntimeError):
+    """``track`` on an engine not running: a ``TrackingError``, and the ``RuntimeError``
+    every other entry point raises then. ``execution_id`` is ``""`` when none was given."""
