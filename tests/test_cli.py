@@ -409,6 +409,28 @@ class TestHistory:
         fetch = next(t for t in data["tools"] if t["tool"] == "fetch")
         assert fetch["failed"] == 1
 
+    @pytest.mark.parametrize(
+        ("statement", "command"),
+        [
+            ("UPDATE executions SET started_at = 'yesterday'", ["list"]),
+            ("UPDATE tool_calls SET started_at = 'soon'", ["show"]),
+            ("UPDATE interactions SET resolved_at = 'x'", ["show"]),
+            ("UPDATE tool_calls SET duration_ms = 'abc'", ["stats"]),
+        ],
+    )
+    def test_a_row_edited_by_hand_exits_1_naming_it(
+        self, recorded: dict[str, Any], workdir: Path, statement: str, command: list[str]
+    ) -> None:
+        with contextlib.closing(sqlite3.connect(workdir / ".onlooker" / "history.db")) as db:
+            db.execute(statement)
+            db.commit()
+        if command == ["show"]:
+            command = ["show", recorded["root"]]
+        result = invoke("history", *command)
+        assert result.exit_code == 1, result.output
+        output = " ".join(result.output.split())  # as wrapped to the terminal's width
+        assert "corrupt history row" in output and "of execution" in output
+
 
 class TestAudit:
     def test_verify_an_intact_trail(self, recorded: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,15 @@ import sqlalchemy as sa
 
 import onlooker
 import postgres
-from onlooker import Attribution, ExecutionContext, ExecutionEvent, ToolCallStarted
+from onlooker import (
+    Attribution,
+    ExecutionContext,
+    ExecutionEvent,
+    InteractionResolved,
+    InteractionStarted,
+    ToolCallStarted,
+)
+from onlooker._ui import _queries
 from onlooker.plugins import audit, history
 from onlooker.plugins.history import _rows, _writer, tables
 from onlooker.plugins.history._db import Database
@@ -735,6 +743,102 @@ class TestCorruptRows:
             with pytest.raises(onlooker.HistoryError, match="result is not JSON") as caught:
                 await store.get_execution("c1")
         assert "tool call 'c1/call0' of execution 'c1'" in str(caught.value)
+
+    @pytest.mark.parametrize(
+        ("table", "column", "named"),
+        [
+            ("executions", "started_at", "execution 'c1' of execution 'c1'"),
+            ("executions", "sort_at", "execution 'c1' of execution 'c1'"),
+            ("executions", "finished_at", "execution 'c2' of execution 'c2'"),
+            ("tool_calls", "started_at", "tool call 'c1/call0' of execution 'c1'"),
+            ("interactions", "resolved_at", "interaction 'q1' of execution 'c1'"),
+        ],
+    )
+    async def test_a_time_that_does_not_read_back(
+        self, url: str, table: str, column: str, named: str
+    ) -> None:
+        # text on SQLite, a time past Python's on PostgreSQL: neither reads back as a datetime
+        owner = named.rsplit("'", 2)[1]
+        row = f" WHERE execution_id = '{owner}'" if table == "executions" else ""
+        async with history.open(url) as store:
+            await store.write_events(_with_a_child_and_a_question())
+            await store.query(_corrupt(f"UPDATE {table} SET {column} = 'infinity'{row}"))
+            reads: list[Callable[[], Awaitable[object]]] = [lambda: store.get_execution("c1")]
+            if table == "executions":
+                reads.append(store.list_executions)
+            for read in reads:
+                with pytest.raises(onlooker.HistoryError, match="corrupt history row") as caught:
+                    await read()
+                assert f"{named}: {column} does not read back" in str(caught.value)
+                assert caught.value.execution_id == owner
+
+    @pytest.mark.parametrize(
+        ("statement", "named"),
+        [
+            ("UPDATE executions SET started_at = 'yesterday'", "execution 'c1'"),
+            ("UPDATE tool_calls SET started_at = 'soon'", "tool call 'c1/call0'"),
+            ("UPDATE interactions SET resolved_at = 'x'", "interaction 'q1'"),
+            ("UPDATE tool_calls SET duration_ms = 'abc'", "tool call 'c1/call0'"),
+        ],
+    )
+    async def test_text_in_a_time_or_number_column(
+        self, tmp_path: Path, statement: str, named: str
+    ) -> None:
+        # SQLite only: PostgreSQL's timestamptz and float columns refuse such text
+        async with history.open(sqlite_url(tmp_path)) as store:
+            await store.write_events(_with_a_child_and_a_question())
+            await store.query(_corrupt(statement))
+            for read in (
+                lambda: store.get_execution("c1"),
+                lambda: store.query(lambda conn: _queries.execution_node(conn, "c1")),
+            ):
+                with pytest.raises(onlooker.HistoryError, match="corrupt history row") as caught:
+                    await read()
+                assert f"{named} of execution 'c1'" in str(caught.value)
+                assert caught.value.execution_id == "c1"
+
+    async def test_stats_over_a_duration_that_is_not_a_number(self, tmp_path: Path) -> None:
+        async with history.open(sqlite_url(tmp_path)) as store:
+            await store.write_events(_with_a_child_and_a_question())
+            await store.query(_corrupt("UPDATE tool_calls SET duration_ms = 'abc'"))
+            with pytest.raises(onlooker.HistoryError, match="corrupt history row") as caught:
+                await store.stats()
+        assert "tool call 'c1/call0' of execution 'c1'" in str(caught.value)
+        assert "duration_ms is not a number: 'abc'" in str(caught.value)
+        assert caught.value.execution_id == "c1"
+
+    async def test_the_ui_reads_name_the_row_too(self, url: str) -> None:
+        async with history.open(url) as store:
+            await store.write_events(_with_a_child_and_a_question())
+            await store.query(_corrupt("UPDATE executions SET started_at = 'infinity' "
+                                       "WHERE execution_id = 'c2'"))  # fmt: skip
+            await store.query(_corrupt("UPDATE tool_calls SET finished_at = 'infinity'"))
+            reads: list[tuple[str, Callable[[sa.Connection], object]]] = [
+                ("execution 'c2'", lambda conn: _queries.execution_node(conn, "c1")),
+                ("execution 'c2'", lambda conn: _queries.list_page(conn, _queries.ListFilters())),
+                ("tool call 'c1/call0'", lambda conn: _queries.call_record(conn, "c1", "c1/call0")),
+            ]
+            for named, read in reads:
+                with pytest.raises(onlooker.HistoryError, match="does not read back") as caught:
+                    await store.query(read)
+                assert named in str(caught.value)
+
+
+def _with_a_child_and_a_question() -> list[ExecutionEvent]:
+    """``c1`` with a tool call ``c1/call0``, a question ``q1`` and a child execution ``c2``."""
+    question: dict[str, Any] = {
+        "execution_id": "c1",
+        "attribution": Attribution(),
+        "interaction_id": "q1",
+    }
+    return [
+        *execution_events("c1", tools=[("echo", "completed", 1.0)]),
+        *execution_events("c2", parent="c1", depth=1),
+        InteractionStarted(
+            event_id="c1/q", seq=10, at=T0, message="ok?", mode="paused", **question
+        ),
+        InteractionResolved(event_id="c1/a", seq=11, at=T0, status="accepted", **question),
+    ]
 
 
 def _corrupt(statement: str) -> Any:

@@ -104,14 +104,14 @@ def _record(row: RowMapping) -> ExecutionRecord:
     del fields["sort_at"]
     fields["status"] = fields["status"] or "running"  # NULL: no ExecutionFinished stored yet
     fields["trigger_metadata"] = fields["trigger_metadata"] or {}
-    return ExecutionRecord(**fields)
+    return _read.validated(ExecutionRecord, fields, f"execution {fields['execution_id']!r}")
 
 
 def execution_record(conn: Connection, execution_id: str) -> ExecutionRecord | None:
     """One execution without its calls; ``None`` if unknown."""
     query = sa.select(executions).where(executions.c.execution_id == execution_id)
-    row = conn.execute(query).mappings().first()
-    return None if row is None else _record(row)
+    found = _read.fetch(conn, query, executions)
+    return _record(found[0]) if found else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +197,7 @@ def execution_node(conn: Connection, execution_id: str) -> Node | None:
                 .where(executions.c.parent_execution_id.in_(ids))
                 .order_by(executions.c.sort_at, executions.c.execution_id)
             )
-            for row in conn.execute(query).mappings():
+            for row in _read.fetch(conn, query, executions):
                 child = row["execution_id"]
                 if child in nodes:  # a cycle in hand-edited data: draw each node once
                     continue
@@ -211,31 +211,23 @@ def execution_node(conn: Connection, execution_id: str) -> Node | None:
             .where(tool_calls.c.execution_id.in_(ids))
             .order_by(tool_calls.c.execution_id, tool_calls.c.seq)
         )
-        for call_id, owner, tool, status, args, error, duration, started, finished in conn.execute(
-            query
-        ):
-            nodes[owner].calls.append(
-                Call(
-                    call_id,
-                    owner,
-                    tool,
-                    status or "running",
-                    args,
-                    _error(error),
-                    duration,
-                    started,
-                    finished,
-                )
-            )
+        for row in _read.fetch(conn, query, tool_calls):
+            duration = row["duration_ms"]
+            if duration is not None and not isinstance(duration, int | float):  # SQLite text
+                what = f"tool call {row['tool_call_id']!r}"
+                problem = f"duration_ms is not a number: {duration!r}"
+                raise _read.corrupt(what, row["execution_id"], problem)
+            status, error = row["status"] or "running", _error(row["error"])
+            call = Call(**{**row, "status": status, "error": error})
+            nodes[call.execution_id].calls.append(call)
         query = (
             sa.select(*_ASK_COLUMNS)
             .where(interactions.c.execution_id.in_(ids))
             .order_by(interactions.c.execution_id, interactions.c.seq)
         )
-        for ask_id, owner, message, status, started, resolved in conn.execute(query):
-            nodes[owner].asks.append(
-                Ask(ask_id, owner, message, status or "open", started, resolved)
-            )
+        for row in _read.fetch(conn, query, interactions):
+            ask = Ask(**{**row, "status": row["status"] or "open"})
+            nodes[ask.execution_id].asks.append(ask)
     return nodes[execution_id]
 
 
@@ -244,13 +236,13 @@ def call_record(conn: Connection, execution_id: str, tool_call_id: str) -> ToolC
     query = sa.select(tool_calls).where(
         tool_calls.c.execution_id == execution_id, tool_calls.c.tool_call_id == tool_call_id
     )
-    row = conn.execute(query).mappings().first()
-    if row is None:
+    found = _read.fetch(conn, query, tool_calls)
+    if not found:
         return None
-    fields = dict(row)
+    fields = dict(found[0])
     fields["status"] = fields["status"] or "running"
     fields["metadata"] = fields["metadata"] or {}
-    return ToolCallRecord(**fields)
+    return _read.validated(ToolCallRecord, fields, f"tool call {tool_call_id!r}")
 
 
 def interaction_record(
@@ -261,12 +253,12 @@ def interaction_record(
         interactions.c.execution_id == execution_id,
         interactions.c.interaction_id == interaction_id,
     )
-    row = conn.execute(query).mappings().first()
-    if row is None:
+    found = _read.fetch(conn, query, interactions)
+    if not found:
         return None
-    fields = dict(row)
+    fields = dict(found[0])
     fields["status"] = fields["status"] or "open"
-    return InteractionRecord(**fields)
+    return _read.validated(InteractionRecord, fields, f"interaction {interaction_id!r}")
 
 
 def list_page(conn: Connection, filters: ListFilters) -> Page:
@@ -302,7 +294,7 @@ def list_page(conn: Connection, filters: ListFilters) -> Page:
             )
         )
     query = query.order_by(executions.c.sort_at.desc(), executions.c.execution_id.desc())
-    found = conn.execute(query.limit(filters.limit + 1)).mappings().all()
+    found = _read.fetch(conn, query.limit(filters.limit + 1), executions)
     page = found[: filters.limit]
     counts: dict[str, int] = {}
     ids = [row["execution_id"] for row in page]

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from onlooker import EventValidationError, ExecutionEvent, HistoryError, parse_event
 
+from ._db import describe
 from ._records import (
     ExecutionList,
     ExecutionRecord,
@@ -29,11 +30,14 @@ from ._schema import Json, events, executions, interactions, tool_calls
 
 __all__ = [
     "EXECUTION_STATUSES",
+    "corrupt",
     "decode_cursor",
     "event_list",
     "execution_tree",
+    "fetch",
     "list_executions",
     "stats",
+    "validated",
 ]
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -71,20 +75,70 @@ def _select(table: sa.Table) -> sa.Select[Any]:
     )
 
 
+_UNREADABLE: Final = (ValueError, sa.exc.DataError)
+"""What fetching raises for a stored value that does not read back: SQLite text that is
+not a time (or not JSON), a time psycopg cannot make a ``datetime`` of (``infinity``)."""
+
+_NOUNS: Final = {
+    "executions": "execution",
+    "tool_calls": "tool call",
+    "interactions": "interaction",
+}
+
 _JSON_COLUMNS: Final = {
     table.name: frozenset(c.name for c in table.c if isinstance(c.type, Json))
     for table in (executions, tool_calls, interactions)
 }
 
 
-def _corrupt(
+def corrupt(
     what: str, execution_id: object, problem: str, *, event_id: str | None = None
 ) -> HistoryError:
+    """The error for a stored row that does not read back: ``what`` names the row."""
     return HistoryError(
         f"corrupt history row: {what} of execution {execution_id!r}: {problem}",
         execution_id=execution_id if isinstance(execution_id, str) else None,
         event_id=event_id,
     )
+
+
+def fetch(conn: Connection, query: sa.Select[Any], table: sa.Table) -> Sequence[RowMapping]:
+    """The rows of ``query`` over ``table``; :func:`corrupt` naming one that does not read back."""
+    result = conn.execute(query)
+    try:
+        return result.mappings().all()
+    except _UNREADABLE:
+        error = _unreadable_row(conn, query, table)
+        if error is None:
+            raise
+        raise error from None
+
+
+def _unreadable_row(
+    conn: Connection, query: sa.Select[Any], table: sa.Table
+) -> HistoryError | None:
+    """The first row of ``query`` with a value that does not read back, and its column."""
+    key = list(table.primary_key)  # the row's own id first, its execution's last
+    for values in conn.execute(query.with_only_columns(*key)).all():
+        row = sa.select(*query.selected_columns).where(
+            *(column == value for column, value in zip(key, values, strict=True))
+        )
+        if _failure(conn, row) is None:
+            continue
+        for name, column in query.selected_columns.items():
+            problem = _failure(conn, row.with_only_columns(column))
+            if problem is not None:
+                what = f"{_NOUNS[table.name]} {values[0]!r}"
+                return corrupt(what, values[-1], f"{name} does not read back: {describe(problem)}")
+    return None
+
+
+def _failure(conn: Connection, query: sa.Select[Any]) -> Exception | None:
+    try:
+        conn.execute(query).all()
+    except _UNREADABLE as exc:
+        return exc
+    return None
 
 
 def _fields(row: RowMapping, table: str, what: str) -> dict[str, Any]:
@@ -95,18 +149,19 @@ def _fields(row: RowMapping, table: str, what: str) -> dict[str, Any]:
             try:
                 fields[name] = json.loads(text)
             except ValueError as exc:
-                raise _corrupt(what, fields["execution_id"], f"{name} is not JSON: {exc}") from None
+                raise corrupt(what, fields["execution_id"], f"{name} is not JSON: {exc}") from None
     return fields
 
 
-def _model(cls: type[_M], fields: dict[str, Any], what: str) -> _M:
+def validated(cls: type[_M], fields: dict[str, Any], what: str) -> _M:
+    """``cls(**fields)``; :func:`corrupt` naming ``what`` if the row's fields do not fit."""
     try:
         return cls(**fields)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"])
         problem = f"{where}: {first['msg']}"
-        raise _corrupt(what, fields.get("execution_id"), problem) from None
+        raise corrupt(what, fields.get("execution_id"), problem) from None
 
 
 def _execution_fields(row: RowMapping) -> dict[str, Any]:
@@ -119,7 +174,7 @@ def _execution_fields(row: RowMapping) -> dict[str, Any]:
 
 def _execution_record(row: RowMapping) -> ExecutionRecord:
     what = f"execution {row['execution_id']!r}"
-    return _model(ExecutionRecord, _execution_fields(row), what)
+    return validated(ExecutionRecord, _execution_fields(row), what)
 
 
 def list_executions(
@@ -161,7 +216,7 @@ def list_executions(
             )
         )
     query = query.order_by(executions.c.sort_at.desc(), executions.c.execution_id.desc())
-    rows = conn.execute(query.limit(limit + 1)).mappings().all()
+    rows = fetch(conn, query.limit(limit + 1), executions)
     page = rows[:limit]
     next_cursor = None
     if len(rows) > limit:
@@ -177,16 +232,16 @@ def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
 
 def execution_tree(conn: Connection, execution_id: str) -> ExecutionTree | None:
     """The execution, its tool calls, interactions and descendants; ``None`` if unknown."""
-    root = conn.execute(
-        _select(executions).where(executions.c.execution_id == execution_id)
-    ).mappings().first()  # fmt: skip
-    if root is None:
+    found = fetch(
+        conn, _select(executions).where(executions.c.execution_id == execution_id), executions
+    )
+    if not found:
         return None
-    nodes, children = _descendants(conn, root)
+    nodes, children = _descendants(conn, found[0])
     calls, asks = _calls_and_interactions(conn, list(nodes))
 
     def build(node: str) -> ExecutionTree:
-        return _model(
+        return validated(
             ExecutionTree,
             {
                 **_execution_fields(nodes[node]),
@@ -215,7 +270,7 @@ def _descendants(
                 .where(executions.c.parent_execution_id.in_(ids))
                 .order_by(executions.c.sort_at, executions.c.execution_id)
             )
-            for row in conn.execute(query).mappings():
+            for row in fetch(conn, query, executions):
                 child = row["execution_id"]
                 if child in nodes:  # a cycle in hand-edited data; draw each node once
                     continue
@@ -238,22 +293,22 @@ def _calls_and_interactions(
             .where(tool_calls.c.execution_id.in_(ids))
             .order_by(tool_calls.c.execution_id, tool_calls.c.seq)
         )
-        for row in conn.execute(query).mappings():
+        for row in fetch(conn, query, tool_calls):
             what = f"tool call {row['tool_call_id']!r}"
             fields = _fields(row, "tool_calls", what)
             fields["status"] = fields["status"] or "running"
             fields["metadata"] = fields["metadata"] or {}
-            calls[row["execution_id"]].append(_model(ToolCallRecord, fields, what))
+            calls[row["execution_id"]].append(validated(ToolCallRecord, fields, what))
         query = (
             _select(interactions)
             .where(interactions.c.execution_id.in_(ids))
             .order_by(interactions.c.execution_id, interactions.c.seq)
         )
-        for row in conn.execute(query).mappings():
+        for row in fetch(conn, query, interactions):
             what = f"interaction {row['interaction_id']!r}"
             fields = _fields(row, "interactions", what)
             fields["status"] = fields["status"] or "open"
-            asks[row["execution_id"]].append(_model(InteractionRecord, fields, what))
+            asks[row["execution_id"]].append(validated(InteractionRecord, fields, what))
     return calls, asks
 
 
@@ -269,7 +324,7 @@ def event_list(conn: Connection, execution_id: str) -> list[ExecutionEvent]:
         try:
             parsed.append(parse_event(body))
         except EventValidationError as exc:
-            raise _corrupt(
+            raise corrupt(
                 f"event {event_id!r}", execution_id, str(exc), event_id=event_id
             ) from None
     return parsed
@@ -357,4 +412,23 @@ def _percentiles(
         return sa.func.min(sa.case((ranked.c.rank >= p * ranked.c.n, ranked.c.duration_ms)))
 
     query = sa.select(ranked.c.tool, percentile(0.5), percentile(0.95)).group_by(ranked.c.tool)
-    return {row[0]: (row[1], row[2]) for row in conn.execute(query)}
+    found = {}
+    for tool, p50, p95 in conn.execute(query):
+        for value in (p50, p95):
+            if value is not None and not isinstance(value, int | float):
+                raise _not_a_duration(conn, finished, tool, value)
+        found[tool] = (p50, p95)
+    return found
+
+
+def _not_a_duration(
+    conn: Connection, finished: list[sa.ColumnElement[bool]], tool: str, value: object
+) -> HistoryError:
+    """The error naming a tool call whose ``duration_ms`` is ``value``, not a number (SQLite)."""
+    query = sa.select(tool_calls.c.tool_call_id, tool_calls.c.execution_id).where(
+        *finished, tool_calls.c.tool == tool, tool_calls.c.duration_ms == sa.literal(value)
+    )
+    call_id, execution_id = conn.execute(query.limit(1)).one()
+    return corrupt(
+        f"tool call {call_id!r}", execution_id, f"duration_ms is not a number: {value!r}"
+    )
