@@ -442,6 +442,17 @@ class TestUnreachable:
         assert "s3cret-pw" not in message
         assert "alice:***@127.0.0.1:1/nodb" in message
 
+    @pytest.mark.parametrize("key", ["password", "sslpassword", "PASSWORD"])
+    async def test_a_password_in_the_query_is_hidden_too(self, key: str) -> None:
+        """libpq takes ``?password=``: a URL that logs in that way must not show it."""
+        url = f"postgresql+psycopg://alice@127.0.0.1:1/nodb?{key}=s3cret-pw&connect_timeout=5"
+        with pytest.raises(onlooker.HistoryError) as info:
+            async with history.open(url):
+                pass
+        message = str(info.value)
+        assert "s3cret-pw" not in message
+        assert "alice@127.0.0.1:1/nodb?" in message and f"{key}=***" in message
+
     async def test_engine_start_fails_with_a_history_error(self) -> None:
         plugin = history.plugin("postgresql://bob:hunter2@127.0.0.1:1/x")
         with pytest.raises(onlooker.HistoryError) as info:

@@ -54,6 +54,7 @@ DEFAULT_PATH: Final = Path(".onlooker") / "history.db"
 _LOCK_TIMEOUT: Final = 5.0
 """Seconds a write waits for a lock another connection holds (SQLite and PostgreSQL)."""
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")
+_QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)  # libpq's too
 
 
 def describe(exc: BaseException) -> str:
@@ -97,10 +98,12 @@ def default_url() -> str:
 
 
 def mask_url(url: str | URL) -> str:
-    """``url`` with its password hidden, for messages and logs."""
+    """``url`` with its password hidden (``user:***@``, ``?password=***``), for messages and logs."""
     if isinstance(url, URL):
-        return url.render_as_string(hide_password=True)
-    return _PASSWORD.sub(r"\1***@", url)
+        text = url.render_as_string(hide_password=True)
+    else:
+        text = _PASSWORD.sub(r"\1***@", url)
+    return _QUERY_PASSWORD.sub(r"\1***", text)
 
 
 def resolve_url(url: str | None) -> URL:
