@@ -182,3 +182,26 @@ async def test_metrics_from_history(url: str) -> None:
         await served.refresh()
         again = samples(served.exposition())
         assert again["onlooker_tool_calls_total", (("status", "completed"), ("tool", "add"))] == 5
+
+
+async def test_history_bounds_labels_as_the_live_plugin_does(url: str) -> None:
+    """Calls to unknown tools are "other"; only the 32 most common trigger kinds keep a label."""
+    plugin = history.plugin(url)
+    async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:
+        await engine.execute(program, trigger="cli")
+        await engine.execute(program, trigger="cli")
+        for kind in range(40):
+            await engine.execute(failing, trigger=f"kind-{kind:02}")
+    async with history.open(url) as store:
+        values = samples((await metrics.metrics_from_history(store)).exposition())
+    calls = "onlooker_tool_calls_total"
+    assert values[calls, (("status", "failed"), ("tool", "other"))] == 4  # evil-tool-1, -2
+    assert values[calls, (("status", "failed"), ("tool", "fail"))] == 2
+    assert not any("evil" in str(key) for key in values)
+    triggers = {
+        dict(labels)["trigger"] for name, labels in values if name == "onlooker_executions_total"
+    }
+    assert len(triggers) == 33 and "cli" in triggers and "other" in triggers
+    executions = "onlooker_executions_total"
+    assert values[executions, (("status", "completed"), ("trigger", "cli"))] == 2
+    assert values[executions, (("status", "failed"), ("trigger", "other"))] == 9

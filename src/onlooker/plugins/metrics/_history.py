@@ -10,7 +10,7 @@ from prometheus_client.metrics_core import Metric
 
 from ._exposed import Exposed
 from ._families import MetricsSnapshot, families
-from ._names import EXECUTION_BUCKETS, OTHER, TOOL_CALL_BUCKETS
+from ._names import EXECUTION_BUCKETS, MAX_TRIGGERS, OTHER, TOOL_CALL_BUCKETS
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -26,7 +26,8 @@ class HistoryMetrics(Exposed):
     re-reads it (``onlooker metrics serve`` does so before serving and on a
     timer). Observer-health counters exist only in a live engine and are
     absent here. The ``tool`` label keeps the ``max_tools`` most called
-    tools; the rest count as ``"other"``.
+    tools, and the ``trigger`` label the 32 most common kinds; the rest, and
+    calls to unknown tools, count as ``"other"``.
     """
 
     def __init__(
@@ -59,7 +60,12 @@ class HistoryMetrics(Exposed):
             .where(status.is_not(None))
             .group_by(status, trigger)
         ).all()
-        snapshot.executions = [(str(s), str(t), int(n)) for s, t, n in rows]
+        kept = _most_common({str(t): int(n) for _, t, n in rows}, MAX_TRIGGERS)
+        counts: dict[tuple[str, str], int] = {}
+        for s, t, n in rows:
+            key = (str(s), str(t) if t in kept else OTHER)
+            counts[key] = counts.get(key, 0) + int(n)
+        snapshot.executions = [(s, t, n) for (s, t), n in sorted(counts.items())]
         self._read_tool_calls(conn, snapshot)
         self._read_execution_durations(conn, snapshot)
         snapshot.interactions_open = int(
@@ -75,11 +81,14 @@ class HistoryMetrics(Exposed):
 
         from onlooker.plugins.history.tables import tool_calls
 
+        # A call to an unknown tool names whatever the program invented: "other", as live.
+        unknown = sa.cast(tool_calls.c.error, sa.Text).like('{"type":"UnknownToolError",%')
+        tool = sa.case((unknown, OTHER), else_=tool_calls.c.tool)
         tops = conn.execute(
-            sa.select(tool_calls.c.tool)
+            sa.select(tool)
             .where(tool_calls.c.status.is_not(None))
-            .group_by(tool_calls.c.tool)
-            .order_by(sa.func.count().desc(), tool_calls.c.tool)
+            .group_by(tool)
+            .order_by(sa.func.count().desc(), tool)
             .limit(self._max_tools)
         ).scalars()
         kept = set(tops)
@@ -90,19 +99,19 @@ class HistoryMetrics(Exposed):
         ]
         rows = conn.execute(
             sa.select(
-                tool_calls.c.tool,
+                tool,
                 tool_calls.c.status,
                 sa.func.count(),
                 sa.func.coalesce(sa.func.sum(duration), 0.0),
                 *buckets,
             )
             .where(tool_calls.c.status.is_not(None))
-            .group_by(tool_calls.c.tool, tool_calls.c.status)
+            .group_by(tool, tool_calls.c.status)
         ).all()
         calls: dict[tuple[str, str], int] = {}
         histograms: dict[str, tuple[list[int], float, int]] = {}
-        for tool, call_status, count, total_ms, *cumulative in rows:
-            label = tool if tool in kept else OTHER
+        for name, call_status, count, total_ms, *cumulative in rows:
+            label = name if name in kept else OTHER
             calls[label, call_status] = calls.get((label, call_status), 0) + int(count)
             old = histograms.get(label, ([0] * len(TOOL_CALL_BUCKETS), 0.0, 0))
             histograms[label] = (
@@ -139,6 +148,11 @@ class HistoryMetrics(Exposed):
     def collect(self) -> Iterator[Metric]:
         """The prometheus-client collector protocol: the last snapshot as metric families."""
         return families(self._snapshot)
+
+
+def _most_common(counts: dict[str, int], limit: int) -> set[str]:
+    """The ``limit`` keys with the largest counts (ties by name)."""
+    return set(sorted(counts, key=lambda key: (-counts[key], key))[:limit])
 
 
 async def metrics_from_history(
