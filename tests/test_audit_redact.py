@@ -136,6 +136,87 @@ class TestShapes:
         """A call or a subshell around an assignment keeps its ``)``: only the value goes."""
         assert redactor.redact_text(text) == expected
 
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "cat top-secret notes.txt",
+            "kubectl get secret my-secret -o yaml",
+            "kubectl delete secret app-secret -n prod",
+            "ls my-token -la",
+            "aws s3 cp s3://b/my-password -",
+            "run --secret-file x --max-tokens 5",
+        ],
+    )
+    def test_a_word_ending_in_a_flag_name_is_no_flag(self, redactor: Redactor, text: str) -> None:
+        assert redactor.redact_text(text) == text
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("run --db-password s3cr3t -v", "run --db-password [REDACTED:secret_flag] -v"),
+            ("run --DB-PASSWORD=s3cr3t", "run --DB-PASSWORD=[REDACTED:secret_flag]"),
+            ("run -token abc123", "run -token [REDACTED:secret_flag]"),
+            ('["run", "--token=abc123"]', '["run", "--token=[REDACTED:secret_flag]"]'),
+            ("(--secret 'a b')", "(--secret [REDACTED:secret_flag])"),
+            ("vault --aws-access-key k3y", "vault --aws-access-key [REDACTED:secret_flag]"),
+        ],
+    )
+    def test_flags_with_one_dash_or_a_prefix_are_flags(
+        self, redactor: Redactor, text: str, expected: str
+    ) -> None:
+        assert redactor.redact_text(text) == expected
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "def f(password=None):",
+            "connect(host='db.internal', password=None)",
+            "connect(host=db, port=5432)",
+            "def f(PASSWORD=None):",
+            "password=None",
+            "DEBUG=true make",
+            "X='' make",
+        ],
+    )
+    def test_code_and_placeholders_are_not_values(self, redactor: Redactor, text: str) -> None:
+        assert redactor.redact_text(text) == text
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            (
+                "connect(host='db', password='pw')",
+                "connect(host='db', password='[REDACTED:secret_assignment]')",
+            ),
+            ("(token=abc123 make)", "(token=[REDACTED:env] make)"),
+            ("f(PASSWORD=x):", "f(PASSWORD=[REDACTED:env]):"),
+            ("see API_KEY=xyz, then", "see API_KEY=[REDACTED:env], then"),
+            ("PATH=$(pwd):$PATH", "PATH=[REDACTED:env]"),
+            ("DB_PASS=a,b:c make", "DB_PASS=[REDACTED:env] make"),
+        ],
+    )
+    def test_only_the_value_is_replaced(self, redactor: Redactor, text: str, expected: str) -> None:
+        assert redactor.redact_text(text) == expected
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("--" + "a-" * 50_000 + "x", None),
+            ("(a=b" + "b(" * 50_000 + ")", None),
+            ("(a=x" + "):" * 50_000, None),
+            ("(A=" * 30_000 + ")", "(A=[REDACTED:env])"),
+            ("(a=x)" * 20_000, None),
+            ("a=b " * 25_000 + ",", "a=[REDACTED:env] " * 25_000 + ","),
+        ],
+    )
+    def test_long_runs_of_flags_and_assignments(
+        self, redactor: Redactor, text: str, expected: str | None
+    ) -> None:
+        """Shapes that made the patterns backtrack (one took 30 s): read in linear time now.
+        No timing is asserted (bench/ measures speed); a pattern that backtracks again makes
+        this test take minutes."""
+        assert redactor.redact_text(text) == (text if expected is None else expected)
+
 
 class TestKeys:
     def test_values_under_secret_keys_are_replaced_whole(self, redactor: Redactor) -> None:

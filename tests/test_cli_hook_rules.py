@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -302,13 +301,13 @@ class TestDefaults:
         assert not library_denies(command)
 
     def test_a_long_command_is_judged_in_linear_time(self) -> None:
-        # Each place a command may start is searched only up to the next separator.
-        started = time.monotonic()
+        # Each place a command may start is searched only up to the next separator. No
+        # timing is asserted (bench/ measures speed): a rule that backtracks again (the
+        # 40 KB blob took 11.7 s) makes this test take minutes.
         long_word = "echo " + "QUJD" * 10_000 + " | base64 -d > model.bin"  # a 40 KB blob
         quoted = " ".join(f'VAR{n}="{n}"' for n in range(2_000)) + " ./build.sh"
         for command in (";A=1" * 100_000, "\n " * 100_000, ";{ " * 100_000, long_word, quoted):
             assert not library_denies(command)
-        assert time.monotonic() - started < 5
 
 
 class TestRuleFiles:

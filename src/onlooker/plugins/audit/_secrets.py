@@ -129,16 +129,47 @@ class Rule:
         return f"Rule({self.name!r}, {self.pattern.pattern!r})"
 
 
-# An unquoted value never ends with ")": that closes a call or a subshell around it.
-_UNQUOTED = r"""(?:[^\s;&|]*[^\s;&|)])?"""
-_ENV_ASSIGNMENT = r"""([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|'[^']*'|""" + _UNQUOTED + ")"
+# An unquoted value never ends with ")" or ",", nor with ":" after one: they
+# close (or go on from) a call, a subshell or a sentence around it, as in
+# f(PASSWORD=x)): or "KEY=x, then". Such a run inside a value is part of it
+# when more of the value follows ("pa)ss", "a,b", "$(pwd):$PATH"). Possessive:
+# a value is as long as it can be, and is never scanned twice.
+_JOIN = r"[),:]++(?=[^{stop}),:])"
+# In a shell command, "(" is part of an unquoted value only after a name
+# character, and a backtick never: elsewhere they start a command, and so a
+# value never holds where another run of assignments may start. Quotes are
+# ordinary characters there (X=abc"def").
+_SHELL_STOP = r"\s;&|()`"
+_UNQUOTED = rf"(?:[^{_SHELL_STOP},]|(?<=\w)\(|" + _JOIN.format(stop=_SHELL_STOP) + ")*+"
+_ENV_ASSIGNMENT = (
+    r"""([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|'[^']*'|""" + _UNQUOTED + r""")(?=[ \t]|$)"""
+)
+# Anywhere in a text, quotes end an unquoted value.
+_ANYWHERE_STOP = "\\s;&|\"'"
+_ANYWHERE_UNQUOTED = rf"(?:[^{_ANYWHERE_STOP}),]|" + _JOIN.format(stop=_ANYWHERE_STOP) + ")++"
+# Not secrets, and code rather than a value: f(password=None), DEBUG=true, X=''.
+_PLACEHOLDERS = frozenset(
+    {"", "''", '""', "None", "null", "nil", "true", "false", "True", "False", "undefined"}
+)
 
 
 def _redact_env_run(match: re.Match[str]) -> str:
     import re
 
     text = marker("env")
-    return re.sub(_ENV_ASSIGNMENT, lambda m: f"{m.group(1)}={text}", match.group(0))
+    return re.sub(
+        _ENV_ASSIGNMENT,
+        lambda m: m.group(0) if m.group(2) in _PLACEHOLDERS else f"{m.group(1)}={text}",
+        match.group(0),
+    )
+
+
+def _redact_env_value(match: re.Match[str]) -> str:
+    """An upper-case ``NAME=value`` with its value replaced, unless a placeholder."""
+    if match.group("secret") in _PLACEHOLDERS:
+        return match.group(0)
+    start = match.start("secret") - match.start()
+    return match.group(0)[:start] + marker("env")
 
 
 # A name that holds a secret, inside an assignment: password, db_password,
@@ -227,15 +258,19 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     ),
     Rule(
         "secret_flag",
-        r"-(?i:-?(?:password|passwd|passphrase|token|secret|api[-_]?key|access[-_]?key))"
+        # A flag starts a word (top-secret, my-token and a/b-token are none); its
+        # name may have words before the secret one: --db-password.
+        r"(?<![\w./\\-])--?(?:[A-Za-z0-9]+-)*"
+        r"(?i:password|passwd|passphrase|token|secret|api[-_]?key|access[-_]?key)"
         r"(?:=|\s+)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
         hints=["-passw", "-passphrase", "-token", "-secret", "-api", "-access"],
     ),
     # X=Y before a shell command, at the start of the text or of a command
-    # after ; && || | ( $( or a backtick, optionally after `export`/`env`.
+    # after ; && || | ( $( or a backtick, optionally after `export`/`env`. A "("
+    # right after a name is a call, not a subshell: f(password=None).
     Rule(
         "env",
-        r"""(?:^|[;|(`\n]|&&)[ \t]*(?:(?:export|env)[ \t]+)?"""
+        r"""(?:^|[;|`\n]|&&|(?<!\w)\()[ \t]*(?:(?:export|env)[ \t]+)?"""
         r"""(?:[A-Za-z_][A-Za-z0-9_]*=(?:"(?:[^"\\]|\\.)*"|'[^']*'|"""
         + _UNQUOTED
         + r""")(?:[ \t]+|$))+""",
@@ -247,7 +282,8 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "env",
         r"""(?<![A-Za-z0-9_$])[A-Z][A-Z0-9_]*=(?!\[REDACTED:)"""
-        r"""(?P<secret>"(?:[^"\\]|\\.)*"|'[^']*'|[^\s;&|"']*[^\s;&|"')])""",
+        r"""(?P<secret>"(?:[^"\\]|\\.)*"|'[^']*'|""" + _ANYWHERE_UNQUOTED + ")",
+        _redact_env_value,
         hints=["="],
     ),
     # password = "...", db_password=..., password: ... (YAML), "api_key": "..."
