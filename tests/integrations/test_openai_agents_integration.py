@@ -22,6 +22,7 @@ from agents import (
     GuardrailFunctionOutput,
     InputGuardrail,
     OutputGuardrail,
+    RunConfig,
     Runner,
     ToolInputGuardrail,
     UserError,
@@ -336,6 +337,28 @@ class TestFailures:
             ("end", "failed"),
         ]
 
+    @pytest.mark.parametrize("guarded", [False, True], ids=["plain", "output-guardrail"])
+    async def test_a_run_is_recorded_finished_when_runner_run_returns(
+        self, guarded: bool, check_stream: Check
+    ) -> None:
+        """A caller may close the engine right after the run: its end must be recorded."""
+
+        async def allow(ctx: Any, agent: Any, data: Any) -> GuardrailFunctionOutput:
+            return GuardrailFunctionOutput(output_info="fine", tripwire_triggered=False)
+
+        guardrails = [OutputGuardrail(guardrail_function=allow)] if guarded else []
+        model = ScriptedModel([[assistant_message("hello")]])
+        agent = Agent(name="quick", model=model, output_guardrails=guardrails)
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks = OnlookerRunHooks(engine)
+            await Runner.run(agent, "go", hooks=hooks, run_config=RunConfig())
+            [end] = recorder.of(ExecutionFinished)
+            assert (end.status, end.result) == ("completed", "hello")
+        check_stream(recorder.events)
+
     @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
     @pytest.mark.parametrize("which", ["input", "output"])
     async def test_a_guardrail_tripwire_fails_the_run(
@@ -364,12 +387,15 @@ class TestFailures:
                 if which == "input"
                 else OutputGuardrailTripwireTriggered
             )
+            config = RunConfig()  # with one, nothing in the SDK awaits after the agent span ends
             with pytest.raises(tripwire):
                 if streamed:
-                    async for _ in Runner.run_streamed(agent, "go", hooks=hooks).stream_events():
+                    streaming = Runner.run_streamed(agent, "go", hooks=hooks, run_config=config)
+                    async for _ in streaming.stream_events():
                         pass
                 else:
-                    await Runner.run(agent, "go", hooks=hooks)
+                    await Runner.run(agent, "go", hooks=hooks, run_config=config)
+            assert recorder.of(ExecutionFinished)  # recorded before the run raised
 
         check_stream(recorder.events)
         [end] = recorder.of(ExecutionFinished)

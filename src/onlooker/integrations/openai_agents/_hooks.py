@@ -65,20 +65,20 @@ class OnlookerRunHooks(RunHooks[Any]):
     ) -> None:
         """Finish the run's tracked execution ``completed`` with the final output.
 
-        When the processor watches the agent's span, the run finishes when that
-        span ends instead: the SDK runs the output guardrails after this hook,
-        and a tripwire (the run then raises) is only on the span.
+        An agent with output guardrails finishes when its span ends instead,
+        when the processor watches it: the SDK runs those guardrails after
+        this hook, and a tripwire (the run then raises) is only on the span.
         """
         try:
             state = self._state
             run = state.run_for(context)
             if run is None or agent is not run.agent:
                 return
-            if run.agent_span_id in state.spans:  # the processor saw it start: it will see the end
-                run.output = (output,)
+            if agent.output_guardrails and run.agent_span_id in state.spans:
+                run.output = (output,)  # the processor saw the span start: it sees its end
                 return
             await state.drain()
-            await state.finish_run(run, "completed", result=output)
+            state.finish_run(run, "completed", result=output)
         except Exception:
             logger.exception("could not record the end of agent %r", agent.name)
 

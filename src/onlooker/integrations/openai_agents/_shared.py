@@ -232,7 +232,7 @@ class State:
         run.agent_span_id = span.span_id
         self.span_runs[span.span_id] = run
 
-    async def finish_run(
+    def finish_run(
         self,
         run: Run,
         status: ExecutionStatus,
@@ -242,9 +242,9 @@ class State:
     ) -> None:
         self.forget(run)
         if status == "completed":
-            await run.track.finish("completed", result=json_copy(result))
+            run.track.finish_nowait("completed", result=json_copy(result))
         else:
-            await run.track.finish(status, error=error)
+            run.track.finish_nowait(status, error=error)
 
     # -- calls ------------------------------------------------------------------------
 
@@ -300,14 +300,33 @@ class State:
         loop = self.loop
         if loop is None or loop.is_closed():
             return
-        try:
-            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
+        if self._on_loop():
             self.spawn(make)
         else:  # a span ended on another thread: the engine's records belong to its loop
             loop.call_soon_threadsafe(self.spawn, make)
+
+    def record_now(self, record: Callable[[], None]) -> None:
+        """Record at once when on the engine's loop with nothing deferred still to land;
+        else after what was deferred before it.
+
+        A run's end is recorded before ``Runner.run`` returns (the SDK ends the agent
+        span in it), so a caller that closes the engine next finds it finished.
+        """
+        if not self.tasks and self._on_loop():
+            record()
+            return
+
+        async def after_the_rest() -> None:
+            await self.drain()
+            record()
+
+        self.schedule(after_the_rest)
+
+    def _on_loop(self) -> bool:
+        try:
+            return asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            return False
 
     def spawn(self, make: Callable[[], Coroutine[Any, Any, None]]) -> None:
         task = asyncio.get_running_loop().create_task(guarded(make(), "a deferred record"))

@@ -30,12 +30,14 @@ class OnlookerTracingProcessor(TracingProcessor):
     ``failure_error_function``; a nested run without the hooks; the SDK
     cancelled it) as the span says: ``cancelled`` when the task ending it is
     being cancelled, ``failed`` with its error, else ``completed`` with its
-    output. It finishes a run when its agent span ends (``on_agent_end``
-    only notes the final output: the SDK runs the output guardrails after
-    it): ``failed`` after a pre-hook's ``ABORT`` or when the span, or one of
-    its turns, carries an error (``Runner.run`` raised: a guardrail's
-    tripwire, ...), ``cancelled`` when the run's task is being cancelled,
-    else ``completed`` with the output ``on_agent_end`` saw. Register it with
+    output. It finishes a run still open when its agent span ends (no
+    ``on_agent_end`` came, or it only noted the output of an agent whose
+    output guardrails run after it): ``failed`` after a pre-hook's ``ABORT``
+    or when the span, or one of its turns, carries an error (``Runner.run``
+    raised: a guardrail's tripwire, ...), ``cancelled`` when the run's task
+    is being cancelled, else ``completed`` with the output ``on_agent_end``
+    saw; at once, so the end is recorded before ``Runner.run`` returns.
+    Register it with
     ``add_trace_processor`` (keeps exporting to OpenAI) or
     ``set_trace_processors([...])`` (nothing leaves the machine). It records
     nothing while tracing is disabled.
@@ -79,7 +81,7 @@ class OnlookerTracingProcessor(TracingProcessor):
                 if run is not None and not run.handoff:
                     status, error = _run_end(run, span)
                     result = run.output[0] if run.output and status == "completed" else None
-                    state.schedule(
+                    state.record_now(
                         lambda: state.finish_run(run, status, result=result, error=error)
                     )
             elif isinstance(data, TurnSpanData) and span.parent_id is not None:
