@@ -190,8 +190,11 @@ async def test_history_bounds_labels_as_the_live_plugin_does(url: str) -> None:
     async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:
         await engine.execute(program, trigger="cli")
         await engine.execute(program, trigger="cli")
-        for kind in range(40):
-            await engine.execute(failing, trigger=f"kind-{kind:02}")
+        for _ in range(2):  # "cli": 4 runs over two statuses
+            await engine.execute(failing, trigger="cli")
+        for kind in range(40):  # three each: more than "cli" has in either status alone
+            for _ in range(3):
+                await engine.execute(failing, trigger=f"kind-{kind:02}")
     async with history.open(url) as store:
         values = samples((await metrics.metrics_from_history(store)).exposition())
     calls = "onlooker_tool_calls_total"
@@ -204,4 +207,5 @@ async def test_history_bounds_labels_as_the_live_plugin_does(url: str) -> None:
     assert len(triggers) == 33 and "cli" in triggers and "other" in triggers
     executions = "onlooker_executions_total"
     assert values[executions, (("status", "completed"), ("trigger", "cli"))] == 2
-    assert values[executions, (("status", "failed"), ("trigger", "other"))] == 9
+    assert values[executions, (("status", "failed"), ("trigger", "cli"))] == 2
+    assert values[executions, (("status", "failed"), ("trigger", "other"))] == 9 * 3

@@ -60,10 +60,13 @@ class HistoryMetrics(Exposed):
             .where(status.is_not(None))
             .group_by(status, trigger)
         ).all()
-        kept = _most_common({str(t): int(n) for _, t, n in rows}, MAX_TRIGGERS)
+        per_trigger: dict[str, int] = {}
+        for _, t, n in rows:
+            per_trigger[str(t)] = per_trigger.get(str(t), 0) + int(n)
+        kept = _most_common(per_trigger, MAX_TRIGGERS)
         counts: dict[tuple[str, str], int] = {}
         for s, t, n in rows:
-            key = (str(s), str(t) if t in kept else OTHER)
+            key = (str(s), str(t) if str(t) in kept else OTHER)
             counts[key] = counts.get(key, 0) + int(n)
         snapshot.executions = [(s, t, n) for (s, t), n in sorted(counts.items())]
         self._read_tool_calls(conn, snapshot)
