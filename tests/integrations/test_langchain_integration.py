@@ -701,6 +701,37 @@ async def test_a_tool_run_on_its_own_is_an_execution_of_one_call() -> None:
     ]
 
 
+async def test_a_post_hook_abort_seen_by_the_handler_fails_the_execution(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The callback cannot stop a tool that has run; the abort is recorded, not logged as the
+    adapter's failure, and the execution it ends finishes failed before the engine closes."""
+
+    def leaked(context: ToolUseContext, output: object) -> PostHookResult:
+        return PostHookResult(action=HookAction.ABORT, reason="leaked data")
+
+    recorder = RecordingObserver()
+    run_id = uuid.uuid4()
+    async with onlooker.ExecutionEngine(
+        hooks=[HookMatcher(pattern="lookup", post=(leaked,))]
+    ) as engine:
+        engine.bus.subscribe(recorder)
+        [lookup] = Agent().tools()[:1]
+        with caplog.at_level(logging.WARNING, logger="onlooker.integrations.langchain"):
+            out = await lookup.ainvoke(
+                {"order_id": "A1"}, config(OnlookerCallbackHandler(engine), run_id)
+            )
+        assert recorder.of(ExecutionFinished)  # not left for the engine's close to cancel
+    assert out == "order A1: shipped"
+    assert steps(recorder.events, str(run_id))[2:] == [
+        ("root", "blocked", "lookup", str(run_id)),
+        ("root", "ExecutionFinished", "failed"),
+    ]
+    [end] = recorder.of(ExecutionFinished)
+    assert end.error is not None and end.error.type == "HookAbortError"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
 async def test_the_adapter_failing_never_breaks_the_agent(caplog: pytest.LogCaptureFixture) -> None:
     engine = onlooker.ExecutionEngine()  # never started: every onlooker call fails
     agent = Agent(wrap_tool_call(engine))

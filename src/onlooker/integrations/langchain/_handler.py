@@ -7,9 +7,12 @@ The mapping is in the package docstring. Importing this module imports
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
+
+from onlooker import HookAbortError
 
 from .. import require
 from .._json import json_copy
@@ -312,7 +315,10 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
             if failure is not None:
                 await call.failed(failure)
             else:
-                await call.finished(_tool_output(output))
+                # A post-hook's ABORT is recorded (the call blocked, the execution to finish
+                # failed); a callback cannot stop a tool that has already run.
+                with contextlib.suppress(HookAbortError):
+                    await call.finished(_tool_output(output))
         if run.own:
             if failure is None:
                 await run.execution.finish("completed", result=_tool_output(output))
