@@ -807,6 +807,15 @@ class TestCorruptRows:
         assert "duration_ms is not a number: 'abc'" in str(caught.value)
         assert caught.value.execution_id == "c1"
 
+    async def test_stats_over_one_text_duration_among_many(self, tmp_path: Path) -> None:
+        """SQLite sorts text after every number: no percentile lands on it, yet it is named."""
+        calls = [("read", "completed", float(ms)) for ms in range(1, 21)]
+        async with history.open(sqlite_url(tmp_path)) as store:
+            await store.write_events(execution_events("e1", tools=calls))
+            await store.query(_corrupt("UPDATE tool_calls SET duration_ms = 'abc' WHERE seq = 1"))
+            with pytest.raises(onlooker.HistoryError, match="duration_ms is not a number"):
+                await store.stats()
+
     async def test_the_ui_reads_name_the_row_too(self, url: str) -> None:
         async with history.open(url) as store:
             await store.write_events(_with_a_child_and_a_question())

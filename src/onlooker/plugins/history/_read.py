@@ -370,6 +370,7 @@ def _tool_stats(conn: Connection, finished: list[sa.ColumnElement[bool]]) -> lis
     )
     for tool, tool_status, count in conn.execute(query):
         counts[tool][tool_status] = int(count)
+    _durations_are_numbers(conn, finished)
     percentiles = _percentiles(conn, finished)
     tools = []
     for tool, by_status in counts.items():
@@ -412,23 +413,20 @@ def _percentiles(
         return sa.func.min(sa.case((ranked.c.rank >= p * ranked.c.n, ranked.c.duration_ms)))
 
     query = sa.select(ranked.c.tool, percentile(0.5), percentile(0.95)).group_by(ranked.c.tool)
-    found = {}
-    for tool, p50, p95 in conn.execute(query):
-        for value in (p50, p95):
-            if value is not None and not isinstance(value, int | float):
-                raise _not_a_duration(conn, finished, tool, value)
-        found[tool] = (p50, p95)
-    return found
+    return {tool: (p50, p95) for tool, p50, p95 in conn.execute(query)}
 
 
-def _not_a_duration(
-    conn: Connection, finished: list[sa.ColumnElement[bool]], tool: str, value: object
-) -> HistoryError:
-    """The error naming a tool call whose ``duration_ms`` is ``value``, not a number (SQLite)."""
-    query = sa.select(tool_calls.c.tool_call_id, tool_calls.c.execution_id).where(
-        *finished, tool_calls.c.tool == tool, tool_calls.c.duration_ms == sa.literal(value)
+def _durations_are_numbers(conn: Connection, finished: list[sa.ColumnElement[bool]]) -> None:
+    """:func:`corrupt` naming a call whose ``duration_ms`` a hand edit made text: SQLite
+    keeps it, and would sort it among the durations (PostgreSQL refuses it)."""
+    if conn.dialect.name != "sqlite":
+        return
+    duration = tool_calls.c.duration_ms
+    query = sa.select(tool_calls.c.tool_call_id, tool_calls.c.execution_id, duration).where(
+        *finished, sa.func.typeof(duration).not_in(("integer", "real"))
     )
-    call_id, execution_id = conn.execute(query.limit(1)).one()
-    return corrupt(
-        f"tool call {call_id!r}", execution_id, f"duration_ms is not a number: {value!r}"
-    )
+    found = conn.execute(query.limit(1)).first()
+    if found is not None:
+        call_id, execution_id, value = found
+        what = f"tool call {call_id!r}"
+        raise corrupt(what, execution_id, f"duration_ms is not a number: {value!r}")
