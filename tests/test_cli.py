@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -23,6 +24,7 @@ import pytest
 from typer.testing import CliRunner
 
 import onlooker
+import postgres
 from onlooker._cli._app import app
 
 runner = CliRunner()
@@ -351,6 +353,26 @@ class TestRun:
         assert not (workdir / ".onlooker" / "history.db").exists()
         listing = invoke("history", "list", "--db", "other.db", "--json")
         assert len(listing.stdout.splitlines()) == 2  # the root and its child
+
+    @pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+    def test_a_database_password_is_not_printed(self, workdir: Path, as_json: bool) -> None:
+        """The test server trusts every login, so a URL with a password opens it."""
+        cluster = postgres.cluster_or_skip()
+        url = cluster.create_database()
+        try:
+            with_password = url.replace("@", ":s3cret-pw@", 1)
+            extra = ["--json"] if as_json else []
+            result = invoke("run", str(EXAMPLE), "--answer", ANSWER, "--no-audit", "--quiet",
+                            "--db", with_password, *extra)  # fmt: skip
+            assert result.exit_code == 0, result.output
+            assert "s3cret-pw" not in result.output
+            masked = with_password.replace("s3cret-pw", "***")
+            if as_json:
+                assert json.loads(result.stdout.splitlines()[-1])["history"] == masked
+            else:
+                assert f"--db {shlex.quote(masked)}" in result.output
+        finally:
+            cluster.drop_database(url)
 
 
 class TestHistory:

@@ -18,6 +18,7 @@ from rich.text import Text
 
 import onlooker
 from onlooker import Elicitation, ExecutionEvent, InteractionResponse
+from onlooker.plugins.history._db import mask_url
 
 from ._common import stderr, stdout
 from ._program import LoadedProgram
@@ -99,7 +100,7 @@ async def _print_tree(
         stdout.print(Text.assemble("\n", ("result", "green"), ": ", value))
     stdout.print(
         f"\nhistory: onlooker history show {result.execution_id}"
-        + (f" --db {shlex.quote(url)}" if url else ""),
+        + (f" --db {shlex.quote(mask_url(url))}" if url else ""),  # no password on screen
         markup=False,
         soft_wrap=True,  # a command to copy: never broken across lines
     )
@@ -161,7 +162,7 @@ def _print_json(
         "result": result.value,
         "error": None if result.error is None else result.error.model_dump(mode="json"),
         "summary": None if report is None else report.model_dump(mode="json"),
-        "history": url or str(Path(".onlooker/history.db").resolve()),
+        "history": mask_url(url) if url else str(Path(".onlooker/history.db").resolve()),
         "audit": None if trail_path is None else str(trail_path),
     }
     typer.echo(json.dumps(outcome, default=repr))
