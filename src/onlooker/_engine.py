@@ -21,7 +21,7 @@ from pydantic import JsonValue
 
 from ._bus import DEFAULT_SHUTDOWN_TIMEOUT, EventBus, check_timeout
 from ._context import Program, _current
-from ._errors import PluginError, TrackingError
+from ._errors import NotRunningTrackingError, PluginError, TrackingError
 from ._events import ErrorInfo, Trigger, new_id
 from ._execution import child_runner, root_attribution, run_execution
 from ._hooks import HookMatcher, HookPlans
@@ -442,7 +442,7 @@ class ExecutionEngine:
         try:
             self._require_running()
         except RuntimeError as exc:  # no run can start: misuse of tracking (tracked.md)
-            raise _NotRunningTrackingError(str(exc), execution_id=execution_id or "") from None
+            raise NotRunningTrackingError(str(exc), execution_id=execution_id or "") from None
         if execution_id is not None:
             self._check_free(execution_id)
         return track(
@@ -498,8 +498,3 @@ def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
         elif not isinstance(item, anyio.get_cancelled_exc_class()):
             leaves.append(item)
     return leaves or list(group.exceptions)
-
-
-class _NotRunningTrackingError(TrackingError, RuntimeError):
-    """``track`` on an engine not running: a ``TrackingError``, and the ``RuntimeError``
-    every other entry point raises then. ``execution_id`` is ``""`` when none was given."""

@@ -15,6 +15,7 @@ The hierarchy::
     │   ├── ExecutionNotPausedError resume() of a running execution
     │   ├── ExecutionExpiredError   raised in a program whose pause timed out
     │   └── TrackingError           misuse of a tracked execution (a call finished twice, ...)
+    │       └── (NotRunningTrackingError, also a RuntimeError: engine.track on an engine not running)
     ├── HistoryError              the history store (plugins.history)
     │   └── SchemaVersionError      a database written by a newer onlooker
     └── AuditError                the audit trail (plugins.audit)
@@ -167,6 +168,13 @@ class TrackingError(ExecutionError, ValueError):
         super().__init__(message, execution_id=execution_id)
         self.tool_call_id = tool_call_id
         self.interaction_id = interaction_id
+
+
+class NotRunningTrackingError(TrackingError, RuntimeError):
+    """``engine.track`` on an engine not running (not entered, or closed): a misuse of
+    tracking, and the ``RuntimeError`` every other entry point raises then.
+    ``execution_id`` is the one given, ``""`` when none was. Not exported: catch
+    ``TrackingError`` or ``RuntimeError``."""
 
 
 class HistoryError(OnlookerError):
