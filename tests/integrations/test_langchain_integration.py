@@ -21,13 +21,13 @@ import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
-from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
+from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import InjectedState, ToolNode, tools_condition
 from langgraph.prebuilt.tool_node import AsyncToolCallWrapper
-from langgraph.types import interrupt
+from langgraph.types import Command, interrupt
 
 import onlooker
 from onlooker import (
@@ -680,6 +680,59 @@ async def test_an_interrupted_graph_leaves_its_call_cancelled() -> None:
         ("root", "started", "approve", "c1"),
         ("root", "cancelled", "approve", "c1"),
         ("root", "ExecutionFinished", "completed"),
+    ]
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["handler", "handler+wrapper"])
+async def test_a_command_is_recorded_by_the_tool_message_inside_it(wrapped: bool) -> None:
+    """A tool that updates the graph's state returns a Command; its ToolMessage says how the
+    call went, and its content is the result."""
+
+    @tool
+    def book(seat: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+        """Book a seat."""
+        if seat == "full":
+            answer = ToolMessage("no seats left", tool_call_id=tool_call_id, status="error")
+        else:
+            answer = ToolMessage(f"booked {seat}", tool_call_id=tool_call_id)
+        return Command(update={"messages": [answer]})
+
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine) if wrapped else None)
+        chat = model(
+            call("book", "b1", seat="12A"), call("book", "b2", seat="full"), AIMessage("ok")
+        )
+        await agent.graph("booking", chat, [book]).ainvoke(
+            {"messages": [HumanMessage("book")]},
+            config(OnlookerCallbackHandler(engine), uuid.uuid4()),
+        )
+    booked, refused = recorder.of(ToolCallFinished)
+    assert (booked.tool_call_id, booked.status, booked.result) == ("b1", "completed", "booked 12A")
+    assert (refused.tool_call_id, refused.status, refused.result) == ("b2", "failed", None)
+    assert refused.error is not None and refused.error.message == "no seats left"
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["handler", "handler+wrapper"])
+async def test_a_repeated_model_call_id_gets_a_suffix(wrapped: bool) -> None:
+    """As the other adapters record it: the framework's id, then ``#2``."""
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine) if wrapped else None)
+        chat = model(
+            call("lookup", "c1", order_id="A1"),
+            call("lookup", "c1", order_id="A2"),
+            AIMessage("ok"),
+        )
+        await agent.graph("repeats", chat, agent.tools()[:1]).ainvoke(
+            {"messages": [HumanMessage("look")]},
+            config(OnlookerCallbackHandler(engine), uuid.uuid4()),
+        )
+    assert [(e.tool_call_id, e.args) for e in recorder.of(ToolCallStarted)] == [
+        ("c1", {"order_id": "A1"}),
+        ("c1#2", {"order_id": "A2"}),
     ]
 
 

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-__all__ = ["unused_id"]
+from collections.abc import Callable
+
+__all__ = ["suffixed", "unused_id"]
+
+
+def suffixed(tool_call_id: str, taken: Callable[[str], bool]) -> str:
+    """The framework's id, suffixed ``#2``, ``#3`` ... while ``taken`` says it is used."""
+    candidate, attempt = tool_call_id, 1
+    while taken(candidate):
+        attempt += 1
+        candidate = f"{tool_call_id}#{attempt}"
+    return candidate
 
 
 def unused_id(used: set[str], tool_call_id: str) -> str:
-    """The framework's id, suffixed ``#2``, ``#3`` ... when a model repeats an id in one run.
+    """:func:`suffixed` when a model repeats an id in one run.
 
     ``used`` holds the run's ids so far; the one returned is added to it.
     """
-    candidate, attempt = tool_call_id, 1
-    while candidate in used:
-        attempt += 1
-        candidate = f"{tool_call_id}#{attempt}"
+    candidate = suffixed(tool_call_id, used.__contains__)
     used.add(candidate)
     return candidate

@@ -16,7 +16,16 @@ from onlooker import HookAbortError
 
 from .. import require
 from .._json import json_copy
-from ._shared import Run, ended_status, interrupted, logger, open_call, registry_of, text
+from ._shared import (
+    Run,
+    ended_status,
+    interrupted,
+    logger,
+    open_call,
+    registry_of,
+    text,
+    tool_message,
+)
 
 if TYPE_CHECKING:
     from langchain_core.callbacks import AsyncCallbackHandler
@@ -308,9 +317,12 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
         if governed is not None and error is not None and governed in self._registry.governed:
             self._registry.raised[governed] = error  # for the wrapper, which records it
         call = run.call
+        message = tool_message(output, run.tool_call_id)  # also inside a Command
+        if message is not None:
+            output = getattr(message, "content", output)
         failure: BaseException | str | None = error
-        if failure is None:
-            failure = _error_text(output)
+        if failure is None and getattr(message, "status", None) == "error":
+            failure = text(output)  # a handled failure
         if call is not None and not call.done and not (error is not None and interrupted(error)):
             if failure is not None:
                 await call.failed(failure)
@@ -318,10 +330,10 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
                 # A post-hook's ABORT is recorded (the call blocked, the execution to finish
                 # failed); a callback cannot stop a tool that has already run.
                 with contextlib.suppress(HookAbortError):
-                    await call.finished(_tool_output(output))
+                    await call.finished(output)
         if run.own:
             if failure is None:
-                await run.execution.finish("completed", result=_tool_output(output))
+                await run.execution.finish("completed", result=output)
             elif isinstance(failure, BaseException):
                 await run.execution.finish(ended_status(failure), error=failure)
             else:
@@ -352,16 +364,3 @@ def _is_graph_node(name: str, tags: list[str] | None, metadata: Mapping[str, Any
         and tags is not None
         and any(tag.startswith("graph:step:") for tag in tags)
     )
-
-
-def _error_text(output: object) -> str | None:
-    """The message of a handled failure (``ToolMessage(status="error")``), else ``None``."""
-    if getattr(output, "type", None) == "tool" and getattr(output, "status", None) == "error":
-        return text(getattr(output, "content", ""))
-    return None
-
-
-def _tool_output(output: object) -> object:
-    if getattr(output, "type", None) == "tool":
-        return getattr(output, "content", output)
-    return output

@@ -12,6 +12,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 from uuid import UUID
 
@@ -21,6 +22,7 @@ import anyio.lowlevel
 from onlooker import TrackingError
 
 from .._arguments import Validate
+from .._ids import suffixed
 
 if TYPE_CHECKING:
     from anyio.lowlevel import EventLoopToken
@@ -37,6 +39,7 @@ __all__ = [
     "open_call",
     "registry_of",
     "text",
+    "tool_message",
 ]
 
 logger: Final = logging.getLogger("onlooker.integrations.langchain")
@@ -170,18 +173,22 @@ async def open_call(
     tool_call_id: str | None,
     validate: Validate | None = None,
 ) -> TrackedToolCall:
-    """``tool_started``, under the framework's id unless this execution already used it.
+    """``tool_started`` under the framework's id, suffixed ``#2``, ``#3`` ... when a model
+    repeats an id in this execution.
 
     ``validate`` is the tool's own validator, for the pre-hooks' rewrites.
     """
     if tool_call_id is not None:
-        try:
-            execution.call(tool_call_id)
-        except TrackingError:
-            pass  # unused: record the call under the framework's own id
-        else:
-            tool_call_id = None  # a model that repeats ids: onlooker picks a fresh one
+        tool_call_id = suffixed(tool_call_id, partial(_used, execution))
     return await execution.tool_started(tool, args, tool_call_id=tool_call_id, validate=validate)
+
+
+def _used(execution: TrackedExecution, tool_call_id: str) -> bool:
+    try:
+        execution.call(tool_call_id)
+    except TrackingError:
+        return False
+    return True
 
 
 def interrupted(error: BaseException) -> bool:
@@ -197,3 +204,19 @@ def ended_status(error: BaseException) -> ExecutionStatus:
 def text(content: object) -> str:
     """A ``ToolMessage``'s content as text (content blocks as JSON)."""
     return content if isinstance(content, str) else json.dumps(content, default=str)
+
+
+def tool_message(output: object, tool_call_id: str | None) -> Any:
+    """The ``ToolMessage`` a tool run produced: ``output`` itself, or the one answering
+    ``tool_call_id`` in a ``Command``'s ``update`` (a tool that also updates the graph's
+    state); ``None`` when there is none. Duck-typed: the handler runs without LangGraph."""
+    if getattr(output, "type", None) == "tool":
+        return output
+    update = getattr(output, "update", None)
+    messages = update.get("messages") if isinstance(update, Mapping) else None
+    for message in messages if isinstance(messages, list) else ():
+        if getattr(message, "type", None) == "tool" and (
+            getattr(message, "tool_call_id", None) == tool_call_id
+        ):
+            return message
+    return None

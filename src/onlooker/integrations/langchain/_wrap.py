@@ -20,7 +20,16 @@ from .. import require
 from .._arguments import validated
 from .._json import json_copy
 from ._arguments import validator
-from ._shared import Home, ended_status, interrupted, logger, open_call, registry_of, text
+from ._shared import (
+    Home,
+    ended_status,
+    interrupted,
+    logger,
+    open_call,
+    registry_of,
+    text,
+    tool_message,
+)
 
 if TYPE_CHECKING:
     from langchain_core.callbacks import BaseCallbackManager
@@ -61,7 +70,6 @@ class _ToolNodeGovernor:
     """What one :func:`wrap_tool_call` wrapper does, one step a method."""
 
     __slots__ = (
-        "_command_type",
         "_engine",
         "_home",
         "_manager_type",
@@ -73,7 +81,6 @@ class _ToolNodeGovernor:
     def __init__(self, engine: ExecutionEngine, program: str) -> None:
         from langchain_core.callbacks import BaseCallbackManager
         from langchain_core.messages import ToolMessage
-        from langgraph.types import Command
 
         self._engine = engine
         self._program = program
@@ -81,7 +88,6 @@ class _ToolNodeGovernor:
         self._home = self._registry.home
         self._manager_type: type[BaseCallbackManager] = BaseCallbackManager
         self._message_type: type[ToolMessage] = ToolMessage
-        self._command_type: type[Command[Any]] = Command
 
     async def awrap_tool_call(
         self,
@@ -206,7 +212,8 @@ class _ToolNodeGovernor:
 
         An error message is recorded as what the tool raised, when known.
         """
-        message = _tool_message(result, request_id, self._message_type, self._command_type)
+        found = tool_message(result, request_id)
+        message = found if isinstance(found, self._message_type) else None
         if call.done:  # its execution ended first (a sibling failed or aborted the run)
             _ended_late(call)
             return result
@@ -273,19 +280,4 @@ def _node_run_id(request: ToolCallRequest, manager_type: type[Any]) -> UUID | No
     if isinstance(callbacks, manager_type):
         parent = getattr(callbacks, "parent_run_id", None)
         return parent if isinstance(parent, UUID) else None
-    return None
-
-
-def _tool_message(
-    result: object, tool_call_id: str, message_type: type[ToolMessage], command_type: type[Any]
-) -> ToolMessage | None:
-    """The ``ToolMessage`` a tool call produced, also inside a ``Command``'s update."""
-    if isinstance(result, message_type):
-        return result
-    if isinstance(result, command_type):
-        update = getattr(result, "update", None)
-        messages = update.get("messages") if isinstance(update, Mapping) else None
-        for message in messages if isinstance(messages, list) else ():
-            if isinstance(message, message_type) and message.tool_call_id == tool_call_id:
-                return message
     return None
