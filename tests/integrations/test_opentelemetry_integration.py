@@ -1097,6 +1097,37 @@ class TestIngestManualSpans:
             ("ExecutionFinished", None, None),
         ]
 
+    async def test_a_waiting_call_whose_agent_ended_first_is_named_in_a_warning(
+        self,
+        check_stream: Callable[[Sequence[ExecutionEvent]], None],
+        caplog: pytest.LogCaptureFixture,
+    ) -> None:
+        provider = TracerProvider()
+        recorder = RecordingObserver()
+        tracer = provider.get_tracer("my-app")
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            processor = otel.OnlookerSpanProcessor(engine)
+            provider.add_span_processor(processor)
+            agent = tracer.start_span(
+                "invoke_agent bot", attributes={"gen_ai.operation.name": "invoke_agent"}
+            )
+            call = tracer.start_span(
+                "execute_tool",
+                context=trace_api.set_span_in_context(agent),
+                attributes={"gen_ai.operation.name": "execute_tool"},
+            )
+            call.set_attribute("gen_ai.tool.name", "search")
+            call.set_attribute("gen_ai.tool.call.id", "call_late")
+            agent.end()  # out of order: the run ends before its call said who it is
+            call.end()
+            await processor.flush()
+        provider.shutdown()
+
+        check_stream(recorder.events)
+        assert [e.kind for e in recorder.events] == ["ExecutionStarted", "ExecutionFinished"]
+        assert any("call_late" in r.getMessage() for r in caplog.records)
+
     async def test_a_call_id_repeated_in_a_trace_is_suffixed(self) -> None:
         provider = TracerProvider()
         recorder = RecordingObserver()

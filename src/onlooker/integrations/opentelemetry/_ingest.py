@@ -367,8 +367,15 @@ class OnlookerSpanProcessor(SpanProcessor):
     async def _tool_start(self, op: ToolStart) -> None:
         run = self._runs.get(op.run)
         if run is None:
-            if op.run[0] == "agent":
-                return  # its agent's start was not recorded (see the log)
+            if op.run[0] == "agent":  # not recorded (see the log), or ended before this start
+                logger.warning(
+                    "OpenTelemetry ingest: tool call %s (%r) is not recorded: its agent span's "
+                    "run was not recorded, or had ended before the call's span said its name "
+                    "and id",
+                    op.tool_call_id,
+                    op.tool,
+                )
+                return
             run = self._track(op.root_name, self._trigger_of(op.trace_id, op.span_id))
             if run is None:
                 return
