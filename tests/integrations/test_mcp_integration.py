@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import anyio
 import pytest
 from mcp import Client
+from mcp.client._memory import InMemoryTransport
 from mcp.server import Server
 from mcp.server.auth.middleware.auth_context import auth_context_var
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -28,6 +29,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 from mcp_types import (
     INVALID_PARAMS,
     CallToolRequestParams,
@@ -37,6 +39,7 @@ from mcp_types import (
     TextContent,
     Tool,
 )
+from mcp_types.jsonrpc import JSONRPCNotification, JSONRPCRequest
 from pydantic import AfterValidator
 
 import onlooker
@@ -317,6 +320,55 @@ class TestOneSession:
         assert [e.status for e in recorded.recorder.of(ToolCallFinished)] == ["blocked"] * 2
         (finished,) = recorded.recorder.of(ExecutionFinished)
         assert finished.status == "failed"
+
+    async def test_a_reused_request_id_is_governed_and_recorded_apart(
+        self, tmp_path: Path, check_stream: Check
+    ) -> None:
+        """JSON-RPC ids 7 and "7", or 8 sent twice, in one session: each call passes the hooks
+        (a clash once let a call through ungoverned) and is recorded, the repeat as ``#2``."""
+        async with engine_for(tmp_path) as recorded:
+            calc = calc_server(OnlookerMiddleware(recorded.engine))
+            async with InMemoryTransport(calc.server) as (read, write):
+
+                async def rpc(request_id: int | str, method: str, params: dict[str, Any]) -> Any:
+                    request = JSONRPCRequest(
+                        jsonrpc="2.0", id=request_id, method=method, params=params
+                    )
+                    await write.send(SessionMessage(request))
+                    while True:
+                        received = await read.receive()
+                        assert isinstance(received, SessionMessage), received
+                        message = received.message
+                        if getattr(message, "id", None) == request_id:
+                            return message.model_dump(exclude_none=True)["result"]
+
+                await rpc(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                            "clientInfo": {"name": "raw", "version": "1"}})  # fmt: skip
+                await write.send(
+                    SessionMessage(
+                        JSONRPCNotification(jsonrpc="2.0", method="notifications/initialized")
+                    )
+                )
+                calls: list[tuple[int | str, str, dict[str, Any]]] = [
+                    (7, "add", {"a": 1, "b": 2}),
+                    ("7", "delete_everything", {"path": "/"}),
+                    (8, "delete_everything", {"path": "/a"}),
+                    (8, "delete_everything", {"path": "/b"}),
+                ]
+                answers = [
+                    await rpc(i, "tools/call", {"name": n, "arguments": a}) for i, n, a in calls
+                ]
+
+        assert calc.ran == [("add", {"a": 1, "b": 2})]
+        assert [answer.get("isError", False) for answer in answers] == [False, True, True, True]
+        check_stream(recorded.recorder.events)
+        finished = recorded.recorder.of(ToolCallFinished)
+        assert [(request_id_of(e.tool_call_id), e.status) for e in finished] == [
+            ("7", "completed"),
+            ("7#2", "blocked"),
+            ("8", "blocked"),
+            ("8#2", "blocked"),
+        ]
 
     async def test_the_authenticated_client_owns_the_execution(self, tmp_path: Path) -> None:
         # What the SDK's bearer-auth ASGI middleware sets for an authenticated HTTP request.

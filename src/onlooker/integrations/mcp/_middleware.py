@@ -10,7 +10,7 @@ import json
 import logging
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, final
 
 import anyio
@@ -20,6 +20,7 @@ import onlooker
 
 from .. import require
 from .._arguments import validated
+from .._ids import unused_id
 from ._arguments import ToolArguments
 from ._wire import as_wire, merge_envelope, split_envelope, text_of
 
@@ -56,6 +57,8 @@ class _Session:
     run: onlooker.TrackedExecution
     lock: anyio.Lock
     started: bool = False
+    call_ids: set[str] = field(default_factory=set)
+    """The ids its calls were recorded under: a client may reuse a request id (7 and "7")."""
 
 
 @final
@@ -139,7 +142,8 @@ class OnlookerMiddleware:
                 "onlooker could not track the MCP session; tools/call %s untracked", name
             )
             return await call_next(ctx)
-        return await self._tool_call(run, ctx, call_next, name, arguments)
+        session = self._sessions[connection]
+        return await self._tool_call(run, session.call_ids, ctx, call_next, name, arguments)
 
     # -- executions -------------------------------------------------------------------------
 
@@ -202,7 +206,7 @@ class OnlookerMiddleware:
             logger.exception("onlooker could not track tools/call %s; untracked", name)
             return await call_next(ctx)
         try:
-            return await self._tool_call(run, ctx, call_next, name, arguments)
+            return await self._tool_call(run, set(), ctx, call_next, name, arguments)
         except BaseException as exc:
             if not isinstance(exc, Exception):  # cancelled: say so, even while cancelled
                 with anyio.CancelScope(shield=True):
@@ -228,6 +232,7 @@ class OnlookerMiddleware:
     async def _tool_call(
         self,
         run: onlooker.TrackedExecution,
+        call_ids: set[str],
         ctx: ServerRequestContext[Any, Any],
         call_next: CallNext,
         name: str,
@@ -239,7 +244,7 @@ class OnlookerMiddleware:
             call = await run.tool_started(
                 name,
                 given,
-                tool_call_id=f"{_PREFIX}{run.execution_id}:{ctx.request_id}",
+                tool_call_id=unused_id(call_ids, f"{_PREFIX}{run.execution_id}:{ctx.request_id}"),
                 validate=validate,
             )
             if not call.allowed:  # refused, or a rewrite the tool's validator refused
