@@ -22,7 +22,13 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDefinition
+from pydantic_ai.tools import (
+    DeferredToolRequests,
+    DeferredToolResults,
+    ToolApproved,
+    ToolDefinition,
+    ToolDenied,
+)
 
 import onlooker
 from onlooker import (
@@ -442,6 +448,106 @@ class TestFrameworkFeatures:
         assert question.message == "tool 'pay' (call p1) awaits approval"
         assert recorder.of(onlooker.InteractionResolved)[0].status == "accepted"
         assert recorder.of(ToolCallFinished)[0].result == "paid 5"
+
+    @pytest.mark.parametrize("override", [False, True], ids=["approved", "approved-overridden"])
+    async def test_an_approved_call_runs_with_what_the_pre_hooks_decided(
+        self, override: bool, check_stream: Check
+    ) -> None:
+        """The approval re-runs the call: with the pre-hooks' rewrite, and an approval that
+        overrides the arguments is a new call the pre-hooks decide."""
+
+        def cap(use: ToolUseContext) -> PreHookResult | None:
+            if use.tool_input["amount"] > 10:
+                return PreHookResult(modified_input={"amount": 10})
+            return None
+
+        async def approve(
+            ctx: RunContext[None], requests: DeferredToolRequests
+        ) -> DeferredToolResults:
+            if override:
+                return requests.build_results(
+                    approvals={"p1": ToolApproved(override_args={"amount": 999})}
+                )
+            return requests.build_results(approve_all=True)
+
+        paid: list[int] = []
+        script = Script(ToolCallPart("pay", {"amount": 500}, tool_call_id="p1"), "done")
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine(
+            hooks=[HookMatcher(pattern="pay", pre=(cap,))]
+        ) as engine:
+            engine.bus.subscribe(recorder, name="recorder")
+            agent: Agent[None, str] = Agent(
+                script.model(),
+                name="payer",
+                capabilities=[OnlookerCapability(engine), HandleDeferredToolCalls(handler=approve)],
+            )
+
+            @agent.tool
+            def pay(ctx: RunContext[None], amount: int) -> str:
+                if not ctx.tool_call_approved:
+                    raise ApprovalRequired()
+                paid.append(amount)
+                return f"paid {amount}"
+
+            await agent.run("pay")
+
+        check_stream(recorder.events)
+        assert paid == [10]
+        started = [(e.tool_call_id, e.args) for e in recorder.of(ToolCallStarted)]
+        finished = [(e.tool_call_id, e.status, e.result) for e in recorder.of(ToolCallFinished)]
+        if override:
+            assert started == [("p1", {"amount": 10}), ("p1#2", {"amount": 10})]
+            assert finished == [("p1", "cancelled", None), ("p1#2", "completed", "paid 10")]
+        else:
+            assert started == [("p1", {"amount": 10})]
+            assert finished == [("p1", "completed", "paid 10")]
+
+    async def test_a_denied_calls_id_reused_is_a_new_call(self, check_stream: Check) -> None:
+        """The model reuses the id of a call a person denied: its pre-hooks still decide."""
+
+        def never_delete(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(action=HookAction.BLOCK, reason="never delete")
+
+        async def deny(
+            ctx: RunContext[None], requests: DeferredToolRequests
+        ) -> DeferredToolResults:
+            return requests.build_results(approvals={"c0": ToolDenied("a person said no")})
+
+        ran: list[str] = []
+        script = Script(
+            ToolCallPart("pay", {"amount": 5}, tool_call_id="c0"),
+            ToolCallPart("delete_everything", {"path": "/"}, tool_call_id="c0"),
+            "done",
+        )
+        hooks = [HookMatcher(pattern="delete_*", pre=(never_delete,))]
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine(hooks=hooks) as engine:
+            engine.bus.subscribe(recorder, name="recorder")
+            agent: Agent[None, str] = Agent(
+                script.model(),
+                name="reuser",
+                capabilities=[OnlookerCapability(engine), HandleDeferredToolCalls(handler=deny)],
+            )
+
+            @agent.tool
+            def pay(ctx: RunContext[None], amount: int) -> str:
+                if not ctx.tool_call_approved:
+                    raise ApprovalRequired()
+                ran.append("pay")
+                return "paid"
+
+            @agent.tool_plain
+            def delete_everything(path: str) -> str:
+                ran.append("delete_everything")
+                return "deleted"
+
+            await agent.run("go")
+
+        check_stream(recorder.events)
+        assert ran == []
+        finished = [(e.tool, e.tool_call_id, e.status) for e in recorder.of(ToolCallFinished)]
+        assert ("delete_everything", "c0#2", "blocked") in finished
 
     async def test_a_deferral_left_to_a_later_run_is_cancelled_in_this_one(
         self, check_stream: Check

@@ -42,8 +42,9 @@ any other exception                    ``tracked.failed(error)``; the run ends `
 ``ApprovalRequired`` /                 ``run.interaction_started("... awaits approval")``, the
 ``CallDeferred``                       call left open; approved inline, PydanticAI runs it again
                                        under its id: ``interaction_resolved("accepted")`` and the
-                                       same call goes on; else the run's end closes both
-                                       ``cancelled``
+                                       same call goes on with the pre-hooks' arguments
+                                       (overridden ones: a new call ``<id>#2``); else the run's
+                                       end closes both ``cancelled``
 ``SkipToolExecution`` of an inner      ``tracked.finished(replacement)``: recorded ``completed``,
 capability                             with the replacement as the result
 =====================================  ============================================================

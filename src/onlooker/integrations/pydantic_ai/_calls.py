@@ -18,7 +18,7 @@ from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, SkipToolExecu
 from pydantic_ai.messages import ToolCallPart, UserContent
 from pydantic_ai.tools import RunContext
 
-from onlooker import ExecutionStatus, HookAbortError, HookAction, InteractionStatus
+from onlooker import ErrorInfo, ExecutionStatus, HookAbortError, HookAction, InteractionStatus
 
 from .._json import json_copy
 
@@ -48,8 +48,21 @@ class RunState:
 
     ids: set[str] = field(default_factory=set)
     """The tool call ids used (a scripted model may repeat one)."""
-    deferred: dict[str, tuple[TrackedToolCall, str]] = field(default_factory=dict)
-    """Calls awaiting approval or an external result: the call and the open question."""
+    deferred: dict[str, Deferred] = field(default_factory=dict)
+    """Calls awaiting approval or an external result, by PydanticAI's call id."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A call awaiting approval or an external result."""
+
+    call: TrackedToolCall
+    question: str
+    """The open interaction that asks for it."""
+    args: dict[str, Any]
+    """The arguments PydanticAI gave (before any pre-hook's rewrite): an approval that
+    overrides them is a call the pre-hooks have not seen."""
 
 
 async def defer(
@@ -57,6 +70,7 @@ async def defer(
     state: RunState,
     tracked: TrackedToolCall,
     call: ToolCallPart,
+    args: dict[str, Any],
     deferral: ApprovalRequired | CallDeferred,
 ) -> None:
     """Record a deferral as a question; the call stays open until PydanticAI runs it again.
@@ -73,7 +87,7 @@ async def defer(
     except Exception:
         logger.exception("onlooker could not record the deferral of %s", tracked.tool_call_id)
         return
-    state.deferred[call.tool_call_id] = (tracked, question)
+    state.deferred[call.tool_call_id] = Deferred(tracked, question, args)
 
 
 async def resolve(
@@ -137,7 +151,7 @@ async def finish_call(tracked: TrackedToolCall, output: Any) -> Any:
         return output
 
 
-async def fail_call(tracked: TrackedToolCall, error: BaseException) -> None:
+async def fail_call(tracked: TrackedToolCall, error: BaseException | ErrorInfo) -> None:
     # Shielded: the call is closed even while its task is being cancelled.
     with anyio.CancelScope(shield=True):
         try:

@@ -23,7 +23,7 @@ from pydantic_ai.exceptions import (
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import RunContext, ToolDefinition
 
-from onlooker import ExecutionStatus, Trigger
+from onlooker import ErrorInfo, ExecutionStatus, Trigger
 
 from .._ids import unused_id
 from ._calls import (
@@ -186,7 +186,7 @@ class OnlookerCapability(AbstractCapability[object]):
             raise
         except (ApprovalRequired, CallDeferred) as deferral:
             # Not an end: the call waits for a person's approval or an external result.
-            await defer(run, state, tracked, call, deferral)
+            await defer(run, state, tracked, call, args, deferral)
             raise
         except BaseException as exc:
             await fail_call(tracked, exc)
@@ -201,15 +201,20 @@ async def _open_call(
 ) -> tuple[TrackedToolCall, dict[str, Any]] | None:
     """The tracked call and the arguments its tool gets; ``None`` if it cannot be recorded.
 
-    An approved deferred call goes on under its tracked call; a new one is
-    decided by the pre-hooks, whose refusal raises here.
+    An approved deferred call goes on under its tracked call, with the
+    arguments the pre-hooks left; a new one is decided by the pre-hooks, whose
+    refusal raises here. An approval that overrides the arguments is a new
+    call (the deferred one closes ``cancelled``): the pre-hooks decide it too.
     """
     run, state = scope.run, scope.state
-    pending = state.deferred.pop(call.tool_call_id, None)
-    if pending is not None:  # approved: the deferred call runs now
-        tracked, question = pending
-        await resolve(run, question, "accepted", {"tool_call_approved": ctx.tool_call_approved})
-        return tracked, args
+    pending = state.deferred.get(call.tool_call_id)
+    # Only the approved re-run of the same tool: a model may reuse a denied call's id.
+    if pending is not None and ctx.tool_call_approved and pending.call.tool == call.tool_name:
+        del state.deferred[call.tool_call_id]
+        await resolve(run, pending.question, "accepted", {"tool_call_approved": True})
+        if args == pending.args:
+            return pending.call, pending.call.input
+        await fail_call(pending.call, _overridden(call))
     try:
         tracked = await run.tool_started(
             call.tool_name,
@@ -227,3 +232,12 @@ async def _open_call(
     if not tracked.allowed:
         refuse(tracked)
     return tracked, tracked.input
+
+
+def _overridden(call: ToolCallPart) -> ErrorInfo:
+    return ErrorInfo(
+        type="ApprovalOverride",
+        message=f"call {call.tool_call_id!r} was approved with other arguments: they run as a "
+        "new call, decided by the pre-hooks",
+        cause="interrupt",
+    )
