@@ -32,6 +32,7 @@ from agents import (
 )
 from agents.exceptions import (
     InputGuardrailTripwireTriggered,
+    MaxTurnsExceeded,
     OutputGuardrailTripwireTriggered,
     ToolInputGuardrailTripwireTriggered,
 )
@@ -895,6 +896,25 @@ class TestHandoff:
             ("done", "lookup", "b1", "completed"),
             ("end", "completed"),
         ]
+
+    async def test_a_run_that_raises_right_after_a_handoff_fails(self, check_stream: Check) -> None:
+        """MaxTurnsExceeded comes after the new agent's span starts, before its on_agent_start:
+        that span's end, with the error, ends the run."""
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            billing = Agent(name="billing", model=ScriptedModel([[assistant_message("paid")]]))
+            triage_model = ScriptedModel([[function_call("transfer_to_billing", {}, call_id="h1")]])
+            triage = Agent(name="triage", model=triage_model, handoffs=[billing])
+            with pytest.raises(MaxTurnsExceeded):
+                await Runner.run(triage, "refund?", hooks=OnlookerRunHooks(engine), max_turns=1)
+            assert recorder.of(ExecutionFinished)  # recorded before the run raised
+
+        check_stream(recorder.events)
+        [end] = recorder.of(ExecutionFinished)
+        assert end.status == "failed"
+        assert end.error is not None and end.error.message == "Max turns exceeded"
 
 
 def test_a_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -90,6 +90,7 @@ class OnlookerRunHooks(RunHooks[Any]):
             run = self._state.run_for(context)
             if run is not None:
                 run.handoff, run.agent = True, to_agent
+                run.handing_off = run.agent_span_id
         except Exception:
             logger.exception("could not record the handoff to %r", to_agent.name)
 

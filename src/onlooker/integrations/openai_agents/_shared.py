@@ -82,12 +82,14 @@ class Run:
         "agent",
         "agent_span_id",
         "calls",
+        "handing_off",
         "handoff",
         "key",
         "local",
         "output",
         "parent",
         "state",
+        "trace_id",
         "track",
         "turn_error",
     )
@@ -106,7 +108,9 @@ class Run:
         self.parent = parent  # the tool call this run runs in (an agent used as a tool)
         self.agent = agent  # the agent whose `on_agent_end` finishes the run
         self.agent_span_id: str | None = None
+        self.trace_id: str | None = None  # the agent span's: the next agent's span shares it
         self.handoff = False
+        self.handing_off: str | None = None  # the span of the agent that handed off
         self.aborted = False  # a pre-hook's ABORT: every later call of the run is refused
         self.calls: dict[str, Call] = {}  # open function-tool calls by the SDK's call id
         self.local: dict[int, list[Call]] = {}  # open calls of id-less local tools, by tool
@@ -229,8 +233,27 @@ class State:
             return
         if run.agent_span_id is not None:
             self.span_runs.pop(run.agent_span_id, None)
-        run.agent_span_id = span.span_id
+        run.agent_span_id, run.trace_id = span.span_id, span.trace_id
         self.span_runs[span.span_id] = run
+
+    def follow_handoff(self, span: Span[Any]) -> None:
+        """Watch the span of the agent a run handed off to, from its start.
+
+        The SDK may end the run (``MaxTurnsExceeded``) after that span starts
+        and before ``on_agent_start`` of its agent: the span's end then ends
+        the run.
+        """
+        name = getattr(span.span_data, "name", None)
+        for run in self.runs.values():
+            if (
+                run.handoff
+                and run.agent_span_id is None
+                and run.trace_id == span.trace_id
+                and run.agent.name == name
+            ):
+                run.agent_span_id = span.span_id
+                self.span_runs[span.span_id] = run
+                return
 
     def finish_run(
         self,

@@ -57,6 +57,8 @@ class OnlookerTracingProcessor(TracingProcessor):
         """Remember the open span, so hooks can find the agent span above their own."""
         try:
             self._state.spans[span.span_id] = span
+            if isinstance(span.span_data, AgentSpanData):
+                self._state.follow_handoff(span)
         except Exception:
             logger.exception("could not note a span start")
 
@@ -78,7 +80,10 @@ class OnlookerTracingProcessor(TracingProcessor):
                     state.schedule(lambda: state.close_call(entry, output, failure))
             elif isinstance(data, AgentSpanData):
                 run = state.span_runs.get(span.span_id)
-                if run is not None and not run.handoff:
+                if run is not None and run.handoff and span.span_id == run.handing_off:
+                    del state.span_runs[span.span_id]  # the run goes on with the next agent
+                    run.agent_span_id = None
+                elif run is not None:
                     status, error = _run_end(run, span)
                     result = run.output[0] if run.output and status == "completed" else None
                     state.record_now(
