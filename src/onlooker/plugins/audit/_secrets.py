@@ -135,12 +135,12 @@ class Rule:
 # when more of the value follows ("pa)ss", "a,b", "$(pwd):$PATH"). Possessive:
 # a value is as long as it can be, and is never scanned twice.
 _JOIN = r"[),:]++(?=[^{stop}),:])"
-# In a shell command, "(" is part of an unquoted value only after a name
-# character, and a backtick never: elsewhere they start a command, and so a
-# value never holds where another run of assignments may start. Quotes are
+# In a shell command, "$(" and a "(" or backtick that opens the value start
+# a command (X=$(cat f), arr=(a b), X=`cat f`): the value is not a literal
+# there. Anywhere else they are part of it (p@(ss)w0rd, ab`cd). Quotes are
 # ordinary characters there (X=abc"def").
 _SHELL_STOP = r"\s;&|()`"
-_UNQUOTED = rf"(?:[^{_SHELL_STOP},]|(?<=\w)\(|" + _JOIN.format(stop=_SHELL_STOP) + ")*+"
+_UNQUOTED = rf"(?:[^{_SHELL_STOP},]|(?<![$=])\(|(?<!=)`|" + _JOIN.format(stop=_SHELL_STOP) + ")*+"
 _ENV_ASSIGNMENT = (
     r"""([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|'[^']*'|""" + _UNQUOTED + r""")(?=[ \t]|$)"""
 )
@@ -148,9 +148,8 @@ _ENV_ASSIGNMENT = (
 _ANYWHERE_STOP = "\\s;&|\"'"
 _ANYWHERE_UNQUOTED = rf"(?:[^{_ANYWHERE_STOP}),]|" + _JOIN.format(stop=_ANYWHERE_STOP) + ")++"
 # Not secrets, and code rather than a value: f(password=None), DEBUG=true, X=''.
-_PLACEHOLDERS = frozenset(
-    {"", "''", '""', "None", "null", "nil", "true", "false", "True", "False", "undefined"}
-)
+_PLACEHOLDER_WORDS = ("None", "null", "nil", "true", "false", "True", "False", "undefined")
+_PLACEHOLDERS = frozenset({"", "''", '""', *_PLACEHOLDER_WORDS})
 
 
 def _redact_env_run(match: re.Match[str]) -> str:
@@ -182,7 +181,7 @@ _SECRET_NAME = (
 # What is assigned is not a secret when it is code or a placeholder: a call,
 # an index, an attribute chain, a variable reference, a type, a literal.
 _NOT_A_VALUE = (
-    r"(?!(?:None|null|nil|true|false|True|False|undefined|str|string|bytes|int|bool"
+    r"(?!(?:" + "|".join(_PLACEHOLDER_WORDS) + r"|str|string|bytes|int|bool"
     r"|number|any|Any|SecretStr|Optional)(?![\w.]))(?![$%<{=])"
     r"(?![A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?![\w.-]))"
 )
@@ -191,7 +190,9 @@ _BARE = _NOT_A_VALUE + r"[^\s,;'\"`(){}\[\]#]+(?![(\[.\w])"
 # The operator: a tight `=` (.env, shell, keyword arguments) or YAML's `: `
 # before any value; with spaces around (code), only before a quoted value.
 _SECRET_ASSIGNMENT = (
-    r"(?<![A-Za-z0-9_])[\"']?" + _SECRET_NAME + r"[\"']?"
+    # A name starts after a character no name holds: scanning from inside one (each "-" of
+    # "a-a-...-token") would read it again from every such start, in quadratic time.
+    r"(?<![A-Za-z0-9_.-])[\"']?" + _SECRET_NAME + r"[\"']?"
     r"(?:=|:[ \t]+|[ \t]*(?::=|=>|[:=])[ \t]*(?=[\"']))"
     r"(?:" + _QUOTED + r"|(?P<bare>" + _BARE + r"))"
 )
