@@ -453,6 +453,13 @@ class TestUnreachable:
         assert "s3cret-pw" not in message
         assert "alice@127.0.0.1:1/nodb?" in message and f"{key}=***" in message
 
+    def test_a_password_holding_a_slash_is_hidden(self) -> None:
+        """Generated passwords are often base64: "/" and "+" in them."""
+        from onlooker.plugins.history._db import mask_url
+
+        assert mask_url("postgresql://u:a+b/c==@h:5432/db") == "postgresql://u:***@h:5432/db"
+        assert mask_url("sqlite:////tmp/a:b@c/h.db") == "sqlite:////tmp/a:b@c/h.db"
+
     async def test_engine_start_fails_with_a_history_error(self) -> None:
         plugin = history.plugin("postgresql://bob:hunter2@127.0.0.1:1/x")
         with pytest.raises(onlooker.HistoryError) as info:

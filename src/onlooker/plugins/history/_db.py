@@ -53,7 +53,7 @@ _logger: Final = logging.getLogger("onlooker.plugins.history")
 DEFAULT_PATH: Final = Path(".onlooker") / "history.db"
 _LOCK_TIMEOUT: Final = 5.0
 """Seconds a write waits for a lock another connection holds (SQLite and PostgreSQL)."""
-_PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")  # a password may hold "/" (base64)
 _QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)  # libpq's too
 
 
