@@ -736,6 +736,30 @@ async def test_a_repeated_model_call_id_gets_a_suffix(wrapped: bool) -> None:
     ]
 
 
+async def test_a_graph_inside_a_repeated_call_is_the_child_of_that_call() -> None:
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent()
+        inner = agent.graph("inner", model(AIMessage("inner done"), AIMessage("inner done")), [])
+
+        @tool
+        async def delegate(topic: str) -> str:
+            """Ask the inner graph."""
+            state = await inner.ainvoke({"messages": [HumanMessage(topic)]})
+            return str(state["messages"][-1].content)
+
+        chat = model(
+            call("delegate", "d1", topic="a"), call("delegate", "d1", topic="b"), AIMessage("ok")
+        )
+        await agent.graph("outer", chat, [delegate]).ainvoke(
+            {"messages": [HumanMessage("go")]},
+            config(OnlookerCallbackHandler(engine), uuid.uuid4()),
+        )
+    children = [e for e in recorder.of(ExecutionStarted) if e.attribution.depth == 1]
+    assert [c.attribution.parent_tool_call_id for c in children] == ["d1", "d1#2"]
+
+
 async def test_a_tool_run_on_its_own_is_an_execution_of_one_call() -> None:
     recorder = RecordingObserver()
     run_id = uuid.uuid4()

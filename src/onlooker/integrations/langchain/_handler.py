@@ -255,6 +255,8 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
         """The tool call, within the same execution, that a run is nested in."""
         runs = self._registry.runs
         while run_id is not None and (run := runs.get(run_id)) is not None:
+            if run.call is not None:  # recorded here: its id, suffixed if the model repeated one
+                return run.call.tool_call_id
             if run.tool_call_id is not None:
                 return run.tool_call_id
             if run.own:
