@@ -231,8 +231,8 @@ class State:
             span = self.spans.get(span.parent_id) if span.parent_id else None
         if span is None or span.span_id == _NO_OP_SPAN:
             return
-        if run.agent_span_id is not None:
-            self.span_runs.pop(run.agent_span_id, None)
+        if run.agent_span_id is not None and self.span_runs.get(run.agent_span_id) is run:
+            del self.span_runs[run.agent_span_id]
         run.agent_span_id, run.trace_id = span.span_id, span.trace_id
         self.span_runs[span.span_id] = run
 
