@@ -360,22 +360,51 @@ class TestFailures:
             assert (end.status, end.result) == ("completed", "hello")
         check_stream(recorder.events)
 
+    async def test_a_run_whose_processor_was_replaced_still_finishes(
+        self, check_stream: Check
+    ) -> None:
+        """Another engine's set_trace_processors mid-run: the span ends no longer reach this
+        processor, so on_agent_end records the end itself."""
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+
+            @function_tool
+            def handover() -> str:
+                """Replace the trace processors, as another engine's setup would."""
+                set_trace_processors([])
+                return "ok"
+
+            model = ScriptedModel(
+                [[function_call("handover", {}, call_id="r1")], [assistant_message("done")]]
+            )
+            agent = Agent(name="replaced", model=model, tools=[handover])
+            await Runner.run(agent, "go", hooks=OnlookerRunHooks(engine))
+            [end] = recorder.of(ExecutionFinished)
+        check_stream(recorder.events)
+        assert (end.status, end.result) == ("completed", "done")
+
     @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
-    @pytest.mark.parametrize("which", ["input", "output"])
+    @pytest.mark.parametrize("which", ["input", "output", "run-config-output"])
     async def test_a_guardrail_tripwire_fails_the_run(
         self, which: str, streamed: bool, check_stream: Check
     ) -> None:
         """The SDK raises a tripwire out of the run; the input guardrail's error is on the
-        turn span, and the output guardrail runs after ``on_agent_end`` saw the output."""
+        turn span, and the output guardrails (the agent's or the RunConfig's) run after
+        ``on_agent_end`` saw the output."""
 
         async def trip(ctx: Any, agent: Any, data: Any) -> GuardrailFunctionOutput:
             return GuardrailFunctionOutput(output_info="refused", tripwire_triggered=True)
 
-        guardrails: dict[str, Any] = (
-            {"input_guardrails": [InputGuardrail(guardrail_function=trip)]}
-            if which == "input"
-            else {"output_guardrails": [OutputGuardrail(guardrail_function=trip)]}
-        )
+        guardrails: dict[str, Any] = {}
+        config = RunConfig()  # with one, nothing in the SDK awaits after the agent span ends
+        if which == "input":
+            guardrails = {"input_guardrails": [InputGuardrail(guardrail_function=trip)]}
+        elif which == "output":
+            guardrails = {"output_guardrails": [OutputGuardrail(guardrail_function=trip)]}
+        else:
+            config = RunConfig(output_guardrails=[OutputGuardrail(guardrail_function=trip)])
         model = ScriptedModel([[assistant_message("the secret")]])
         agent = Agent(name="guarded", model=model, **guardrails)
         recorder = RecordingObserver()
@@ -388,7 +417,6 @@ class TestFailures:
                 if which == "input"
                 else OutputGuardrailTripwireTriggered
             )
-            config = RunConfig()  # with one, nothing in the SDK awaits after the agent span ends
             with pytest.raises(tripwire):
                 if streamed:
                     streaming = Runner.run_streamed(agent, "go", hooks=hooks, run_config=config)

@@ -65,17 +65,18 @@ class OnlookerRunHooks(RunHooks[Any]):
     ) -> None:
         """Finish the run's tracked execution ``completed`` with the final output.
 
-        An agent with output guardrails finishes when its span ends instead,
-        when the processor watches it: the SDK runs those guardrails after
-        this hook, and a tripwire (the run then raises) is only on the span.
+        While the processor watches the run's spans, the run finishes when its
+        agent span ends instead: the SDK runs the output guardrails (the
+        agent's and the ``RunConfig``'s) after this hook, and a tripwire (the
+        run then raises) is only on the span.
         """
         try:
             state = self._state
             run = state.run_for(context)
             if run is None or agent is not run.agent:
                 return
-            if agent.output_guardrails and run.agent_span_id in state.spans:
-                run.output = (output,)  # the processor saw the span start: it sees its end
+            if run.agent_span_id in state.spans and state.sees_current_span():
+                run.output = (output,)  # its end comes with the agent span's (the processor)
                 return
             await state.drain()
             state.finish_run(run, "completed", result=output)

@@ -236,6 +236,13 @@ class State:
         run.agent_span_id, run.trace_id = span.span_id, span.trace_id
         self.span_runs[span.span_id] = run
 
+    def sees_current_span(self) -> bool:
+        """Whether this engine's processor saw the current span start: it is still among
+        the SDK's processors (``set_trace_processors`` may have replaced it since the run
+        began), so it will see the spans around this one end."""
+        span = get_current_span()
+        return span is not None and span.span_id in self.spans
+
     def follow_handoff(self, span: Span[Any]) -> None:
         """Watch the span of the agent a run handed off to, from its start.
 

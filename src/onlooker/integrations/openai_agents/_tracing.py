@@ -31,8 +31,8 @@ class OnlookerTracingProcessor(TracingProcessor):
     cancelled it) as the span says: ``cancelled`` when the task ending it is
     being cancelled, ``failed`` with its error, else ``completed`` with its
     output. It finishes a run still open when its agent span ends (no
-    ``on_agent_end`` came, or it only noted the output of an agent whose
-    output guardrails run after it): ``failed`` after a pre-hook's ``ABORT``
+    ``on_agent_end`` came, or it only noted the output: the output
+    guardrails run after it): ``failed`` after a pre-hook's ``ABORT``
     or when the span, or one of its turns, carries an error (``Runner.run``
     raised: a guardrail's tripwire, ...), ``cancelled`` when the run's task
     is being cancelled, else ``completed`` with the output ``on_agent_end``
