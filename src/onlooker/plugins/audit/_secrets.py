@@ -140,13 +140,13 @@ _JOIN = r"[),:]++(?=[^{stop}),:])"
 # there. Anywhere else they are part of it (p@(ss)w0rd, ab`cd). Quotes are
 # ordinary characters there (X=abc"def").
 _SHELL_STOP = r"\s;&|()`"
-_UNQUOTED = rf"(?:[^{_SHELL_STOP},]|(?<![$=])\(|(?<!=)`|" + _JOIN.format(stop=_SHELL_STOP) + ")*+"
+_UNQUOTED = rf"(?:[^{_SHELL_STOP},]++|(?<![$=])\(|(?<!=)`|" + _JOIN.format(stop=_SHELL_STOP) + ")*+"
 _ENV_ASSIGNMENT = (
     r"""([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|'[^']*'|""" + _UNQUOTED + r""")(?=[ \t]|$)"""
 )
 # Anywhere in a text, quotes end an unquoted value.
 _ANYWHERE_STOP = "\\s;&|\"'"
-_ANYWHERE_UNQUOTED = rf"(?:[^{_ANYWHERE_STOP}),]|" + _JOIN.format(stop=_ANYWHERE_STOP) + ")++"
+_ANYWHERE_UNQUOTED = rf"(?:[^{_ANYWHERE_STOP}),]++|" + _JOIN.format(stop=_ANYWHERE_STOP) + ")++"
 # Not secrets, and code rather than a value: f(password=None), DEBUG=true, X=''.
 _PLACEHOLDER_WORDS = ("None", "null", "nil", "true", "false", "True", "False", "undefined")
 _PLACEHOLDERS = frozenset({"", "''", '""', *_PLACEHOLDER_WORDS})
@@ -260,18 +260,20 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "secret_flag",
         # A flag starts a word (top-secret, my-token and a/b-token are none); its
-        # name may have words before the secret one: --db-password.
-        r"(?<![\w./\\-])--?(?:[A-Za-z0-9]+-)*"
+        # name may have words before the secret one: --db-password. The dash comes
+        # first, so the scan jumps from dash to dash.
+        r"-(?<![\w./\\-]-)-?(?:[A-Za-z0-9]+-)*"
         r"(?i:password|passwd|passphrase|token|secret|api[-_]?key|access[-_]?key)"
         r"(?:=|\s+)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
         hints=["-passw", "-passphrase", "-token", "-secret", "-api", "-access"],
     ),
     # X=Y before a shell command, at the start of the text or of a command
     # after ; && || | ( $( or a backtick, optionally after `export`/`env`. A "("
-    # right after a name is a call, not a subshell: f(password=None).
+    # right after a name is a call, not a subshell: f(password=None) (checked
+    # after the "(", so that every start is a character the scan can jump to).
     Rule(
         "env",
-        r"""(?:^|[;|`\n]|&&|(?<!\w)\()[ \t]*(?:(?:export|env)[ \t]+)?"""
+        r"""(?:^|[;|`\n]|&&|\((?<!\w\())[ \t]*(?:(?:export|env)[ \t]+)?"""
         r"""(?:[A-Za-z_][A-Za-z0-9_]*=(?:"(?:[^"\\]|\\.)*"|'[^']*'|"""
         + _UNQUOTED
         + r""")(?:[ \t]+|$))+""",
