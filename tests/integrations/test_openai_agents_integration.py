@@ -27,6 +27,7 @@ from agents import (
     ToolInputGuardrail,
     UserError,
     function_tool,
+    handoff,
     set_trace_processors,
     set_tracing_disabled,
 )
@@ -943,6 +944,31 @@ class TestHandoff:
         [end] = recorder.of(ExecutionFinished)
         assert end.status == "failed"
         assert end.error is not None and end.error.message == "Max turns exceeded"
+
+    async def test_a_handoff_that_fails_fails_the_run(self, check_stream: Check) -> None:
+        """on_handoff came, then the handoff's input filter raised: no agent takes over, and
+        the handing agent's span ends with the error."""
+
+        def broken(data: Any) -> Any:
+            raise RuntimeError("filter failed")
+
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            billing = Agent(name="billing", model=ScriptedModel([[assistant_message("paid")]]))
+            triage_model = ScriptedModel([[function_call("transfer_to_billing", {}, call_id="h1")]])
+            triage = Agent(
+                name="triage", model=triage_model, handoffs=[handoff(billing, input_filter=broken)]
+            )
+            with pytest.raises(Exception, match="filter failed"):
+                await Runner.run(triage, "refund?", hooks=OnlookerRunHooks(engine))
+            assert recorder.of(ExecutionFinished)  # recorded before the run raised
+
+        check_stream(recorder.events)
+        [end] = recorder.of(ExecutionFinished)
+        assert end.status == "failed"
+        assert end.error is not None and "filter failed" in end.error.message
 
 
 def test_a_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

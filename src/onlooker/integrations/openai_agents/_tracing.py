@@ -80,10 +80,12 @@ class OnlookerTracingProcessor(TracingProcessor):
                     state.schedule(lambda: state.close_call(entry, output, failure))
             elif isinstance(data, AgentSpanData):
                 run = state.span_runs.get(span.span_id)
-                if run is not None and run.handoff and span.span_id == run.handing_off:
+                if run is None:
+                    pass
+                elif _handed_off(run, span):
                     del state.span_runs[span.span_id]  # the run goes on with the next agent
                     run.agent_span_id = None
-                elif run is not None:
+                else:
                     status, error = _run_end(run, span)
                     result = run.output[0] if run.output and status == "completed" else None
                     state.record_now(
@@ -102,6 +104,17 @@ class OnlookerTracingProcessor(TracingProcessor):
 
     def force_flush(self) -> None:
         """Nothing buffered here: the engine's plugins flush their own records."""
+
+
+def _handed_off(run: Run, span: Span[Any]) -> bool:
+    """Whether ``span`` is the agent's that handed ``run`` off, ending well: the run goes on
+    (a handoff whose input filter raised ends the span with the error, and the run)."""
+    return (
+        run.handoff
+        and span.span_id == run.handing_off
+        and span_error(span) is None
+        and not cancelling()
+    )
 
 
 def _run_end(run: Run, span: Span[Any]) -> tuple[ExecutionStatus, str | None]:
