@@ -227,6 +227,8 @@ class TestShapes:
             ("(a=b" + "b(" * 50_000 + ")", None),
             ("(a=x" + "):" * 50_000, None),
             ("(A=" * 30_000 + ")", "(A=[REDACTED:env])"),
+            ("@(A=x" * 20_000 + ")", "@(A=[REDACTED:env])"),  # took 15 s: "(" began runs again
+            ("`A=x" * 25_000 + ")", "`A=[REDACTED:env])"),
             ("(a=x)" * 20_000, None),
             ("a=b " * 25_000 + ",", "a=[REDACTED:env] " * 25_000 + ","),
         ],

@@ -153,14 +153,21 @@ _PLACEHOLDERS = frozenset({"", "''", '""', *_PLACEHOLDER_WORDS})
 
 
 def _redact_env_run(match: re.Match[str]) -> str:
+    """The complete assignments of a run redacted; a last one not followed by a blank (so
+    not before a command), taken in only so no scan starts inside it again, left as is."""
     import re
 
+    run = match.group("run")
+    if not run:
+        return match.group(0)
     text = marker("env")
-    return re.sub(
+    start = match.start("run") - match.start()
+    redacted = re.sub(
         _ENV_ASSIGNMENT,
         lambda m: m.group(0) if m.group(2) in _PLACEHOLDERS else f"{m.group(1)}={text}",
-        match.group(0),
+        run,
     )
+    return match.group(0)[:start] + redacted + (match.group("tail") or "")
 
 
 def _redact_env_value(match: re.Match[str]) -> str:
@@ -274,9 +281,12 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "env",
         r"""(?:^|[;|`\n]|&&|\((?<!\w\())[ \t]*(?:(?:export|env)[ \t]+)?"""
-        r"""(?:[A-Za-z_][A-Za-z0-9_]*=(?:"(?:[^"\\]|\\.)*"|'[^']*'|"""
+        r"""(?=[A-Za-z_][A-Za-z0-9_]*=)(?P<run>(?:[A-Za-z_][A-Za-z0-9_]*="""
+        r"""(?:"(?:[^"\\]|\\.)*"|'[^']*'|"""
         + _UNQUOTED
-        + r""")(?:[ \t]+|$))+""",
+        + r""")(?:[ \t]+|$))*+)(?P<tail>[A-Za-z_][A-Za-z0-9_]*="""
+        + _UNQUOTED
+        + ")?+",
         _redact_env_run,
         hints=["="],
     ),
