@@ -224,6 +224,7 @@ class TestShapes:
             ),
             ("-" * 100_000 + "token=1", "-" * 100_000 + "token=[REDACTED:secret_assignment]"),
             ("a-" * 50_000 + "password=1", "a-" * 50_000 + "password=[REDACTED:secret_assignment]"),
+            ("token_" * 16_000 + ": 1", "token_" * 16_000 + ": [REDACTED:secret_assignment]"),
             ("(a=b" + "b(" * 50_000 + ")", None),
             ("(a=x" + "):" * 50_000, None),
             ("(A=" * 30_000 + ")", "(A=[REDACTED:env])"),

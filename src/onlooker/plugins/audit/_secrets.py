@@ -180,10 +180,13 @@ def _redact_env_value(match: re.Match[str]) -> str:
 
 # A name that holds a secret, inside an assignment: password, db_password,
 # "api_key", clientSecret, accessToken ... (not max_tokens, token_count).
+# The whole run of name characters, holding a secret word somewhere: looked for
+# ahead, then the run taken at once (never split again at each secret word of a
+# name made of many: "token_token_...").
 _SECRET_NAME = (
-    r"[A-Za-z0-9_.-]*(?i:pass(?:word|wd|phrase)|secret|api[_-]?key|access[_-]?key"
-    r"|private[_-]?key|credentials?|token(?![a-z]|_(?:count|usage|limit|budget|type)))"
-    r"[A-Za-z0-9_.-]*"
+    r"(?=[A-Za-z0-9_.-]*?(?i:pass(?:word|wd|phrase)|secret|api[_-]?key|access[_-]?key"
+    r"|private[_-]?key|credentials?|token(?![a-z]|_(?:count|usage|limit|budget|type))))"
+    r"[A-Za-z0-9_.-]++"
 )
 # What is assigned is not a secret when it is code or a placeholder: a call,
 # an index, an attribute chain, a variable reference, a type, a literal.
