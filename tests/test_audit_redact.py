@@ -201,6 +201,24 @@ class TestShapes:
     @pytest.mark.parametrize(
         ("text", "expected"),
         [
+            ("password: Xk9(2)aZ!", "password: [REDACTED:secret_assignment]"),
+            (
+                "  password: p@(ss)w0rd\n  user: bob",
+                "  password: [REDACTED:secret_assignment]\n  user: bob",
+            ),
+            ("token: get_token()", "token: get_token()"),  # a call: code
+            ('{"password": make(1)}', '{"password": make(1)}'),
+            ("credentials: Mapping[str, str]", "credentials: Mapping[str, str]"),  # a type
+        ],
+    )
+    def test_a_yaml_value_with_brackets_is_one_value(
+        self, redactor: Redactor, text: str, expected: str
+    ) -> None:
+        assert redactor.redact_text(text) == expected
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
             ("mysql_pwd=p@(ss)w0rd mysql -u root", "mysql_pwd=[REDACTED:env] mysql -u root"),
             ("password=ab`cd make", "password=[REDACTED:env] make"),
             ("api_token=x!(y)z curl x", "api_token=[REDACTED:env] curl x"),

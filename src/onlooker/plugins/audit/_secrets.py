@@ -197,20 +197,29 @@ _NOT_A_VALUE = (
 )
 _QUOTED = r"\"(?P<dq>(?:[^\"\\\n]|\\.)+)\"|'(?P<sq>(?:[^'\\\n]|\\.)+)'"
 _BARE = _NOT_A_VALUE + r"[^\s,;'\"`(){}\[\]#]+(?![(\[.\w])"
+# After YAML's `: `, a value with round brackets in it (Xk9(2)aZ!, p@(ss)w0rd) is
+# one value, unless it is a call and nothing more (make_password(8)).
+_BRACKETED = (
+    _NOT_A_VALUE + r"(?=[^\s,;'\"`#]*[()])(?![A-Za-z_][\w.]*\([^\s)]*\)(?:[\s,;#)\]}]|$))"
+    r"[^\s,;'\"`#\[\]{}]++(?<!:)"  # not up to the next name's `:`
+)
 # The operator: a tight `=` (.env, shell, keyword arguments) or YAML's `: `
 # before any value; with spaces around (code), only before a quoted value.
 _SECRET_ASSIGNMENT = (
     # A name starts after a character no name holds: scanning from inside one (each "-" of
     # "a-a-...-token") would read it again from every such start, in quadratic time.
     r"(?<![A-Za-z0-9_.-])[\"']?" + _SECRET_NAME + r"[\"']?"
-    r"(?:=|:[ \t]+|[ \t]*(?::=|=>|[:=])[ \t]*(?=[\"']))"
-    r"(?:" + _QUOTED + r"|(?P<bare>" + _BARE + r"))"
+    r"(?::[ \t]+(?P<bracketed>" + _BRACKETED + r")"
+    r"|(?:=|:[ \t]+|[ \t]*(?::=|=>|[:=])[ \t]*(?=[\"']))"
+    r"(?:" + _QUOTED + r"|(?P<bare>" + _BARE + r")))"
 )
 
 
 def _redact_assignment(match: re.Match[str]) -> str:
     """The assignment with its value (inside its quotes, when quoted) replaced."""
-    group = next(name for name in ("dq", "sq", "bare") if match.group(name) is not None)
+    group = next(
+        name for name in ("dq", "sq", "bare", "bracketed") if match.group(name) is not None
+    )
     start, end = match.start(group) - match.start(), match.end(group) - match.start()
     whole = match.group(0)
     return whole[:start] + marker("secret_assignment") + whole[end:]
