@@ -214,9 +214,7 @@ def execution_node(conn: Connection, execution_id: str) -> Node | None:
         for row in _read.fetch(conn, query, tool_calls):
             duration = row["duration_ms"]
             if duration is not None and not isinstance(duration, int | float):  # SQLite text
-                what = f"tool call {row['tool_call_id']!r}"
-                problem = f"duration_ms is not a number: {duration!r}"
-                raise _read.corrupt(what, row["execution_id"], problem)
+                raise _read.not_a_duration(row["tool_call_id"], row["execution_id"], duration)
             status, error = row["status"] or "running", _error(row["error"])
             call = Call(**{**row, "status": status, "error": error})
             nodes[call.execution_id].calls.append(call)

@@ -36,6 +36,7 @@ __all__ = [
     "execution_tree",
     "fetch",
     "list_executions",
+    "not_a_duration",
     "stats",
     "validated",
 ]
@@ -428,5 +429,10 @@ def _durations_are_numbers(conn: Connection, finished: list[sa.ColumnElement[boo
     found = conn.execute(query.limit(1)).first()
     if found is not None:
         call_id, execution_id, value = found
-        what = f"tool call {call_id!r}"
-        raise corrupt(what, execution_id, f"duration_ms is not a number: {value!r}")
+        raise not_a_duration(call_id, execution_id, value)
+
+
+def not_a_duration(tool_call_id: str, execution_id: str, value: object) -> HistoryError:
+    """:func:`corrupt` for a tool call whose ``duration_ms`` a hand edit made text (SQLite)."""
+    what = f"tool call {tool_call_id!r}"
+    return corrupt(what, execution_id, f"duration_ms is not a number: {value!r}")
