@@ -672,3 +672,60 @@ async def test_a_block_raised_inside_a_tool_fails_that_tool_it_does_not_block_it
         ("echo", "blocked"),
         ("relay", "failed"),
     ]
+
+
+class TestLateAsyncHooks:
+    """An async hook is cancelled at its timeout; one that outlives the cancellation is late."""
+
+    async def test_async_pre_hook_that_outlives_its_cancellation_still_blocks(self) -> None:
+        """A hook shielded from the timeout's cancellation, or one that catches it and
+        returns, is late all the same: the call is blocked, the tool never runs."""
+
+        async def shielded(use: ToolUseContext) -> None:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.1)
+
+        async def swallowing(use: ToolUseContext) -> PreHookResult:
+            try:
+                await anyio.sleep(5)
+            except anyio.get_cancelled_exc_class():
+                pass  # a hook that must not do this, and does
+            return PreHookResult()
+
+        caught: list[ToolBlockedError] = []
+
+        async def program(ctx: ExecutionContext) -> None:
+            for _ in range(2):
+                try:
+                    await ctx.call("echo", text="x")
+                except ToolBlockedError as exc:
+                    caught.append(exc)
+
+        for hook in (shielded, swallowing):
+            caught.clear()
+            result, recorder = await run(
+                program, tools=TOOLS, hooks=[HookMatcher(pre=[hook], timeout=0.01)]
+            )
+            assert result.status == "completed" and ran == []
+            assert len(caught) == 2 and all("timed out" in str(exc) for exc in caught)
+            assert [event.status for event in finished(recorder)] == ["blocked", "blocked"]
+
+    async def test_late_async_post_hook_leaves_the_output(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        async def shielded(use: ToolUseContext, output: Any) -> PostHookResult:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.1)
+            return PostHookResult(modified_output="rewritten", metadata={"late": True})
+
+        async def program(ctx: ExecutionContext) -> Any:
+            return await ctx.call("echo", text="intact")
+
+        with caplog.at_level(logging.ERROR, logger="onlooker"):
+            result, recorder = await run(
+                program, tools=TOOLS, hooks=[HookMatcher(post=[shielded], timeout=0.01)]
+            )
+        assert result.value == "intact"
+        (event,) = finished(recorder)
+        assert event.result == "intact" and event.metadata == {}
+        assert any("shielded" in record.getMessage() for record in caplog.records)

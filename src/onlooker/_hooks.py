@@ -377,18 +377,21 @@ _RESULT_TYPES: Final = (PreHookResult, PostHookResult)
 
 
 async def _call_hook(hook: Callable[..., Any], timeout: float, is_async: bool, *args: Any) -> Any:  # noqa: ASYNC109  # per-matcher timeout
+    began = perf_counter()
     if is_async:
         with anyio.fail_after(timeout):
-            return await hook(*args)
-    began = perf_counter()
-    decision = hook(*args)
-    if (
-        decision is not None
-        and type(decision) not in _RESULT_TYPES
-        and inspect.isawaitable(decision)  # a sync callable that returned an awaitable
-    ):
-        with anyio.fail_after(max(timeout - (perf_counter() - began), 0.0)):
-            decision = await decision
+            decision = await hook(*args)
+    else:
+        decision = hook(*args)
+        if (
+            decision is not None
+            and type(decision) not in _RESULT_TYPES
+            and inspect.isawaitable(decision)  # a sync callable that returned an awaitable
+        ):
+            with anyio.fail_after(max(timeout - (perf_counter() - began), 0.0)):
+                decision = await decision
+    # Late all the same: a sync hook cannot be interrupted, and an async one may have
+    # shielded itself from the cancellation, or caught it and returned.
     if perf_counter() - began > timeout:
         raise TimeoutError(f"hook took longer than {timeout}s")
     return decision
