@@ -1604,6 +1604,39 @@ class TestIdsAndLateUse:
         well_formed(recorder.events)
         assert [e.kind for e in recorder.events].count("ExecutionStarted") == 1
 
+    async def test_the_id_of_a_native_execution_is_taken_too(self) -> None:
+        """An inline root, a child (of an inline or a detached run), running or just
+        finished: one id names one execution, whoever runs it."""
+        ids: list[str] = []
+
+        async def child(ctx: ExecutionContext) -> None:
+            ids.append(ctx.execution_id)
+            await clash(ctx.execution_id)
+
+        async def clash(execution_id: str) -> None:
+            with records_nothing(recorder), pytest.raises(TrackingError, match="already used"):
+                await engine.track("clash", execution_id=execution_id).start()
+
+        async def program(ctx: ExecutionContext) -> None:
+            ids.append(ctx.execution_id)
+            await clash(ctx.execution_id)
+            await ctx.spawn(child)
+            await ctx.elicit("go on?")
+
+        async with ExecutionEngine() as engine:
+            recorder = record(engine)
+            await engine.execute(program)
+            outcome = await engine.execute_with_pause(program)
+            assert isinstance(outcome, onlooker.PausedExecution)
+            await engine.resume(outcome.execution_id, onlooker.InteractionResponse.decline())
+            assert len(ids) == 4
+            for execution_id in ids:
+                with records_nothing(recorder), pytest.raises(TrackingError, match="finished"):
+                    await engine.track("late", execution_id=execution_id).start()
+        well_formed(recorder.events)
+        starts = [e.execution_id for e in recorder.of(onlooker.ExecutionStarted)]
+        assert sorted(starts) == sorted(ids)
+
     async def test_a_cancelled_tool_started_keeps_its_id_taken(self) -> None:
         async def slow(use: ToolUseContext) -> None:
             await anyio.sleep(10)

@@ -40,7 +40,7 @@ from ._run import RunState
 from ._scope import _observers
 from ._tools import Tool, ToolDeclaration, ToolRegistry
 from ._tracked import TrackedExecution
-from ._tracking import TrackedRuns, track
+from ._tracking import ExecutionIds, TrackedRuns, track
 from ._triggers import as_owner, as_trigger
 
 __all__ = ["ExecutionEngine"]
@@ -114,7 +114,9 @@ class ExecutionEngine:
         """The engine's event bus: subscribe observers, or use ``bus.events`` with Rx."""
         self._runtime = Runtime(self.bus, self._tools, HookPlans(self._own_hooks), self.extension)
         self._extensions: dict[str, Any] = {}
-        self._spawn = child_runner(self._runtime)
+        # The ids of inline roots and of every child: detached and tracked runs keep their own.
+        self._native = ExecutionIds(keep_closed=keep_results)
+        self._spawn = child_runner(self._runtime, self._native)
         self._detached = DetachedRuns(self._runtime, self._spawn, keep_results=keep_results)
         self._tracked = TrackedRuns(keep_closed=keep_results)
         # inline executions running: closing cancels them
@@ -355,6 +357,7 @@ class ExecutionEngine:
         interrupted: ErrorInfo | None = None
         with anyio.CancelScope() as closing:  # cancelled only by the engine's close
             self._inline.add(closing)
+            self._native.opened(run.root_id)
             try:
                 return await run_execution(
                     self._runtime,
@@ -371,6 +374,7 @@ class ExecutionEngine:
                 interrupted = error_info(exc)
                 raise
             finally:
+                self._native.closed(run.root_id)
                 self._inline.discard(closing)
                 if not self._inline and self._inline_gone is not None:
                     self._inline_gone.set()
@@ -472,9 +476,10 @@ class ExecutionEngine:
 
     def _check_free(self, execution_id: str) -> None:
         """An execution id names one execution: not one running, nor one recently finished."""
-        if self._tracked.is_open(execution_id) or self._detached.is_open(execution_id):
+        runs = (self._tracked, self._detached, self._native)
+        if any(ids.is_open(execution_id) for ids in runs):
             problem = "is already used by a running execution"
-        elif self._tracked.has_finished(execution_id) or self._detached.has_finished(execution_id):
+        elif any(ids.has_finished(execution_id) for ids in runs):
             problem = "was used by an execution that has finished"
         else:
             return

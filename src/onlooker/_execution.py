@@ -22,6 +22,7 @@ from ._lifecycle import Runtime
 from ._results import ExecutionResult, error_info
 from ._run import RunState
 from ._scope import _attribution
+from ._tracking import ExecutionIds
 
 __all__ = ["child_runner", "root_attribution", "run_execution"]
 
@@ -102,8 +103,9 @@ def _enter(ctx: ExecutionContext, attribution: Attribution, *, own_task: bool) -
     return None
 
 
-def child_runner(runtime: Runtime) -> Spawn:
-    """The ``Spawn`` with which the executions of ``runtime`` run children (``ctx.spawn``)."""
+def child_runner(runtime: Runtime, ids: ExecutionIds) -> Spawn:
+    """The ``Spawn`` with which the executions of ``runtime`` run children (``ctx.spawn``);
+    ``ids`` holds the children's ids while they run, and a while after."""
 
     async def spawn(
         program: Program[Any],
@@ -112,9 +114,22 @@ def child_runner(runtime: Runtime) -> Spawn:
         trigger: Trigger,
         input: JsonValue,
     ) -> ExecutionResult[Any]:
-        return await run_execution(
-            runtime, spawn, program, run, new_id(), attribution, trigger, owner=None, input=input
-        )
+        execution_id = new_id()
+        ids.opened(execution_id)
+        try:
+            return await run_execution(
+                runtime,
+                spawn,
+                program,
+                run,
+                execution_id,
+                attribution,
+                trigger,
+                owner=None,
+                input=input,
+            )
+        finally:
+            ids.closed(execution_id)
 
     return spawn
 

@@ -14,11 +14,45 @@ from ._tracked import EngineCallback, TrackedExecution
 from ._tracked_checks import given_id, program_name
 from ._triggers import as_owner, as_trigger
 
-__all__ = ["TrackedRuns", "track"]
+__all__ = ["ExecutionIds", "TrackedRuns", "track"]
 
 ENGINE_CLOSED: Final = ErrorInfo(
     type="EngineClosed", message="the engine closed while the execution was open", cause="interrupt"
 )
+
+
+@final
+class ExecutionIds:
+    """The ids of some executions: those running, and the last ``keep_closed`` finished.
+
+    The engine refuses a tracked run an id among them: one id names one execution.
+    """
+
+    __slots__ = ("_closed", "_keep", "_open")
+
+    def __init__(self, *, keep_closed: int) -> None:
+        self._open: set[str] = set()
+        self._closed: OrderedDict[str, None] = OrderedDict()  # recent ones, not to reuse
+        self._keep = keep_closed
+
+    def is_open(self, execution_id: str) -> bool:
+        """Whether an execution with this id is running."""
+        return execution_id in self._open
+
+    def has_finished(self, execution_id: str) -> bool:
+        """Whether a recent execution with this id has finished."""
+        return execution_id in self._closed
+
+    def opened(self, execution_id: str) -> None:
+        """Execution ``execution_id`` is starting."""
+        self._open.add(execution_id)
+
+    def closed(self, execution_id: str) -> None:
+        """Execution ``execution_id`` has finished: its id stays taken a while."""
+        self._open.discard(execution_id)
+        self._closed[execution_id] = None
+        while len(self._closed) > self._keep:
+            self._closed.popitem(last=False)
 
 
 @final
@@ -29,35 +63,30 @@ class TrackedRuns:
     children), and refuses to reuse an open or recently closed id.
     """
 
-    __slots__ = ("_closed", "_keep", "_open", "_roots")
+    __slots__ = ("_ids", "_roots")
 
     def __init__(self, *, keep_closed: int) -> None:
-        self._open: set[str] = set()
+        self._ids = ExecutionIds(keep_closed=keep_closed)
         self._roots: dict[str, TrackedExecution] = {}
-        self._closed: OrderedDict[str, None] = OrderedDict()  # recent ones, not to reuse
-        self._keep = keep_closed
 
     def is_open(self, execution_id: str) -> bool:
         """Whether a tracked execution with this id is running."""
-        return execution_id in self._open
+        return self._ids.is_open(execution_id)
 
     def has_finished(self, execution_id: str) -> bool:
         """Whether a recent tracked execution with this id has finished."""
-        return execution_id in self._closed
+        return self._ids.has_finished(execution_id)
 
     def opened(self, run: TrackedExecution) -> None:
         """``run`` is starting (its id was checked free)."""
-        self._open.add(run.execution_id)
+        self._ids.opened(run.execution_id)
         if run.parent is None:
             self._roots[run.execution_id] = run
 
     def closed(self, run: TrackedExecution) -> None:
         """``run`` has finished: its id stays taken while among the last ``keep_closed``."""
-        self._open.discard(run.execution_id)
+        self._ids.closed(run.execution_id)
         self._roots.pop(run.execution_id, None)
-        self._closed[run.execution_id] = None
-        while len(self._closed) > self._keep:
-            self._closed.popitem(last=False)
 
     def close_all(self) -> None:
         """The engine is closing: finish every open root (so its children) ``cancelled``.
