@@ -1721,6 +1721,29 @@ class TestErrorsOfRunsAndCalls:
         error = recorder.of(ExecutionFinished)[0].error
         assert error is not None and error.cause == "failure"
 
+    async def test_a_question_that_fails_expires_or_is_cancelled_carries_an_error(self) -> None:
+        async with ExecutionEngine() as engine:
+            recorder = record(engine)
+            async with engine.track("bot") as run:
+                for status in ("failed", "expired", "cancelled"):
+                    iid = await run.interaction_started("Deploy?")
+                    await run.interaction_resolved(iid, status)
+                iid = await run.interaction_started("Deploy?")
+                await run.interaction_resolved(iid, "failed", error=RuntimeError("prompt broke"))
+                iid = await run.interaction_started("Deploy?")
+                with pytest.raises(ValueError, match="accepted"), records_nothing(recorder):
+                    await run.interaction_resolved(iid, "accepted", error="no")
+                await run.interaction_resolved(iid, "accepted", response={"ok": True})
+        errors = [(e.status, e.error) for e in recorder.of(InteractionResolved)]
+        assert [(status, error and (error.type, error.cause)) for status, error in errors] == [
+            ("failed", ("Error", "failure")),
+            ("expired", ("Error", "interrupt")),
+            ("cancelled", ("Error", "interrupt")),
+            ("failed", ("RuntimeError", "defect")),
+            ("accepted", None),
+        ]
+        assert errors[1][1] is not None and errors[1][1].message == "the interaction expired"
+
     async def test_mutating_must_be_a_bool(self) -> None:
         async with ExecutionEngine() as engine:
             recorder = record(engine)

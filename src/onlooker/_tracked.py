@@ -340,12 +340,20 @@ class TrackedExecution:
         interaction_id: str,
         status: InteractionStatus,
         response: object = None,
+        *,
+        error: BaseException | str | ErrorInfo | None = None,
     ) -> None:
-        """Close a question: ``accepted``, ``declined``, ``cancelled``, ``expired`` or ``failed``."""
+        """Close a question: ``accepted``, ``declined``, ``cancelled``, ``expired`` or ``failed``.
+
+        ``error`` (an exception, a message or an ``ErrorInfo``) says why it
+        failed, expired or was cancelled; without one, an ``ErrorInfo``
+        naming the status is recorded. An answered question has none.
+        """
         check_status(status, _INTERACTION_STATUSES)
+        info = final_error(status, error, "interaction")
         if self._state == "finished" and self._questions.knows(interaction_id):
             self._require_running("resolve a question", interaction_id=interaction_id)
-        self._questions.resolve(interaction_id, status, response)
+        self._questions.resolve(interaction_id, status, response, info)
 
     # -- children ---------------------------------------------------------------------
 

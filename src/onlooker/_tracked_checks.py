@@ -10,7 +10,7 @@ from collections.abc import Collection, Mapping
 from typing import Any, Final
 
 from ._errors import ToolInputError
-from ._events import ErrorCause, ErrorInfo, ExecutionStatus, new_id
+from ._events import ErrorCause, ErrorInfo, ExecutionStatus, InteractionStatus, new_id
 from ._results import error_info
 
 __all__ = [
@@ -66,14 +66,19 @@ _CAUSES: Final[dict[str, ErrorCause]] = {
 
 
 def final_error(
-    status: ExecutionStatus, error: BaseException | str | ErrorInfo | None
+    status: ExecutionStatus | InteractionStatus,
+    error: BaseException | str | ErrorInfo | None,
+    what: str = "execution",
 ) -> ErrorInfo | None:
-    """The error of a tracked execution that ends ``status``: the one given, or one naming it."""
+    """The error of a tracked execution (or question: ``what``) that ends ``status``: the
+    one given, or one naming the status; none for an ending that is not a failure."""
+    if status not in _CAUSES:  # completed, accepted, declined
+        if error is not None:
+            raise ValueError(f"a {status} {what} has no error")
+        return None
     if error is not None:
         return as_error_info(error, "Error")
-    if status == "completed":
-        return None
-    return ErrorInfo(type="Error", message=f"the execution {status}", cause=_CAUSES[status])
+    return ErrorInfo(type="Error", message=f"the {what} {status}", cause=_CAUSES[status])
 
 
 def check_status(status: object, statuses: Collection[str]) -> None:

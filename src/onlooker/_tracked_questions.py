@@ -7,7 +7,7 @@ from typing import Any, final
 
 from ._emitter import Emitter
 from ._errors import TrackingError
-from ._events import InteractionStatus
+from ._events import ErrorInfo, InteractionStatus
 from ._lifecycle import CANCELLED
 from ._tracked_checks import given_id
 
@@ -50,7 +50,13 @@ class TrackedQuestions:
         )
         return interaction_id
 
-    def resolve(self, interaction_id: str, status: InteractionStatus, response: object) -> None:
+    def resolve(
+        self,
+        interaction_id: str,
+        status: InteractionStatus,
+        response: object,
+        error: ErrorInfo | None,
+    ) -> None:
         """Close an open question (``InteractionResolved``); the caller checked ``status``."""
         still_open = self._open.get(interaction_id)
         execution_id = self._emitter.execution_id
@@ -68,7 +74,7 @@ class TrackedQuestions:
             )
         self._open[interaction_id] = False
         self._emitter.interaction_resolved(
-            interaction_id=interaction_id, status=status, response=response, error=None
+            interaction_id=interaction_id, status=status, response=response, error=error
         )
 
     def cancel_all(self) -> None:
