@@ -666,6 +666,47 @@ class TestTypedHookInputs:
         assert after.execution_id not in executions
         check_stream(recorded.recorder.events)
 
+    async def test_a_sibling_whose_pre_hooks_ran_during_the_abort_gets_the_abort_answer(
+        self, tmp_path: Path, check_stream: Check
+    ) -> None:
+        """The SDK answers parallel PreToolUse requests concurrently: a sibling still in its
+        pre-hooks when another call ABORTs gets the same deny, and stops the turn too."""
+        aborted = anyio.Event()
+
+        async def waits_for_the_abort(use: ToolUseContext) -> None:
+            await aborted.wait()
+
+        def abort_now(use: ToolUseContext) -> PreHookResult:
+            aborted.set()
+            return abort(use)
+
+        slow = HookMatcher(pattern="Write", pre=(waits_for_the_abort,))
+        kill = HookMatcher(pattern="Bash", pre=(abort_now,))
+        answers: dict[str, HookJSONOutput] = {}
+        async with engine_for(tmp_path, [slow, kill]) as recorded:
+            sdk = Sdk(hooks(recorded.engine))
+            await sdk.send(prompt("clean up"))
+
+            async def ask(tool: str, args: dict[str, Any], tool_use_id: str) -> None:
+                answers[tool] = await sdk.send(pre(tool, args, tool_use_id))
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(ask, "Write", NOTES, "toolu_1")
+                await anyio.sleep(0.01)  # the Write call waits in its pre-hook
+                group.start_soon(ask, "Bash", RM, "toolu_2")
+        reason = "onlooker refused this Write call: the run was aborted (kill switch)"
+        assert answers["Write"] == {
+            "continue_": False,
+            "stopReason": reason,
+            "hookSpecificOutput": {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": "deny",
+                "permissionDecisionReason": reason,
+            },
+        }
+        assert answers["Bash"].get("continue_") is False
+        check_stream(recorded.recorder.events)
+
     async def test_an_interrupted_tool_is_cancelled_and_skip_is_a_deny(
         self, tmp_path: Path, check_stream: Check
     ) -> None:

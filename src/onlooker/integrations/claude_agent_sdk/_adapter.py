@@ -243,8 +243,7 @@ class Adapter:
         tool, args = data["tool_name"], data["tool_input"]
         aborted = self._aborted(session_id)
         if aborted is not None:
-            reason = f"onlooker refused this {tool} call: the run was aborted ({aborted})"
-            return _refusal(reason, stop=True)
+            return _after_abort(tool, aborted)
         turn = await self._owner_of(
             session_id, data.get("agent_id"), data.get("agent_type"), data.get("prompt_id")
         )
@@ -256,6 +255,8 @@ class Adapter:
                     await self._abort(turn, call.reason or "refused by a hook")
                 except Exception:  # the refusal is sent whatever happens to the record
                     logger.exception("onlooker could not finish the aborted turn")
+            elif (aborted := self._aborted(session_id)) is not None:
+                return _after_abort(tool, aborted)  # a parallel sibling's ABORT, meanwhile
             return refusal
         self._calls[session_id, tool_use_id] = call, turn
         if tool in AGENT_TOOLS:  # the sub-agent gets what the pre-hooks left
@@ -348,6 +349,11 @@ def _deny(call: TrackedToolCall) -> SyncHookJSONOutput:
     )
     reason = f"onlooker {verdict} this {call.tool} call: {call.reason or 'refused by a hook'}"
     return _refusal(reason, stop=call.action is HookAction.ABORT)
+
+
+def _after_abort(tool: str, aborted: str) -> SyncHookJSONOutput:
+    """The answer to every ``PreToolUse`` of a turn a hook's ABORT ended: deny, and stop."""
+    return _refusal(f"onlooker refused this {tool} call: the run was aborted ({aborted})", stop=True)
 
 
 def _refusal(reason: str, *, stop: bool) -> SyncHookJSONOutput:
