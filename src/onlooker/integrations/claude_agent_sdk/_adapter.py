@@ -353,7 +353,9 @@ def _deny(call: TrackedToolCall) -> SyncHookJSONOutput:
 
 def _after_abort(tool: str, aborted: str) -> SyncHookJSONOutput:
     """The answer to every ``PreToolUse`` of a turn a hook's ABORT ended: deny, and stop."""
-    return _refusal(f"onlooker refused this {tool} call: the run was aborted ({aborted})", stop=True)
+    return _refusal(
+        f"onlooker refused this {tool} call: the run was aborted ({aborted})", stop=True
+    )
 
 
 def _refusal(reason: str, *, stop: bool) -> SyncHookJSONOutput:
