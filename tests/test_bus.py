@@ -292,6 +292,22 @@ class TestRx:
         assert record.exc_info is not None and isinstance(record.exc_info[1], Boom)
         assert bus.statistics().errors_by_observer == {"bus.events#1": 1}
 
+    def test_a_pipeline_ending_in_retry_outlives_an_operator_error(self) -> None:
+        """concepts.md: ``ops.retry()`` subscribes the pipeline again to the live stream."""
+        bus = EventBus()
+        seen: list[int] = []
+
+        def picky(e: ExecutionEvent) -> int:
+            if e.seq == 1:
+                raise Boom("one bad event")
+            return e.seq
+
+        bus.events.pipe(ops.map(picky), ops.retry()).subscribe(seen.append)
+        for seq in range(4):
+            bus.emit(event(seq))
+        assert seen == [0, 2, 3]
+        assert bus.statistics().subscribers == 1
+
     def test_dispose_rx_subscription(self) -> None:
         bus = EventBus()
         seen: list[int] = []
