@@ -729,3 +729,35 @@ class TestLateAsyncHooks:
         (event,) = finished(recorder)
         assert event.result == "intact" and event.metadata == {}
         assert any("shielded" in record.getMessage() for record in caplog.records)
+
+
+class TestArgsOfRefusedCalls:
+    async def test_a_refused_call_records_the_validated_input_the_hooks_were_given(
+        self,
+    ) -> None:
+        """events.md: defaults filled in, values converted, an earlier hook's rewrite not
+        applied (the call never ran with it)."""
+
+        def rewrite(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(modified_input={**use.tool_input, "path": "/elsewhere"})
+
+        def refuse(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(action=HookAction.BLOCK)
+
+        async def program(ctx: ExecutionContext) -> None:
+            with contextlib.suppress(ToolBlockedError):
+                await ctx.call("write", path="a.md")
+            await ctx.call("add", a="1", b=2)
+
+        hooks = [
+            HookMatcher(pattern="write", pre=[rewrite, refuse]),
+            HookMatcher(pattern="add", pre=[pre(HookAction.SKIP, is_async=False)]),
+        ]
+        _, recorder = await run(program, tools=TOOLS, hooks=hooks)
+        started = recorder.of(ToolCallStarted)
+        assert [event.args for event in started] == [
+            {"path": "a.md", "content": ""},
+            {"a": 1, "b": 2},
+        ]
+        assert [event.status for event in finished(recorder)] == ["blocked", "skipped"]
+        assert ran == []
