@@ -220,6 +220,34 @@ class TestParseErrors:
             parse_event(raw)
         assert info.value.field == "kind"
 
+    @pytest.mark.parametrize(
+        ("field", "value"),
+        [
+            ("seq", True),
+            ("seq", "3"),
+            ("seq", 2.0),
+            ("seq", -1),
+            ("schema_version", onlooker.SCHEMA_VERSION + 1),
+            ("schema_version", 0),
+            ("schema_version", "1"),
+        ],
+    )
+    def test_mistyped_or_out_of_range_envelope(self, field: str, value: object) -> None:
+        """No lax conversion of a number (``True`` is not seq 1), and an event a newer
+        onlooker wrote is refused rather than misread."""
+        raw = valid_dict() | {field: value}
+        for given in (raw, json.dumps(raw)):
+            with pytest.raises(EventValidationError, match=field) as info:
+                parse_event(given)
+            assert info.value.field == field
+
+    def test_a_negative_depth_is_refused(self) -> None:
+        raw = valid_dict()
+        raw["attribution"] = {"depth": -1}
+        with pytest.raises(EventValidationError) as info:
+            parse_event(raw)
+        assert info.value.field == "attribution.depth"
+
     def test_no_kind(self) -> None:
         raw = valid_dict()
         del raw["kind"]

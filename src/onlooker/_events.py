@@ -107,7 +107,7 @@ class Attribution(BaseModel):
     phase: str | None = None
     parent_execution_id: str | None = None
     parent_tool_call_id: str | None = None
-    depth: int = 0
+    depth: Annotated[int, Field(ge=0, strict=True)] = 0
     intent_id: str | None = None
 
 
@@ -161,10 +161,11 @@ class _Envelope(BaseModel):
 
     event_id: str
     execution_id: str
-    seq: Annotated[int, Field(ge=0)]
+    seq: Annotated[int, Field(ge=0, strict=True)]
     at: Annotated[AwareDatetime, AfterValidator(_in_utc)]
     attribution: Attribution
-    schema_version: int = SCHEMA_VERSION
+    schema_version: Annotated[int, Field(ge=1, le=SCHEMA_VERSION, strict=True)] = SCHEMA_VERSION
+    """An event written by a newer onlooker (a higher version) is refused, not misread."""
 
 
 @final
