@@ -525,6 +525,41 @@ class TestCancellation:
         assert statuses == ["cancelled", "cancelled"]
         check_stream(recorder.events)
 
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio's Cancelled is never stray
+    async def test_a_stray_cancelled_error_fails_the_execution_and_stays_in(
+        self, check_stream: Check
+    ) -> None:
+        """A program that awaits a task it cancelled gets a CancelledError nobody meant for
+        it: the execution (and its child) failed, and the caller, not cancelled, gets a
+        result rather than a cancellation."""
+        import asyncio
+
+        async def child(ctx: ExecutionContext) -> None:
+            task = asyncio.ensure_future(asyncio.sleep(10))
+            await asyncio.sleep(0)
+            task.cancel()
+            await task
+
+        async def parent(ctx: ExecutionContext) -> str:
+            result = await ctx.spawn(child)
+            assert result.status == "failed"
+            raise asyncio.CancelledError  # by hand, as well
+
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=TOOLS) as engine:
+            with onlooker.observing(recorder):
+                result = await engine.execute(parent)
+            assert await engine.execute(_returns_one) is not None  # the caller goes on
+        assert result.status == "failed"
+        assert result.error is not None and result.error.cause == "defect"
+        assert "nothing cancelled it" in result.error.message
+        finished = recorder.of(ExecutionFinished)
+        assert [(e.status, e.error and e.error.type) for e in finished] == [
+            ("failed", "CancelledError"),
+            ("failed", "CancelledError"),
+        ]
+        check_stream(recorder.events)
+
 
 class TestObserverBaseException:
     async def test_stops_the_execution_before_the_tool_runs(self, check_stream: Check) -> None:

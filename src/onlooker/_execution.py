@@ -8,9 +8,10 @@ with the result it returns, whatever happens.
 
 from __future__ import annotations
 
+import asyncio
 from contextvars import Token
 from time import perf_counter
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from pydantic import JsonValue
 
@@ -64,11 +65,16 @@ async def run_execution(
                 await runtime.bus.wait_for_space()
             value = await program(ctx)
         except BaseException as exc:
+            stray = _stray_cancel(exc)
             result: ExecutionResult[T] = ExecutionResult(
-                execution_id, _failure_status(exc, run), None, _error_of(exc, run), _ms(began)
+                execution_id,
+                "failed" if stray else _failure_status(exc, run),
+                None,
+                _STRAY_CANCEL if stray else _error_of(exc, run),
+                _ms(began),
             )
             _finish(emitter, run, result)
-            if not isinstance(exc, Exception):
+            if not isinstance(exc, Exception) and not stray:
                 raise
             return result
         result = _returned(execution_id, value, run, began)
@@ -182,6 +188,26 @@ def _failure_status(exc: BaseException, run: RunState) -> ExecutionStatus:
     if run.expired and run.aborted is None:
         return "expired"
     return "failed"
+
+
+def _stray_cancel(exc: BaseException) -> bool:
+    """An asyncio ``CancelledError`` while nothing cancels this task: the program's own
+    fault (it awaited a task it had cancelled), not a cancellation to pass on."""
+    if not isinstance(exc, asyncio.CancelledError):
+        return False
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # raised by hand under trio, where there is no asyncio task
+        return False
+    return task is not None and task.cancelling() == 0
+
+
+_STRAY_CANCEL: Final = ErrorInfo(
+    type="CancelledError",
+    message="the program raised CancelledError, but nothing cancelled it "
+    "(did it await a task it had cancelled?)",
+    cause="defect",
+)
 
 
 def _error_of(exc: BaseException, run: RunState) -> ErrorInfo:
