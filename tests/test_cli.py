@@ -45,6 +45,15 @@ async def main(ctx: onlooker.ExecutionContext) -> None:
     await ctx.call(explode, reason="boom")
 '''
 
+ASK_JSON = """
+from onlooker import ExecutionContext
+
+
+async def main(ctx: ExecutionContext) -> str:
+    answer = await ctx.elicit("Go on?")
+    return f"{answer.action} {answer.content}"
+"""
+
 BRACKETS = """
 async def main(ctx):
     return "[/] and [bold]kept[/bold]"
@@ -303,6 +312,17 @@ class TestRun:
         )
         assert result.exit_code == 0, result.output
         assert "report written" in result.stdout
+
+    def test_enter_at_an_interactive_prompt_takes_its_default(self, workdir: Path) -> None:
+        """cli.md: Enter answers "Answer it?" (default yes), and Enter at the JSON prompt
+        gives its default ``{}``."""
+        (workdir / "ask.py").write_text(ASK_JSON)
+        result = runner.invoke(
+            app, ["run", "ask.py", "--interactive", "--no-audit", "--json"], input="\n\n"
+        )
+        assert result.exit_code == 0, result.output
+        assert "Please enter" not in result.stdout and "not JSON" not in result.stdout
+        assert '"result": "accept {}"' in result.stdout
 
     def test_the_result_and_the_paths_are_text_not_markup(self, workdir: Path) -> None:
         (workdir / "brackets.py").write_text(BRACKETS)

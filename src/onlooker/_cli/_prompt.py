@@ -57,6 +57,8 @@ class StdinLines:
                 self._reader.start()
 
     def readline(self) -> str:
+        """The next line without its line ending: an empty answer is ``""``, which rich's
+        prompts read as "take the default" (with the newline, they read it as an answer)."""
         turn = getattr(self._mine, "turn", None)
         with self._ready:
             while not self._lines and not self._ended and self._turn == turn:
@@ -64,7 +66,7 @@ class StdinLines:
             if self._turn != turn:
                 raise GaveUp("another question took the input")
             if self._lines:
-                return self._lines.popleft()
+                return self._lines.popleft().rstrip("\r\n")
         raise EOFError("end of input")
 
     def _read(self) -> None:
