@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -459,6 +460,25 @@ class TestUnreachable:
 
         assert mask_url("postgresql://u:a+b/c==@h:5432/db") == "postgresql://u:***@h:5432/db"
         assert mask_url("sqlite:////tmp/a:b@c/h.db") == "sqlite:////tmp/a:b@c/h.db"
+
+    async def test_a_short_password_does_not_garble_the_message(self) -> None:
+        """Hidden where it stands alone, not inside the driver's words ("refu***ed")."""
+        url = "postgresql+psycopg://alice:s@127.0.0.1:1/nodb"
+        with pytest.raises(onlooker.HistoryError) as info:
+            async with history.open(url):
+                pass
+        message = str(info.value)
+        assert "alice:***@127.0.0.1:1/nodb" in message
+        assert "Connection refused" in message and "***erver" not in message
+
+    def test_a_password_is_hidden_wherever_it_stands_alone(self) -> None:
+        from onlooker.plugins.history._db import _alone
+
+        for password in ("s", "-x-", "p@ss word", "a.b"):
+            text = f"pw {password} ({password}) x{password}y"
+            hidden = re.sub(_alone(password), "***", text)
+            assert hidden.startswith("pw *** (***)"), (password, hidden)
+        assert re.sub(_alone("-x-"), "***", "a-x-b") == "a***b"  # its own ends bound it
 
     async def test_engine_start_fails_with_a_history_error(self) -> None:
         plugin = history.plugin("postgresql://bob:hunter2@127.0.0.1:1/x")

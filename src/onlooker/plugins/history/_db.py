@@ -286,7 +286,7 @@ class Database:
         message = str(exc).strip()
         password = self.url.password
         if password:
-            message = message.replace(str(password), "***")
+            message = re.sub(_alone(str(password)), "***", message)
         return message
 
     def write(self, batch: Sequence[Stored]) -> int:
@@ -401,6 +401,15 @@ class Database:
         self.engine.dispose()
         if self._writes is not self.engine:
             self._writes.dispose()
+
+
+def _alone(text: str) -> str:
+    """A pattern finding ``text`` where it is not part of a longer word: a password "s"
+    must not make "Connection refu***ed" (where it starts or ends with a letter or digit,
+    a letter or digit next to it is another word)."""
+    before = "(?<![A-Za-z0-9])" if text[:1].isalnum() else ""
+    after = "(?![A-Za-z0-9])" if text[-1:].isalnum() else ""
+    return f"{before}{re.escape(text)}{after}"
 
 
 def _is_race(exc: OperationalError) -> bool:
