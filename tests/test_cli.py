@@ -45,6 +45,14 @@ async def main(ctx: onlooker.ExecutionContext) -> None:
     await ctx.call(explode, reason="boom")
 '''
 
+FLOATS = """
+from onlooker import ExecutionContext
+
+
+async def main(ctx: ExecutionContext) -> dict[str, float]:
+    return {"ratio": float("nan"), "max": float("inf"), "n": 1.5}
+"""
+
 ASK_JSON = """
 from onlooker import ExecutionContext
 
@@ -323,6 +331,24 @@ class TestRun:
         assert result.exit_code == 0, result.output
         assert "Please enter" not in result.stdout and "not JSON" not in result.stdout
         assert '"result": "accept {}"' in result.stdout
+
+    def test_json_output_is_json_with_nan_and_infinity_as_null(self, workdir: Path) -> None:
+        (workdir / "floats.py").write_text(FLOATS)
+        result = invoke("run", "floats.py", "--quiet", "--no-audit", "--json")
+        assert result.exit_code == 0, result.output
+
+        def refuse(constant: str) -> None:
+            raise ValueError(f"not JSON: {constant}")
+
+        outcome = json.loads(result.stdout, parse_constant=refuse)
+        assert outcome["result"] == {"ratio": None, "max": None, "n": 1.5}
+
+    def test_no_verify_hint_for_a_trail_never_written(self, workdir: Path) -> None:
+        (workdir / "floats.py").write_text(FLOATS)
+        (workdir / "aud" / "s" / "events.jsonl").mkdir(parents=True)  # where the file must go
+        result = invoke("run", "floats.py", "--quiet", "--audit-dir", "aud", "--session", "s")
+        assert "audit verify" not in result.stdout
+        assert "audit:   no trail was written" in result.stdout
 
     def test_the_result_and_the_paths_are_text_not_markup(self, workdir: Path) -> None:
         (workdir / "brackets.py").write_text(BRACKETS)

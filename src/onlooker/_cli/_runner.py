@@ -18,6 +18,7 @@ from rich.text import Text
 
 import onlooker
 from onlooker import Elicitation, ExecutionEvent, InteractionResponse
+from onlooker._events import snapshot
 from onlooker.plugins.history._db import mask_url
 
 from ._common import stderr, stdout
@@ -104,12 +105,18 @@ async def _print_tree(
         markup=False,
         soft_wrap=True,  # a command to copy: never broken across lines
     )
-    if trail_path is not None:
+    if trail_path is not None and _holds_a_trail(trail_path):
         stdout.print(
             f"audit:   onlooker audit verify {shlex.quote(str(trail_path))}",
             markup=False,
             soft_wrap=True,
         )
+    elif trail_path is not None:  # the errors above said why
+        stdout.print("audit:   no trail was written")
+
+
+def _holds_a_trail(session_dir: Path) -> bool:
+    return any(file.is_file() for file in session_dir.glob("events*.jsonl"))
 
 
 def _ask_or_decline(question: Elicitation, lines: StdinLines) -> InteractionResponse:
@@ -159,7 +166,7 @@ def _print_json(
     outcome = {
         "execution_id": result.execution_id,
         "status": result.status,
-        "result": result.value,
+        "result": snapshot(result.value),  # as the event holds it: NaN and Infinity are null
         "error": None if result.error is None else result.error.model_dump(mode="json"),
         "summary": None if report is None else report.model_dump(mode="json"),
         "history": mask_url(url) if url else str(Path(".onlooker/history.db").resolve()),
