@@ -44,6 +44,7 @@ SHAPES: list[tuple[str, str, str]] = [
     ),
     ("url_credentials", "git clone https://bob:hunter2pw@git.example.com/r.git", "hunter2pw"),
     ("url_credentials", "postgres://admin:s3cretpw@db:5432/app", "s3cretpw"),
+    ("url_credentials", "postgresql://u:a+b/c9Zq==@db:5432/app", "a+b/c9Zq=="),  # base64
     ("env", "API_TOKEN=tok_live_123 DEBUG=1 python run.py", "tok_live_123"),
     ("env", "cd app && DB_PASS='pa ss' make deploy", "pa ss"),
     ("env", "export SIGNING_SEED=zq9zq9zq9", "zq9zq9zq9"),
@@ -82,6 +83,8 @@ class TestShapes:
             "the bearer shall receive the goods",
             "desk-organizer-for-the-office",
             "see https://example.com/a/b?x=1&y=2",
+            "pip install git+https://host.example:8443/org/pkg@v1.2",
+            "https://example.com/users/@me and mailto:a@b.c",
             "and/or 1/2 src/a.py ./b ../c",
             "max_tokens",
             "scikit-learn sk-short",
@@ -250,6 +253,10 @@ class TestShapes:
             ("`A=x" * 25_000 + ")", "`A=[REDACTED:env])"),
             ("(a=x)" * 20_000, None),
             ("a=b " * 25_000 + ",", "a=[REDACTED:env] " * 25_000 + ","),
+            # A URL after (or before) a long word: each letter began a scheme (7 s at 100 KB).
+            ("a" * 100_000 + "://u:p/w@h", "a" * 100_000 + "://[REDACTED:url_credentials]@h"),
+            ("x://" + "a" * 100_000, None),
+            ("a://b:c" * 14_000, None),  # a password stops where the next URL starts
         ],
     )
     def test_long_runs_of_flags_and_assignments(

@@ -266,7 +266,12 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     ),
     Rule(
         "url_credentials",
-        r"[A-Za-z][A-Za-z0-9+.-]*://(?P<secret>[^/\s:@\"']+:[^/\s@\"']+)@",
+        # The password may hold "/" (base64); a port before a path ("host:8080/a@b") is
+        # none. It never holds "://", where the next URL starts: each scan stops there.
+        # The scheme is taken from its start only: from inside a long run of letters, each
+        # start would scan the whole run again (quadratic time).
+        r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://"
+        r"(?P<secret>[^/\s:@\"']+:(?![0-9]+/)(?:[^\s@\"':/]|/|:(?!//))+)@",
         hints=["://"],
     ),
     # npm's per-registry credentials: //registry.example/:_authToken=...
