@@ -28,6 +28,7 @@ __all__ = [
     "parse_time",
     "stderr",
     "stdout",
+    "to_time",
 ]
 
 stdout: Final = Console(highlight=False)
@@ -110,21 +111,40 @@ def db_url(value: str | None) -> str | None:
     return f"sqlite:///{Path(value).resolve()}"
 
 
+def to_time(text: str, *, now: datetime | None = None) -> datetime:
+    """An ISO 8601 time (UTC if no zone) or an age like ``90m``, ``2d`` before ``now``.
+
+    The one parser of ``--since`` / ``--until`` and the UI's filters: a
+    :class:`ValueError` says why ``text`` is not a time the history can compare.
+    """
+    match = _RELATIVE.fullmatch(text.strip())
+    try:
+        if match:
+            moment = now if now is not None else datetime.now(UTC)
+            return moment - timedelta(**{_UNITS[match[2]]: float(match[1])})
+        moment = datetime.fromisoformat(text)
+        if moment.tzinfo is None:
+            return moment.replace(tzinfo=UTC)
+        moment.astimezone(UTC)  # times are stored in UTC: this one must have a UTC time
+        return moment
+    except OverflowError:
+        raise ValueError(
+            f"{text!r} is out of range: in UTC it falls outside years 1 to 9999"
+        ) from None
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is neither an ISO 8601 time (2025-06-01T12:00) nor an age (30m, 12h, 7d)"
+        ) from None
+
+
 def parse_time(value: str | None, option: str) -> datetime | None:
-    """``--since`` / ``--until``: an ISO 8601 time (UTC if no zone) or an age like ``90m``, ``2d``."""
+    """``--since`` / ``--until`` (see :func:`to_time`); a usage error naming ``option`` if bad."""
     if value is None:
         return None
-    match = _RELATIVE.fullmatch(value.strip())
-    if match:
-        amount, unit = float(match[1]), match[2]
-        return datetime.now(UTC) - timedelta(**{_UNITS[unit]: amount})
     try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise typer.BadParameter(
-            f"{value!r} is neither an ISO 8601 time nor an age like 30m, 12h, 7d", param_hint=option
-        ) from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+        return to_time(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
 
 
 @asynccontextmanager

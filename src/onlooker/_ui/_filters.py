@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Final
+
+from onlooker._cli._common import to_time
 
 from ._queries import EXECUTION_STATUSES, BadCursorError, ListFilters, decode_cursor
 
 __all__ = ["MAX_LIMIT", "BadRequest", "list_filters", "parse_time", "time_range"]
 
 MAX_LIMIT: Final = 500
-_AGE: Final = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
-_UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
 class BadRequest(ValueError):
@@ -29,18 +28,10 @@ def parse_time(value: str | None, name: str, *, now: datetime | None = None) -> 
     """An ISO 8601 time (UTC when it has no zone) or an age such as ``30m``, ``2d``."""
     if value is None:
         return None
-    match = _AGE.fullmatch(value)
-    if match:
-        moment = now if now is not None else datetime.now(UTC)
-        return moment - timedelta(**{_UNITS[match[2]]: float(match[1])})
     try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise BadRequest(
-            f"{name}={value!r} is neither an ISO 8601 time (2025-06-01T12:00) "
-            "nor an age (30m, 12h, 7d)"
-        ) from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+        return to_time(value, now=now)
+    except ValueError as exc:
+        raise BadRequest(f"{name}={exc}") from None
 
 
 def time_range(params: Mapping[str, str]) -> tuple[datetime | None, datetime | None]:

@@ -7,7 +7,7 @@ import binascii
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
 import sqlalchemy as sa
@@ -38,6 +38,7 @@ __all__ = [
     "list_executions",
     "not_a_duration",
     "stats",
+    "storable_time",
     "validated",
 ]
 
@@ -64,6 +65,17 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
         raise HistoryError(f"invalid cursor {cursor!r}: pass back a next_cursor") from None
     return moment, execution_id
+
+
+def storable_time(moment: datetime | None, name: str) -> None:
+    """:class:`ValueError` naming ``name`` if ``moment`` has no UTC time (times are kept in UTC)."""
+    if moment is not None:
+        try:
+            moment.astimezone(UTC)
+        except OverflowError:
+            raise ValueError(
+                f"{name} is out of range: {moment.isoformat()} falls outside years 1 to 9999 in UTC"
+            ) from None
 
 
 def _select(table: sa.Table) -> sa.Select[Any]:
@@ -190,6 +202,8 @@ def list_executions(
     cursor: str | None,
 ) -> ExecutionList:
     """A page of executions, newest first, with the cursor of the next page."""
+    storable_time(since, "since")
+    storable_time(until, "until")
     query = _select(executions)
     if status == "running":
         query = query.where(executions.c.status.is_(None))
@@ -336,6 +350,8 @@ def stats(conn: Connection, since: datetime | None, until: datetime | None = Non
 
     Executions started, and tool calls finished, in ``[since, until)``.
     """
+    storable_time(since, "since")
+    storable_time(until, "until")
     status = sa.func.coalesce(executions.c.status, "running")
     query = sa.select(status, sa.func.count()).group_by(status)
     if since is not None:
