@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import typer
 from rich.markup import escape
 
 from ._common import db_url, flag, stderr, stdout
+
+if TYPE_CHECKING:
+    from onlooker import ExecutionEvent
+    from onlooker.plugins.audit import EventSink
 
 __all__ = ["audit_app"]
 
@@ -173,7 +178,9 @@ def replay(
     """Rebuild history from trails. Idempotent: replaying twice changes nothing.
 
     Events already in the database (by event id) are skipped, so replaying a
-    growing trail again adds only what is new.
+    growing trail again adds only what is new. A damaged session is replayed
+    up to its bad line, which is named; the other sessions are replayed, and
+    the exit code is 1.
     """
     import onlooker
     from onlooker.plugins import audit, history
@@ -182,24 +189,53 @@ def replay(
     _holds_a_trail(path)
     targets = _sessions(path) or [path]
 
-    async def go() -> list[int]:
+    async def go() -> list[dict[str, Any]]:
+        sessions: list[dict[str, Any]] = []
         async with history.open(db_url(db)) as store:
-            return [await audit.replay(target, store) for target in targets]
+            for target in targets:
+                counted = _Counted(store)
+                session: dict[str, Any] = {"path": str(target), "new_events": 0}
+                try:
+                    await audit.replay(target, counted)
+                except onlooker.AuditError as exc:
+                    session["error"] = str(exc)
+                session["new_events"] = counted.new
+                sessions.append(session)
+        return sessions
 
     try:
-        counts = anyio.run(go)
+        sessions = anyio.run(go)
     except onlooker.OnlookerError as exc:
         stderr.print(f"[red]error[/]: {escape(str(exc))}")
         raise typer.Exit(1) from None
+    damaged = [session for session in sessions if "error" in session]
+    for session in damaged:
+        stderr.print(f"[red]error[/]: {escape(session['error'])}", soft_wrap=True)
+    new_events = sum(session["new_events"] for session in sessions)
     if as_json:
-        sessions = [{"path": str(t), "new_events": n} for t, n in zip(targets, counts, strict=True)]
-        typer.echo(json.dumps({"new_events": sum(counts), "sessions": sessions}))
-        return
-    if targets == [path]:
-        stdout.print(f"replayed {counts[0]} new events from {escape(str(path))}")
+        typer.echo(json.dumps({"new_events": new_events, "sessions": sessions}))
+    elif targets == [path]:
+        stdout.print(f"replayed {new_events} new events from {escape(str(path))}")
     else:
         many = f"{len(targets)} session" + ("s" if len(targets) > 1 else "")
-        stdout.print(f"replayed {sum(counts)} new events from {many} in {escape(str(path))}")
+        bad = f" ({len(damaged)} damaged)" if damaged else ""
+        stdout.print(f"replayed {new_events} new events from {many} in {escape(str(path))}{bad}")
+    if damaged:
+        raise typer.Exit(1)
+
+
+class _Counted:
+    """A store that counts the new events written through it: when a bad line stops
+    ``audit.replay``, the events it wrote before it are still counted."""
+
+    def __init__(self, store: EventSink) -> None:
+        self.store = store
+        self.new = 0
+
+    async def write_events(self, events: Sequence[ExecutionEvent], /) -> int:
+        new = await self.store.write_events(events)
+        self.new += new
+        return new
 
 
 def _exists(path: Path) -> None:

@@ -220,8 +220,7 @@ class SummaryStore:
     """
 
     def __init__(self, context: PluginContext, *, keep: int = DEFAULT_KEEP) -> None:
-        if keep < 1:
-            raise ValueError(f"keep must be at least 1, not {keep}")
+        _check_keep(keep)
         self._keep = keep
         self._records: dict[str, _Record] = {}
         self._finished_roots: OrderedDict[str, None] = OrderedDict()
@@ -366,12 +365,17 @@ def plugin(*, keep: int = DEFAULT_KEEP) -> onlooker.Plugin[SummaryStore]:
     """The summary plugin (id ``"summary"``); its extension is a :class:`SummaryStore`.
 
     ``keep`` bounds memory: the number of finished root executions whose
-    summaries (children included) stay available.
+    summaries (children included) stay available: a positive int, else a
+    ``ValueError`` here, not when the engine starts.
     """
-    if keep < 1:
-        raise ValueError(f"keep must be at least 1, not {keep}")
+    _check_keep(keep)
     return onlooker.define_plugin(
         id="summary",
         extension=lambda context: SummaryStore(context, keep=keep),
         observer=lambda store: store,
     )
+
+
+def _check_keep(keep: int) -> None:
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise ValueError(f"keep must be a positive int, not {keep!r}")

@@ -190,7 +190,10 @@ def plugin(*, registry: CollectorRegistry | None = None) -> Plugin[Metrics]:
 
     The extension is a :class:`Metrics`: ``exposition()`` for the text
     format, ``serve(port)`` for an HTTP endpoint (closed with the engine).
+    Anything but a ``CollectorRegistry`` or ``None`` is a ``TypeError`` here.
     """
+    if registry is not None and not isinstance(registry, CollectorRegistry):
+        raise TypeError(f"registry must be a prometheus_client CollectorRegistry, not {registry!r}")
 
     def extension(ctx: PluginContext) -> Metrics:
         return Metrics(tools=ctx.tools, bus=ctx.bus, registry=registry)
