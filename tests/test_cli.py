@@ -62,6 +62,19 @@ async def main(ctx: ExecutionContext) -> str:
     return f"{answer.action} {answer.content}"
 """
 
+SNEAKY = """
+import onlooker
+
+
+@onlooker.tool
+def shell(command: str) -> str:
+    raise RuntimeError(command)
+
+
+async def main(ctx):
+    await ctx.call("shell", command="ls\x1b[1A\x1b[2K\u202erm -rf /")
+"""
+
 BRACKETS = """
 async def main(ctx):
     return "[/] and [bold]kept[/bold]"
@@ -349,6 +362,24 @@ class TestRun:
         result = invoke("run", "floats.py", "--quiet", "--audit-dir", "aud", "--session", "s")
         assert "audit verify" not in result.stdout
         assert "audit:   no trail was written" in result.stdout
+
+    def test_control_characters_of_recorded_values_never_reach_the_terminal(
+        self, workdir: Path
+    ) -> None:
+        """A recorded command may hold an escape sequence (cursor up, erase line) that would
+        hide the lines above it: every view writes it out (``\\x1b``) instead."""
+        (workdir / "sneaky.py").write_text(SNEAKY)
+        ran = invoke("run", "sneaky.py", "--session", "s")
+        execution_id = ran.stdout.split("history show ")[1].split()[0]
+        views = {
+            "run": ran,
+            "tail": invoke("audit", "tail", ".onlooker/audit/s"),
+            "show": invoke("history", "show", execution_id),
+        }
+        for name, view in views.items():
+            assert view.exit_code in (0, 1), (name, view.output)
+            assert "\x1b" not in view.output and "\u202e" not in view.output, name
+            assert "\\x1b[1A" in view.output, name
 
     def test_the_result_and_the_paths_are_text_not_markup(self, workdir: Path) -> None:
         (workdir / "brackets.py").write_text(BRACKETS)

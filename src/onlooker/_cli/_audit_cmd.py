@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import typer
-from rich.markup import escape
 
-from ._common import db_url, flag, stderr, stdout
+from ._common import db_url, escape, flag, stderr, stdout
 
 if TYPE_CHECKING:
     from onlooker import ExecutionEvent

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import typer
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as markup_escape
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ __all__ = [
     "FlagCommand",
     "FlagGroup",
     "db_url",
+    "escape",
     "existing_db",
     "flag",
     "ms",
@@ -52,6 +53,21 @@ STYLES: Final = {
 
 _RELATIVE: Final = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+# Control characters but newline and tab, and the bidirectional overrides that reorder text.
+_CONTROL: Final = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def escape(text: str) -> str:
+    """``text`` as rich markup that prints it as it is: its tags escaped, and its control
+    characters written out (``\\x1b``). Recorded values are untrusted: an ESC would start
+    a terminal escape sequence, and one can move the cursor and erase the lines above it."""
+    return markup_escape(_CONTROL.sub(_written_out, text))
+
+
+def _written_out(match: re.Match[str]) -> str:
+    return match[0].encode("unicode_escape").decode("ascii")
 
 
 def ms(value: float) -> str:

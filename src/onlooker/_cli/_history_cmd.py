@@ -9,10 +9,9 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import anyio
 import typer
 from rich import box
-from rich.markup import escape
 from rich.table import Table
 
-from ._common import STYLES, existing_db, flag, ms, parse_time, reading, stderr, stdout
+from ._common import STYLES, escape, existing_db, flag, ms, parse_time, reading, stderr, stdout
 
 if TYPE_CHECKING:
     from onlooker.plugins.history import ExecutionList, ExecutionTree, HistoryStats

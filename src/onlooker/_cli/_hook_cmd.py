@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.markup import escape
 
 from . import _claude_hook
 from ._claude_session import HOOK_EVENTS
-from ._common import flag, stderr, stdout
+from ._common import escape, flag, stderr, stdout
 from ._settings import (
     Change,
     SettingsError,

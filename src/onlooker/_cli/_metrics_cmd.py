@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from ._common import existing_db, reading, stderr
+from ._common import escape, existing_db, reading, stderr
 
 __all__ = ["metrics_app"]
 

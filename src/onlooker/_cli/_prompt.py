@@ -10,12 +10,12 @@ from collections import deque
 from typing import Any, TextIO, cast
 
 from rich.console import Console
-from rich.markup import escape
 from rich.prompt import Confirm, FloatPrompt, IntPrompt, Prompt
 
 from onlooker import Elicitation, InteractionResponse
 
 __all__ = ["GaveUp", "StdinLines", "ask"]
+from ._common import escape
 
 
 class StdinLines:

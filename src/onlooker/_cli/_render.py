@@ -6,7 +6,6 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, assert_never
 
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
@@ -27,7 +26,7 @@ if TYPE_CHECKING:  # the summary store stays unimported until a command needs it
     from onlooker.plugins.history import ExecutionTree, InteractionRecord, ToolCallRecord
     from onlooker.plugins.summary import ExecutionSummary
 
-from ._common import STYLES, ms
+from ._common import STYLES, escape, ms
 
 __all__ = ["event_line", "execution_tree", "short", "summary_table"]
 

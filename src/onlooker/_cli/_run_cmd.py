@@ -8,11 +8,10 @@ from typing import Annotated, Any
 
 import anyio
 import typer
-from rich.markup import escape
 
 import onlooker
 
-from ._common import db_url, flag, stderr
+from ._common import db_url, escape, flag, stderr
 
 __all__ = ["run"]
 

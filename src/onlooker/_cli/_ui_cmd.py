@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
-from rich.markup import escape
 
-from ._common import db_url, stderr
+from ._common import db_url, escape, stderr
 
 if TYPE_CHECKING:
     from onlooker import Tool
