@@ -59,6 +59,10 @@ SHAPES: list[tuple[str, str, str]] = [
     ("secret_assignment", "db:\n  password: correct-horse-battery\n", "correct-horse-battery"),
     ("secret_assignment", '{"user": "a", "api_token": "tok-json-12345"}', "tok-json-12345"),
     ("secret_assignment", "client_secret := 'go-secret-value'", "go-secret-value"),
+    # After a tight `=`, brackets inside a value are part of it (it kept "@(ss)w0rd").
+    ("secret_assignment", "x db_password=p@(ss)w0rd y", "(ss)w0rd"),
+    ("secret_assignment", "db_password=p@(ss)w0rd\nport=5432", "(ss)w0rd"),
+    ("secret_assignment", "connect(password=p@(ss)w0rd)", "(ss)w0rd"),
 ]
 
 
@@ -90,6 +94,7 @@ class TestShapes:
             "scikit-learn sk-short",
             "x = 1 and a==b",
             "password = get_password()",
+            "f(password=hash(x), token=env[name])",
             "password: str",
             "self.password = args.password",
             "max_tokens: 100",
@@ -102,6 +107,10 @@ class TestShapes:
     )
     def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:
         assert redactor.redact_text(text) is text
+
+    @pytest.mark.parametrize("code", ["password=Field(default=None, min_length=8)", "token=(a, b)"])
+    def test_code_after_a_tight_equals_stays(self, redactor: Redactor, code: str) -> None:
+        assert redactor.redact_text(code) == code
 
     def test_a_long_lived_redactor_finds_the_same(self, redactor: Redactor) -> None:
         for number in range(300):  # past the point where short texts use one compiled search

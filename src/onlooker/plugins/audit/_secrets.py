@@ -203,6 +203,13 @@ _BRACKETED = (
     _NOT_A_VALUE + r"(?=[^\s,;'\"`#]*[()])(?![A-Za-z_][\w.]*\([^\s)]*\)(?:[\s,;#)\]}]|$))"
     r"[^\s,;'\"`#\[\]{}]++(?<!:)"  # not up to the next name's `:`
 )
+# After a tight `=`, a value with round brackets in it (p@(ss)w0rd) is one value too,
+# unless it starts as a call or an index does (Field(default=None), env["X"]); only
+# brackets it opens are its own (the ")" of f(password=p@(ss)w0rd) is the call's).
+_PARENTHESIZED = (
+    _NOT_A_VALUE + r"(?![A-Za-z_][\w.]*[(\[])(?=[^\s,;'\"`#()]*\()"
+    r"(?:[^\s,;'\"`#()\[\]{}]|\([^\s,;'\"`#()\[\]{}]*\))++"
+)
 # The operator: a tight `=` (.env, shell, keyword arguments) or YAML's `: `
 # before any value; with spaces around (code), only before a quoted value.
 _SECRET_ASSIGNMENT = (
@@ -210,6 +217,7 @@ _SECRET_ASSIGNMENT = (
     # "a-a-...-token") would read it again from every such start, in quadratic time.
     r"(?<![A-Za-z0-9_.-])[\"']?" + _SECRET_NAME + r"[\"']?"
     r"(?::[ \t]+(?P<bracketed>" + _BRACKETED + r")"
+    r"|=(?P<parenthesized>" + _PARENTHESIZED + r")"
     r"|(?:=|:[ \t]+|[ \t]*(?::=|=>|[:=])[ \t]*(?=[\"']))"
     r"(?:" + _QUOTED + r"|(?P<bare>" + _BARE + r")))"
 )
@@ -218,7 +226,9 @@ _SECRET_ASSIGNMENT = (
 def _redact_assignment(match: re.Match[str]) -> str:
     """The assignment with its value (inside its quotes, when quoted) replaced."""
     group = next(
-        name for name in ("dq", "sq", "bare", "bracketed") if match.group(name) is not None
+        name
+        for name in ("dq", "sq", "bare", "bracketed", "parenthesized")
+        if match.group(name) is not None
     )
     start, end = match.start(group) - match.start(), match.end(group) - match.start()
     whole = match.group(0)
