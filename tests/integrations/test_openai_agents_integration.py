@@ -796,6 +796,64 @@ class TestProcessor:
         assert finished["n1"].result == "sunny in Kyiv"  # the span's output
 
 
+class TestNestedRunsReusingAnId:
+    @pytest.mark.parametrize("nested_hooks", [True, False], ids=["hooks", "guardrail-only"])
+    async def test_a_nested_call_with_the_outer_call_id_is_governed_in_the_child(
+        self, check_stream: Check, nested_hooks: bool
+    ) -> None:
+        """A model numbering ids per response gives a tool's nested run the id of the call
+        it runs in: that call is the nested run's own, refused there, never the tool's."""
+        ran: list[str] = []
+
+        def refuse_prod(ctx: ToolUseContext) -> PreHookResult | None:
+            if ctx.tool_input.get("target") == "prod":
+                return PreHookResult(action=HookAction.BLOCK, reason="never prod")
+            return None
+
+        recorder = RecordingObserver()
+        governance = [HookMatcher(pattern="deploy", pre=(refuse_prod,))]
+        async with onlooker.ExecutionEngine(hooks=governance) as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks, guard = OnlookerRunHooks(engine), tool_guardrail(engine)
+            inner = Agent(name="inner")
+
+            @function_tool(tool_input_guardrails=[guard])
+            async def deploy(target: str) -> str:
+                """Deploy; staging delegates to a sub-agent."""
+                ran.append(target)
+                if target == "staging":
+                    nested = await Runner.run(inner, "more", hooks=hooks if nested_hooks else None)
+                    return f"staging, then {nested.final_output}"
+                return f"deployed {target}"
+
+            inner.tools = [deploy]
+            inner.model = ScriptedModel(
+                [
+                    [function_call("deploy", {"target": "prod"}, call_id="call_0")],
+                    [assistant_message("inner done")],
+                ]
+            )
+            outer = ScriptedModel(
+                [
+                    [function_call("deploy", {"target": "staging"}, call_id="call_0")],
+                    [assistant_message("done")],
+                ]
+            )
+            await Runner.run(Agent(name="outer", model=outer, tools=[deploy]), "go", hooks=hooks)
+            await ended(recorder)
+
+        assert ran == ["staging"]  # prod was refused
+        check_stream(recorder.events)
+        calls = [(e.execution_id, e.status, e.result) for e in recorder.of(ToolCallFinished)]
+        (inner_call, outer_call) = calls
+        assert inner_call[1] == "blocked" and outer_call[1:] == (
+            "completed",
+            "staging, then inner done",
+        )
+        assert inner_call[0] != outer_call[0]  # the child execution's call
+
+
 class TestGovernanceLimits:
     async def test_a_rewrite_that_cannot_reach_the_tool_refuses_the_call(
         self, check_stream: Check

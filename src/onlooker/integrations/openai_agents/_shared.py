@@ -166,16 +166,29 @@ class State:
         current = self.parent()
         if isinstance(context, ToolContext):
             if current is not None and (
-                current.context is context
-                or (
-                    current.call.tool_call_id == context.tool_call_id
-                    and current.tool_name == context.tool_name
-                )
+                current.context is context or self._same_call(current, context)
             ):
                 return current
             run = self.run_for(context)
             return None if run is None else run.calls.get(context.tool_call_id)
         return None
+
+    def _same_call(self, current: Call, context: ToolContext[Any]) -> bool:
+        """Whether ``context`` (another object for it) is the running call's own.
+
+        A run nested in the call (an agent used as a tool, a ``Runner.run`` in
+        the tool) sees the call as current too, and its model may reuse the
+        call's id and tool name (ids numbered per response): its calls are its own.
+        """
+        if (current.call.tool_call_id, current.tool_name) != (
+            context.tool_call_id,
+            context.tool_name,
+        ):
+            return False
+        if id(context.usage) != current.run.key[0]:  # a nested run's own usage
+            return False
+        nested = self.runs.get(self.key(context.usage))  # one that shares the call's usage
+        return nested is None or nested.parent is not current
 
     # -- runs -------------------------------------------------------------------------
 
