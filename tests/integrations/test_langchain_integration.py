@@ -715,6 +715,53 @@ async def test_a_command_is_recorded_by_the_tool_message_inside_it(wrapped: bool
 
 
 @pytest.mark.parametrize("wrapped", [False, True], ids=["handler", "handler+wrapper"])
+async def test_a_sub_agent_that_hands_off_to_its_parent_graph_completes(
+    wrapped: bool, check_stream: CheckStream
+) -> None:
+    """LangGraph's multi-agent handoff: a sub-agent's tool returns
+    ``Command(goto=..., graph=Command.PARENT)``; the sub-agent ended by handing over, not
+    cancelled (the ParentCommand that carries it is no interrupt)."""
+
+    @tool
+    def to_billing(tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+        """Hand the conversation to billing."""
+        moved = ToolMessage("moved to billing", tool_call_id=tool_call_id)
+        return Command(goto="billing", graph=Command.PARENT, update={"messages": [moved]})
+
+    recorder = RecordingObserver()
+    root_id = uuid.uuid4()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine) if wrapped else None)
+        triage = agent.graph(
+            "triage", model(call("to_billing", "h1"), AIMessage("?")), [to_billing]
+        )
+        billing = agent.graph("billing", model(AIMessage("settled")), [to_billing])
+        builder = StateGraph(MessagesState)
+        builder.add_node("triage", triage, destinations=("billing",))
+        builder.add_node("billing", billing)
+        builder.add_edge(START, "triage")
+        final = await builder.compile(name="support").ainvoke(
+            {"messages": [HumanMessage("refund")]}, config(OnlookerCallbackHandler(engine), root_id)
+        )
+    assert final["messages"][-1].content == "settled"
+    check_stream(recorder.events)
+    assert steps(recorder.events, str(root_id)) == [
+        ("root", "ExecutionStarted", "support"),
+        ("child", "ExecutionStarted", "triage"),
+        ("child", "started", "to_billing", "h1"),
+        ("child", "completed", "to_billing", "h1"),
+        ("child", "ExecutionFinished", "completed"),
+        ("child", "ExecutionStarted", "billing"),
+        ("child", "ExecutionFinished", "completed"),
+        ("root", "ExecutionFinished", "completed"),
+    ]
+    handed_over = recorder.of(ExecutionFinished)[0]
+    assert handed_over.error is None and isinstance(handed_over.result, dict)
+    assert handed_over.result["goto"] == "billing"
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["handler", "handler+wrapper"])
 async def test_a_repeated_model_call_id_gets_a_suffix(wrapped: bool) -> None:
     """As the other adapters record it: the framework's id, then ``#2``."""
     recorder = RecordingObserver()

@@ -18,7 +18,7 @@ from .. import require
 from .._json import json_copy
 from ._shared import (
     Run,
-    ended_status,
+    finish_ended,
     interrupted,
     logger,
     open_call,
@@ -273,7 +273,7 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
         if error is None:
             await run.execution.finish("completed", result=outputs)
         else:
-            await run.execution.finish(ended_status(error), error=error)
+            await finish_ended(run.execution, error)
 
     async def _tool_started(
         self,
@@ -337,7 +337,7 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
             if failure is None:
                 await run.execution.finish("completed", result=output)
             elif isinstance(failure, BaseException):
-                await run.execution.finish(ended_status(failure), error=failure)
+                await finish_ended(run.execution, failure)
             else:
                 await run.execution.finish("failed", error=failure)
 

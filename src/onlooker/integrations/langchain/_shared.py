@@ -33,7 +33,7 @@ __all__ = [
     "Home",
     "Registry",
     "Run",
-    "ended_status",
+    "finish_ended",
     "interrupted",
     "logger",
     "open_call",
@@ -192,13 +192,27 @@ def _used(execution: TrackedExecution, tool_call_id: str) -> bool:
 
 
 def interrupted(error: BaseException) -> bool:
-    """Whether ``error`` is LangGraph pausing a run (``interrupt()``), not a failure."""
-    return any(cls.__name__ == "GraphBubbleUp" for cls in type(error).__mro__)
+    """Whether ``error`` is LangGraph pausing a run (``interrupt()``), or a graph handing
+    over to its parent (``Command(graph=Command.PARENT)``): not a failure."""
+    return _is(error, "GraphBubbleUp")
 
 
-def ended_status(error: BaseException) -> ExecutionStatus:
-    """How an execution that ``error`` ended finishes: ``cancelled`` or ``failed``."""
-    return "cancelled" if interrupted(error) or not isinstance(error, Exception) else "failed"
+def _is(error: BaseException, name: str) -> bool:
+    # By name: the handler runs without LangGraph installed.
+    return any(cls.__name__ == name for cls in type(error).__mro__)
+
+
+async def finish_ended(execution: TrackedExecution, error: BaseException) -> None:
+    """Finish an execution that ``error`` ended: ``completed`` when it handed over to its
+    parent graph (a ``ParentCommand``: a sub-agent's handoff), with that ``Command`` as its
+    result; ``cancelled`` by an interrupt or a cancellation; else ``failed``."""
+    if _is(error, "ParentCommand"):
+        await execution.finish("completed", result=error.args[0] if error.args else None)
+        return
+    status: ExecutionStatus = (
+        "cancelled" if interrupted(error) or not isinstance(error, Exception) else "failed"
+    )
+    await execution.finish(status, error=error)
 
 
 def text(content: object) -> str:

@@ -22,7 +22,7 @@ from .._json import json_copy
 from ._arguments import validator
 from ._shared import (
     Home,
-    ended_status,
+    finish_ended,
     interrupted,
     logger,
     open_call,
@@ -242,7 +242,7 @@ async def _failed(
     elif not interrupted(error):  # an interrupted call closes, cancelled, with its execution
         await call.failed(error)
     if standalone is not None:
-        await standalone.finish(ended_status(error), error=error)
+        await finish_ended(standalone, error)
 
 
 def _ended_late(call: TrackedToolCall) -> None:
