@@ -761,6 +761,36 @@ async def test_a_sub_agent_that_hands_off_to_its_parent_graph_completes(
     assert handed_over.result["goto"] == "billing"
 
 
+async def test_runs_cut_short_by_a_cancellation_are_not_kept(check_stream: CheckStream) -> None:
+    """LangChain reports no end for a tool or node a cancellation cuts short: once the
+    root has ended, the adapter keeps nothing of them (a server whose clients time out)."""
+    from onlooker.integrations.langchain._shared import registry_of
+
+    @tool
+    async def slow(order_id: str) -> str:
+        """Take a while."""
+        await anyio.sleep(10)
+        return order_id
+
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        handler, agent = OnlookerCallbackHandler(engine), Agent(wrap_tool_call(engine))
+        for number in range(5):
+            chat = model(call("slow", f"c{number}", order_id="A1"), AIMessage("never"))
+            with anyio.move_on_after(0.05):
+                await agent.graph("bot", chat, [slow]).ainvoke(
+                    {"messages": [HumanMessage("go")]}, config(handler, uuid.uuid4())
+                )
+        runs = registry_of(engine).runs
+        with anyio.fail_after(5):  # the last root's end is reported after the cancellation
+            while runs or len(recorder.of(ExecutionFinished)) < 5:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+    check_stream(recorder.events)
+    statuses = [e.status for e in recorder.of(ExecutionFinished)]
+    assert statuses == ["cancelled"] * 5
+
+
 @pytest.mark.parametrize("wrapped", [False, True], ids=["handler", "handler+wrapper"])
 async def test_a_repeated_model_call_id_gets_a_suffix(wrapped: bool) -> None:
     """As the other adapters record it: the framework's id, then ``#2``."""

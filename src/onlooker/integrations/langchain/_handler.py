@@ -267,13 +267,19 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
     async def _chain_ended(
         self, run_id: UUID, outputs: object, error: BaseException | None
     ) -> None:
-        run = self._registry.runs.pop(run_id, None)
+        runs = self._registry.runs
+        run = runs.pop(run_id, None)
         if run is None or not run.own:
             return
         if error is None:
             await run.execution.finish("completed", result=outputs)
         else:
             await finish_ended(run.execution, error)
+        if run.parent_run_id is None:
+            # LangChain reports no end for the runs a cancellation cut short (a tool, a
+            # node): once their root has ended, nothing will, and they would stay for ever.
+            for stale in [key for key, entry in runs.items() if entry.execution.finished]:
+                del runs[stale]
 
     async def _tool_started(
         self,
