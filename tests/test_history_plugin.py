@@ -172,3 +172,29 @@ async def test_reads_right_after_execute_see_the_execution_whole(tmp_path: Path)
             tree = await store.get_execution(result.execution_id)
             assert tree is not None and tree.status == "completed"
             assert [call.tool for call in tree.tool_calls] == ["add"]
+
+
+async def test_a_hung_async_observer_never_hangs_a_read(tmp_path: Path) -> None:
+    """Reads wait for the history writer only, not for the bus's asynchronous observers:
+    inside a program, and after it, while another observer hangs."""
+    plugin = history.plugin(f"sqlite:///{tmp_path / 'h.db'}")
+    seen: list[int] = []
+
+    async def hung(event: onlooker.ExecutionEvent) -> None:
+        await anyio.sleep_forever()
+
+    async def reads_itself(ctx: onlooker.ExecutionContext) -> int:
+        await ctx.call("add", a=1, b=2)
+        events = await ctx.extension(plugin).events(ctx.execution_id)
+        seen.append(len(events))
+        return len(events)
+
+    async with onlooker.ExecutionEngine(
+        tools=[add], plugins=[plugin], shutdown_timeout=0.5
+    ) as engine:
+        engine.bus.subscribe(hung, stall_timeout=0.2)
+        with anyio.fail_after(10):
+            result = await engine.execute(reads_itself)
+            after = await engine.extension(plugin).events(result.execution_id)
+    assert result.status == "completed" and seen == [3]  # started, call started, finished
+    assert [event.kind for event in after][-1] == "ExecutionFinished"

@@ -113,7 +113,6 @@ async def _running(settings: _Settings, ctx: PluginContext) -> AsyncIterator[His
         retry_delays=settings.retry_delays,
     )
     writer.start()
-    store._bus = ctx.bus
     try:
         yield store
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
@@ -17,7 +16,7 @@ from typing import Any, Final, TypeVar
 import anyio
 from sqlalchemy.engine import Connection
 
-from onlooker import EventBus, ExecutionEvent, HistoryError
+from onlooker import ExecutionEvent, HistoryError
 from onlooker.plugins.audit import Redactor
 
 from . import _read
@@ -87,7 +86,6 @@ class HistoryStore:
         # SQLite has one writer at a time anyway; PostgreSQL gets a few connections.
         self._limiter = anyio.CapacityLimiter(1 if db.backend == "sqlite" else 4)
         self._writer: BatchWriter | None = None
-        self._bus: EventBus | None = None  # the engine's, when the store is a plugin's
 
     @property
     def url(self) -> str:
@@ -118,10 +116,12 @@ class HistoryStore:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
     async def _catch_up(self) -> None:
-        """Let every event already emitted reach the database (read-your-writes)."""
-        if self._bus is not None:
-            with contextlib.suppress(RuntimeError):  # the engine has closed: nothing in flight
-                await self._bus.flush()
+        """Let every event already emitted reach the database (read-your-writes).
+
+        The plugin's observer is synchronous: an event emitted is in the writer's
+        buffer already, so only the writer is waited for, never the bus (whose
+        flush would wait for every asynchronous observer, a hung one for ever).
+        """
         if self._writer is not None:
             await self._writer.flush()
 
