@@ -76,7 +76,7 @@ class HistoryStore:
     (``engine.extension(history_plugin)``). Every method is async and runs
     its database work in a worker thread, so the event loop stays free.
     Reads through a plugin's store first wait for the events its observer
-    has already accepted (``await engine.bus.flush()`` hands them over).
+    has already accepted: every event emitted so far (the observer is synchronous).
     """
 
     def __init__(self, db: Database, spill: Spill, scrubber: Scrubber) -> None:
