@@ -683,6 +683,44 @@ async def test_an_interrupted_graph_leaves_its_call_cancelled() -> None:
     ]
 
 
+async def test_a_resume_given_the_same_run_id_is_its_own_execution(
+    check_stream: CheckStream, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Human-in-the-loop code often resumes with the config it started with, ``run_id``
+    and all: the resumed run is recorded whole as ``<run_id>#2``, not node by node."""
+
+    @tool
+    def approve(order_id: str) -> str:
+        """Ask a person to approve."""
+        return f"approved {order_id}: {interrupt('ok?')}"
+
+    recorder = RecordingObserver()
+    root_id = uuid.uuid4()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        chat = model(call("approve", "c1", order_id="A1"), AIMessage(content="done"))
+        graph = Agent(wrap_tool_call(engine)).graph(
+            "bot", chat, [approve], checkpointer=InMemorySaver()
+        )
+        same = {
+            **config(OnlookerCallbackHandler(engine), root_id),
+            "configurable": {"thread_id": "t"},
+        }
+        with caplog.at_level(logging.WARNING, logger="onlooker"):
+            await graph.ainvoke({"messages": [HumanMessage("x")]}, same)
+            await graph.ainvoke(Command(resume="yes"), same)
+    check_stream(recorder.events)
+    started = [(e.execution_id, e.program) for e in recorder.of(ExecutionStarted)]
+    assert started == [(str(root_id), "bot"), (f"{root_id}#2", "bot")]
+    resumed = recorder.for_execution(f"{root_id}#2")
+    assert [(e.kind, getattr(e, "status", None)) for e in resumed][1:] == [
+        ("ToolCallStarted", None),
+        ("ToolCallFinished", "completed"),
+        ("ExecutionFinished", "completed"),
+    ]
+    assert not caplog.records
+
+
 @pytest.mark.parametrize("wrapped", [False, True], ids=["handler", "handler+wrapper"])
 async def test_a_command_is_recorded_by_the_tool_message_inside_it(wrapped: bool) -> None:
     """A tool that updates the graph's state returns a Command; its ToolMessage says how the

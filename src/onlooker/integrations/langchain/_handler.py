@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
 
-from onlooker import HookAbortError
+from onlooker import HookAbortError, TrackingError
 
 from .. import require
 from .._json import json_copy
@@ -29,14 +29,17 @@ from ._shared import (
 
 if TYPE_CHECKING:
     from langchain_core.callbacks import AsyncCallbackHandler
+    from pydantic import JsonValue
 
-    from onlooker import ExecutionEngine
+    from onlooker import ExecutionEngine, TrackedExecution
 else:
     AsyncCallbackHandler = require(
         "langchain_core.callbacks", extra="langchain", framework="LangChain"
     ).AsyncCallbackHandler
 
 __all__ = ["OnlookerCallbackHandler"]
+
+_MAX_REUSES: Final = 1000  # the ids a root run's execution may take: <run_id>, #2 ... #1000
 
 _CANNOT_REFUSE: Final = (
     "onlooker's hooks refused tool call %r (%s: %s), but a LangChain callback cannot stop "
@@ -226,12 +229,11 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
         parent = runs.get(parent_run_id) if parent_run_id is not None else None
         if parent is None:  # a root run, or the first run this handler was attached to
             graph = (metadata or {}).get("ls_integration") == "langgraph"
-            execution = self._engine.track(
+            execution = self._track_root(
+                run_id,
                 self._program or name,
                 trigger=self._trigger or ("langgraph" if graph else "langchain"),
                 input=json_copy(inputs),
-                owner=self._owner,
-                execution_id=str(run_id),
             )
             await execution.start()
             runs[run_id] = Run(execution, name, parent_run_id, own=True)
@@ -239,6 +241,25 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
         if not parent.own and parent_run_id is not None and _is_graph_node(name, tags, metadata):
             await self._graph_found(parent_run_id, parent)
         runs[run_id] = Run(parent.execution, name, parent_run_id, inputs=inputs)
+
+    def _track_root(
+        self, run_id: UUID, program: str, *, trigger: str, input: JsonValue
+    ) -> TrackedExecution:
+        """The execution of a root run, under its ``run_id``; ``<run_id>#2``, ``#3`` ... when
+        an earlier run had it (a resume given the same config, ``run_id`` and all)."""
+        number = 1
+        while True:
+            execution_id = str(run_id) if number == 1 else f"{run_id}#{number}"
+            try:
+                return self._engine.track(
+                    program, trigger=trigger, input=input, owner=self._owner,
+                    execution_id=execution_id,
+                )  # fmt: skip
+            except TrackingError as exc:
+                # A RuntimeError too: the engine is not running, whatever the id.
+                if isinstance(exc, RuntimeError) or number == _MAX_REUSES:
+                    raise
+            number += 1
 
     async def _graph_found(self, run_id: UUID, run: Run) -> None:
         """``run`` runs graph nodes: a nested graph, so a child execution from now on."""
