@@ -702,7 +702,7 @@ async def test_a_resume_given_the_same_run_id_is_its_own_execution(
         graph = Agent(wrap_tool_call(engine)).graph(
             "bot", chat, [approve], checkpointer=InMemorySaver()
         )
-        same = {
+        same: RunnableConfig = {
             **config(OnlookerCallbackHandler(engine), root_id),
             "configurable": {"thread_id": "t"},
         }
