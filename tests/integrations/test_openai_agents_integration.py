@@ -854,6 +854,48 @@ class TestNestedRunsReusingAnId:
         assert inner_call[0] != outer_call[0]  # the child execution's call
 
 
+class TestCustomTools:
+    async def test_a_custom_tool_is_recorded_watch_only_and_the_warning_says_why(
+        self, check_stream: Check, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A ``CustomTool`` (raw text input) has no guardrail: recorded with the SDK's id and
+        its raw input; a refusal is recorded, not enforced, and the warning gives no advice
+        that cannot be followed."""
+        from agents.tool import CustomTool
+        from openai.types.responses import ResponseCustomToolCall
+
+        ran: list[str] = []
+
+        async def grammar(context: Any, text: str) -> str:
+            ran.append(text)
+            return f"parsed {text}"
+
+        def refuse(ctx: ToolUseContext) -> PreHookResult:
+            return PreHookResult(action=HookAction.BLOCK, reason="nope")
+
+        recorder = RecordingObserver()
+        refusal = [HookMatcher(pattern="grammar", pre=(refuse,))]
+        async with onlooker.ExecutionEngine(hooks=refusal) as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            custom = CustomTool(name="grammar", description="Parse.", on_invoke_tool=grammar)
+            call_it = ResponseCustomToolCall(
+                call_id="u1", input="a b", name="grammar", type="custom_tool_call"
+            )
+            model = ScriptedModel([[call_it], [assistant_message("done")]])
+            with caplog.at_level(logging.WARNING, logger="onlooker"):
+                agent = Agent(name="a", model=model, tools=[custom])
+                await Runner.run(agent, "go", hooks=OnlookerRunHooks(engine))
+            await ended(recorder)
+        check_stream(recorder.events)
+        assert ran == ["a b"]  # the SDK gives onlooker no way to stop it
+        (started,) = recorder.of(ToolCallStarted)
+        assert (started.tool_call_id, started.args) == ("u1", {"arguments": "a b"})
+        assert recorder.of(ToolCallFinished)[0].status == "blocked"
+        (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert "no guardrail" in warning and "tool_input_guardrails" not in warning
+
+
 class TestGovernanceLimits:
     async def test_a_rewrite_that_cannot_reach_the_tool_refuses_the_call(
         self, check_stream: Check

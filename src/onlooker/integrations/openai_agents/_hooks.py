@@ -114,11 +114,14 @@ class OnlookerRunHooks(RunHooks[Any]):
             call, entry = await state.open_call(run, context, tool_name, args, tool_call_id)
             if not call.allowed:
                 logger.warning(
-                    "onlooker refused tool call %r (%s: %s) but cannot stop it: give the tool "
-                    "onlooker's tool_guardrail (tool_input_guardrails) to enforce refusals",
+                    "onlooker refused tool call %r (%s: %s) but cannot stop it: %s",
                     call.tool_call_id,
                     tool_name,
                     call.reason,
+                    "give the tool onlooker's tool_guardrail (tool_input_guardrails) to enforce "
+                    "refusals"
+                    if hasattr(tool, "tool_input_guardrails")
+                    else "the SDK gives this kind of tool no guardrail",
                 )
                 return
             if isinstance(context, ToolContext):
