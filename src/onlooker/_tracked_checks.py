@@ -74,7 +74,8 @@ def final_error(
     one given, or one naming the status; none for an ending that is not a failure."""
     if status not in _CAUSES:  # completed, accepted, declined
         if error is not None:
-            raise ValueError(f"a {status} {what} has no error")
+            article = "an" if status[0] in "aeiou" else "a"
+            raise ValueError(f"{article} {status} {what} has no error")
         return None
     if error is not None:
         return as_error_info(error, "Error")
