@@ -651,6 +651,31 @@ class TestReadOnly:
         assert not (tmp_path / "typo").exists()
         assert os.listdir(tmp_path) == []
 
+    async def test_a_sqlite_uri_filename_is_read_only_too(self, tmp_path: Path) -> None:
+        """``sqlite:///file:...?uri=true`` names a file as a plain path does: reading it
+        neither creates it nor writes to it."""
+        from onlooker.plugins.history._db import Database
+
+        missing = tmp_path / "new.db"
+        with pytest.raises(onlooker.HistoryError, match=r"no history database at .*new\.db"):
+            async with history.open(f"sqlite:///file:{missing}?uri=true", read_only=True):
+                pass
+        assert os.listdir(tmp_path) == []
+        real = tmp_path / "h.db"
+        async with history.open(f"sqlite:///{real}") as store:
+            await store.write_events(execution_events("u1"))
+        reader = Database(f"sqlite:///file:{real}?uri=true", read_only=True)
+        try:
+            with (
+                pytest.raises(sa.exc.OperationalError, match="readonly"),
+                reader.engine.begin() as conn,
+            ):
+                conn.exec_driver_sql("CREATE TABLE written (x)")
+        finally:
+            reader.dispose()
+        async with history.open(f"sqlite:///file:{real}?uri=true", read_only=True) as store:
+            assert await store.get_execution("u1") is not None
+
     async def test_a_file_that_is_not_a_history_database(self, tmp_path: Path) -> None:
         other = tmp_path / "other.db"
         sqlite3.connect(other).close()

@@ -141,9 +141,23 @@ def _read_only_sqlite(path: Path) -> Callable[[], sqlite3.Connection]:
     return connect
 
 
+def _uri_file(url: URL) -> Path | None:
+    """The file a SQLite URI filename names (``sqlite:///file:/x/h.db?uri=true``); ``None``
+    for an in-memory one or a plain path."""
+    database = url.database or ""
+    if not database.startswith("file:"):
+        return None
+    split = urllib.parse.urlsplit(database)
+    path = urllib.parse.unquote(split.path)
+    memory = path in ("", ":memory:") or "mode=memory" in split.query or "mode=memory" in str(url)
+    return None if memory else Path(path)
+
+
 def _create_engine(url: URL, read_only: bool, *, pre_ping: bool = True) -> Engine:
     if url.get_backend_name() == "sqlite":
         path = _sqlite_file(url)
+        if read_only and path is None:  # a URI filename is opened read-only all the same
+            path = _uri_file(url)
         if read_only and path is not None:
             if not path.is_file():
                 raise HistoryError(f"no history database at {str(path)!r}")
