@@ -45,6 +45,7 @@ SHAPES: list[tuple[str, str, str]] = [
     ("url_credentials", "git clone https://bob:hunter2pw@git.example.com/r.git", "hunter2pw"),
     ("url_credentials", "postgres://admin:s3cretpw@db:5432/app", "s3cretpw"),
     ("url_credentials", "postgresql://u:a+b/c9Zq==@db:5432/app", "a+b/c9Zq=="),  # base64
+    ("url_credentials", "redis://:r3dis-pw@cache:6379/0", "r3dis-pw"),  # no user name
     ("env", "API_TOKEN=tok_live_123 DEBUG=1 python run.py", "tok_live_123"),
     ("env", "cd app && DB_PASS='pa ss' make deploy", "pa ss"),
     ("env", "export SIGNING_SEED=zq9zq9zq9", "zq9zq9zq9"),
