@@ -190,3 +190,25 @@ def test_the_state_file_keeps_no_tool_input_and_no_secret_tool_name(tmp_path: Pa
     state = (tmp_path / "audit" / "st" / ".claude-hook-state.json").read_bytes()
     for form in forms(token):
         assert form not in state
+
+
+def test_a_value_under_a_secret_key_of_the_input_is_scrubbed_from_the_result(
+    tmp_path: Path,
+) -> None:
+    """coding-agents.md: the same value is scrubbed wherever else it shows up in that hook
+    event. A PostToolUse carries the call's input too, which its recorded event does not."""
+    secret = "Zq7-only-known-by-its-key"
+    hook = Hook(tmp_path / "audit")
+    tool = {"tool_name": "mcp__db__connect", "tool_input": {"host": "db", "password": secret}}
+    base = {"session_id": "keyed", "transcript_path": "/t", "cwd": "/w"}
+    outcomes: list[dict[str, Any]] = [
+        {"hook_event_name": "PostToolUse", "tool_response": {"text": f"with {secret}"}},
+        {"hook_event_name": "PostToolUseFailure", "error": f"bad password {secret}"},
+    ]
+    for number, outcome in enumerate(outcomes):
+        call = {**base, **tool, "tool_use_id": f"t{number}"}
+        hook({**call, "hook_event_name": "PreToolUse"})
+        hook({**call, **outcome})
+    everything = b"\n".join(p.read_bytes() for p in (tmp_path / "audit").rglob("*") if p.is_file())
+    assert secret.encode() not in everything
+    assert b"with [REDACTED:" in everything and b"bad password [REDACTED:" in everything

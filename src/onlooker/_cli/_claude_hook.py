@@ -226,11 +226,18 @@ def _redactor(shorten_paths: bool = False) -> Redactor:
     return Redactor(shorten_paths=shorten_paths)
 
 
+_INPUT_NOT_RECORDED: Final = frozenset({"PostToolUse", "PostToolUseFailure"})
+
+
 def _record(
     audit_dir: str, payload: dict[str, Any], verdict: Verdict | None, *, shorten_paths: bool
 ) -> str:
     """Record ``payload``'s events; returns the session's id as recorded (its directory)."""
     redactor = _redactor(shorten_paths)
+    if payload["hook_event_name"] in _INPUT_NOT_RECORDED:
+        # The call's input rides the payload, not the event recorded: read it once, so a
+        # value under a secret key (password) is scrubbed from the result that echoes it.
+        redactor.redact(payload.get("tool_input"))
     session = safe_id(payload["session_id"], redactor.redact_text)  # never a secret on disk
     if session is None:
         raise _HookError("session_id has no usable characters")
