@@ -1172,6 +1172,25 @@ class TestLoneSurrogates:
         ]
         assert stored_events == recorder.events
 
+    async def test_one_in_an_id_is_stored_too(self, url: str) -> None:
+        """A framework may give an undecodable name as an id: the events are stored (their
+        id columns with U+FFFD, the raw events as emitted), and found by either spelling."""
+        recorder = onlooker.testing.RecordingObserver()
+        plugin = history.plugin(url)
+        async with onlooker.ExecutionEngine(plugins=[plugin]) as engine:
+            engine.bus.subscribe(recorder)
+            async with engine.track("p", execution_id="run-caf\udce9") as run:
+                call = await run.tool_started("ls", {}, tool_call_id="c-caf\udce9")
+                await call.finished("ok")
+        stats = engine.extension(plugin).statistics()
+        assert stats is not None and (stats.written, stats.dead_letters) == (4, 0)
+        async with history.open(url) as store:
+            for spelling in ("run-caf\udce9", "run-caf\ufffd"):
+                tree = await store.get_execution(spelling)
+                assert tree is not None and tree.execution_id == "run-caf\ufffd"
+                assert [c.tool_call_id for c in tree.tool_calls] == ["c-caf\ufffd"]
+                assert await store.events(spelling) == recorder.events
+
     def test_parse_event_reads_the_escape_json_writes(self) -> None:
         event = poison("x", 0)
         raw = json.dumps(event.model_dump(mode="json") | {"tool": "caf\udce9"})

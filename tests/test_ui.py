@@ -36,7 +36,7 @@ from onlooker._cli._app import app as cli_app
 from onlooker._ui import BackgroundServer, _queries, create_app
 from onlooker._ui._audit import AuditIndex
 from onlooker._ui._timeline import build_timeline, summarize
-from onlooker.plugins import history
+from onlooker.plugins import audit, history
 from test_ui_support import (
     XSS,
     add,
@@ -595,6 +595,49 @@ class TestAudit:
         index._scanned_at = None  # skip the once-a-second throttle
         assert len(index.executions_of("s-one")) == 2
         assert index.verdict("s-one").verdict == "intact"
+
+    def test_an_execution_id_inside_a_tool_argument_names_no_execution(
+        self, tmp_path: Path
+    ) -> None:
+        """Only the recorded event's own id ties a trail to an execution: a tool that looks
+        another run up by its id does not put its trail on that run's page."""
+
+        async def looks_up(ctx: ExecutionContext) -> None:
+            await ctx.call("echo", text='{"execution_id": "victim"}')
+            await ctx.call("add", a=1, b=2)
+
+        url, audit_dir = sqlite_url(tmp_path / "h.db"), tmp_path / "audit"
+        anyio.run(lambda: record(url, looks_up, audit_dir=audit_dir, session="s-other"))
+        index = AuditIndex(audit_dir)
+        assert index.sessions_of("victim") == []
+        assert len(index.executions_of("s-other")) == 1
+
+    def test_an_undecodable_execution_id_in_a_trail(self, tmp_path: Path) -> None:
+        """A lone surrogate (an undecodable name a framework gave as the id) is named as
+        history stores it (U+FFFD): the audit page links it, and the call shows its events."""
+        url, audit_dir = sqlite_url(tmp_path / "h.db"), tmp_path / "audit"
+
+        async def tracked() -> None:
+            plugins: list[onlooker.Plugin[Any]] = [
+                history.plugin(url),
+                audit.plugin(directory=audit_dir, session_id="s1"),
+            ]
+            async with (
+                onlooker.ExecutionEngine(plugins=plugins) as engine,
+                engine.track("p", execution_id="run-caf\udce9") as run,
+            ):
+                call = await run.tool_started("ls", {"p": 1}, tool_call_id="c-caf\udce9")
+                await call.finished("ok")
+
+        anyio.run(tracked)
+        with client(create_app(url, audit_dir=audit_dir)) as c:
+            page = c.get("/audit")
+            assert page.status_code == 200
+            assert "/executions/run-caf%EF%BF%BD" in page.text
+            details = c.get("/executions/run-caf%EF%BF%BD?call=c-caf%EF%BF%BD")
+            assert details.status_code == 200
+            assert "No stored event carries it" not in details.text
+            assert "ToolCallStarted" in details.text
 
 
 class TestLiveStreams:

@@ -22,12 +22,17 @@ from typing import Final
 
 from onlooker import AuditError
 from onlooker.plugins import audit
+from onlooker.plugins.history._rows import no_surrogate
 
 __all__ = ["AuditIndex", "SessionVerdict"]
 
 _SEGMENT: Final = re.compile(r"events(?:\.[1-9][0-9]*)?\.jsonl")
-# The envelope's "execution_id" member (not "parent_execution_id": the quote comes first).
-_EXECUTION_ID: Final = re.compile(rb'"execution_id"\s*:\s*("(?:[^"\\]|\\.)*")')
+# The recorded event's own "execution_id", right after its id: not one a tool's
+# arguments or result hold, nor "parent_execution_id".
+_EXECUTION_ID: Final = re.compile(
+    rb'"event"\s*:\s*\{\s*(?:"kind"\s*:\s*"\w+"\s*,\s*)?'  # the hook writes its kind first
+    rb'"event_id"\s*:\s*"(?:[^"\\]|\\.)*"\s*,\s*"execution_id"\s*:\s*("(?:[^"\\]|\\.)*")'
+)
 _BAD_LINE_CHARS: Final = 2000
 _RESCAN_SECONDS: Final = 1.0
 
@@ -155,7 +160,7 @@ class AuditIndex:
             except ValueError:
                 continue
             if isinstance(value, str):
-                entry.ids.add(value)
+                entry.ids.add(no_surrogate(value))  # as history names the execution
         entry.offset += complete
         entry.size = stat.st_size
         entry.mtime_ns = stat.st_mtime_ns

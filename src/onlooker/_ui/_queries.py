@@ -34,6 +34,7 @@ from onlooker.plugins.history import (
     _read,
 )
 from onlooker.plugins.history._read import encode_cursor
+from onlooker.plugins.history._rows import no_surrogate
 from onlooker.plugins.history.tables import events, executions, interactions, tool_calls
 
 __all__ = [
@@ -328,4 +329,5 @@ def item_events(
     if quoted == f'"{item_id}"':  # spelt as is in the JSON text: narrow by it in SQL first
         query = query.where(sa.cast(events.c.body, sa.Text).contains(quoted, autoescape=True))
     found = [parse_event(body) for body in conn.execute(query.order_by(events.c.seq)).scalars()]
-    return [event for event in found if getattr(event, key, None) == item_id]
+    # The projection stores an id's lone surrogate (an undecodable name) as U+FFFD.
+    return [event for event in found if no_surrogate(getattr(event, key, None)) == item_id]

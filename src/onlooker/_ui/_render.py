@@ -6,7 +6,6 @@ import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import quote
 
 import jinja2
 from markupsafe import Markup, escape
@@ -14,7 +13,7 @@ from pydantic import BaseModel
 
 from onlooker.plugins.audit._events import json_form
 
-from ._timeline import Lane
+from ._timeline import Lane, qid
 
 __all__ = ["ICONS", "environment", "fragment_for_stream", "lane_rows"]
 
@@ -66,11 +65,6 @@ def pretty(value: Any) -> str:
     if len(text) > _MAX_JSON:
         return f"{text[:_MAX_JSON]}\n… ({len(text) - _MAX_JSON} more characters)"
     return text
-
-
-def qid(value: str) -> str:
-    """An id made safe for a URL path or query (every reserved character quoted)."""
-    return quote(value, safe="")
 
 
 def fragment_for_stream(html: str) -> str:

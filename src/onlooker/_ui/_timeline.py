@@ -23,6 +23,12 @@ from onlooker.plugins.summary import ExecutionSummary, ToolCallError
 
 from ._queries import Ask, Call, Node
 
+
+def qid(value: str) -> str:
+    """An id made safe for a URL path or query (every reserved character quoted)."""
+    return quote(value, safe="", errors="surrogateescape")  # an undecodable name's bytes
+
+
 __all__ = ["Item", "Lane", "Timeline", "build_timeline", "preview", "summarize"]
 
 _MIN_WIDTH: Final = 0.4  # percent: a 0 ms call still shows as a sliver
@@ -59,9 +65,9 @@ class Item:
     def href(self) -> str:
         """The page of the row: its details, or a child execution's own page."""
         if self.kind == "child":
-            return f"/executions/{quote(self.id, safe='')}"
+            return f"/executions/{qid(self.id)}"
         key = "call" if self.kind == "call" else "interaction"
-        return f"/executions/{quote(self.execution_id, safe='')}?{key}={quote(self.id, safe='')}"
+        return f"/executions/{qid(self.execution_id)}?{key}={qid(self.id)}"
 
     @property
     def bar_style(self) -> str:

@@ -60,6 +60,7 @@ __all__ = [
     "Stored",
     "build_rows",
     "capped",
+    "no_surrogate",
     "serialize",
     "stored",
 ]
@@ -120,8 +121,9 @@ def _json_text(value: Any, serialize: Callable[[Any], bytes] = to_json) -> str:
         return json_bytes(plain).decode()
 
 
-def _no_surrogate(value: Any) -> Any:
-    # A text column cannot hold a lone surrogate; the raw event keeps it, escaped.
+def no_surrogate(value: Any) -> Any:
+    """``value`` as a text column stores it: a lone surrogate (an undecodable name) as U+FFFD;
+    the raw event keeps it, escaped."""
     return _SURROGATE.sub("\ufffd", value) if type(value) is str else value
 
 
@@ -305,7 +307,9 @@ def build_rows(batch: Sequence[Stored], backend: str) -> Rows:
                 row[column] = _no_nul(value)
         if escaped and _ESCAPED_SURROGATE in body:  # it held one (or a backslash before "ud")
             for column, value in row.items():
-                row[column] = _no_surrogate(value)
+                row[column] = no_surrogate(value)
+            *envelope, body = logged[-1]  # its ids too (an undecodable name given as one)
+            logged[-1] = (*map(no_surrogate, envelope), body)
     return rows
 
 
