@@ -400,6 +400,23 @@ class TestEvidence:
 
         assert anyio.run(replay) == 3
 
+    def test_a_value_nested_too_deep_for_an_event_is_marked(self, hook: Hook) -> None:
+        """An event holds 200 levels of nesting, as the engine's snapshots keep them: a
+        deeper tool response is marked there, and the trail still reads to its end."""
+        deep: Any = "bottom"
+        for _ in range(300):
+            deep = [deep]
+        hook(pre("toolu_1", "mcp__x__tree", {"server": "x"}))
+        hook(post("toolu_1", "mcp__x__tree", {"server": "x"}, deep))
+        hook(event("UserPromptSubmit", prompt="next", prompt_id="prompt-2"))
+        events = hook.events()  # every line parses
+        (finished,) = of(events, ToolCallFinished)
+        level, result = 0, finished.result
+        while isinstance(result, list):
+            level, result = level + 1, result[0]
+        assert (level, result) == (200, "<list nested deeper than 200 levels>")
+        assert isinstance(events[-1], ExecutionStarted)  # what came after it is there
+
 
 class TestSchema:
     def test_events_match_the_models_exactly(self) -> None:

@@ -68,12 +68,8 @@ def run(args: list[str]) -> int:
     problems: list[Exception] = []
     options = _parse_args(args, problems)
     audit_dir = options.get("--audit-dir") or _default_audit_dir()
-    raw = b""
-    try:
-        raw = sys.stdin.buffer.read()
-    except (OSError, ValueError) as exc:
-        problems.append(_HookError(f"cannot read the hook input: {exc}"))
-    payload, malformed = _parse(raw)
+    raw, unreadable = _read_input()
+    payload, malformed = _parse(raw) if unreadable is None else (None, unreadable)
     verdict = None
     rules = options.get("--deny-commands")
     if rules is not None:  # first, and whatever happens to the record
@@ -127,6 +123,16 @@ def _parse_args(args: list[str], problems: list[Exception]) -> dict[str, str]:
         if name == "--history-db":
             options["--history"] = ""
     return options
+
+
+def _read_input() -> tuple[bytes, Exception | None]:
+    """Stdin's bytes, or why there are none: an input that cannot be read is a bad input."""
+    if sys.stdin is None:  # started with stdin closed (<&-)
+        return b"", _HookError("cannot read the hook input: stdin is closed")
+    try:
+        return sys.stdin.buffer.read(), None
+    except (OSError, ValueError) as exc:
+        return b"", _HookError(f"cannot read the hook input: {exc}")
 
 
 def _parse(raw: bytes) -> tuple[dict[str, Any] | None, Exception | None]:
@@ -210,6 +216,8 @@ def _answer(verdict: Verdict) -> None:
             "permissionDecisionReason": reason,
         }
     }
+    if sys.stdout is None:  # started with stdout closed (>&-): nobody to tell
+        return
     try:
         sys.stdout.write(json_dumps(answer) + "\n")
         sys.stdout.flush()
@@ -293,12 +301,15 @@ def _save_state(path: str, state: dict[str, Any]) -> None:
 
 def _write(audit_dir: str, session: str, events: list[dict[str, Any]], redactor: Redactor) -> None:
     """Redact, cap and append ``events``: each record at most :data:`MAX_RECORD_CHARS`."""
+    from onlooker.plugins.audit._cap import cap_depth
     from onlooker.plugins.audit._redact import cap_record
     from onlooker.plugins.audit._writer import AuditWriteError, TrailWriter, compact_json
 
     texts = []
     for event in events:
-        redacted = redactor.redact_event(event, max_chars=MAX_VALUE_CHARS)
+        # Each value as deep as an event can hold, as the engine's snapshots keep them.
+        shallow = {key: cap_depth(value) for key, value in event.items()}
+        redacted = redactor.redact_event(shallow, max_chars=MAX_VALUE_CHARS)
         text = compact_json(redacted)
         if len(text) > MAX_RECORD_CHARS:
             text = compact_json(cap_record(redacted, MAX_RECORD_CHARS))
@@ -377,6 +388,8 @@ def _report(audit_dir: str, exc: Exception) -> None:
             err.write(line + "\n")
     except OSError:
         # Nowhere to keep it: stderr is all that is left (never stdout, which the agent reads).
+        if sys.stderr is None:  # started with stderr closed too
+            return
         try:  # noqa: SIM105  # contextlib.suppress would cost an import
             sys.stderr.write(line + "\n")
         except OSError:

@@ -14,10 +14,12 @@ from . import _claude_hook
 from ._claude_session import HOOK_EVENTS
 from ._common import escape, flag, stderr, stdout
 from ._settings import (
+    MARKER,
     Change,
     SettingsError,
     apply,
     hook_command,
+    hooks_disabled,
     ignore_onlooker,
     installed_commands,
     is_ours,
@@ -223,12 +225,8 @@ def install_cmd(
     _print_install(change, line, backup, gitignore, dry_run=dry_run, as_json=as_json)
 
 
-_MARKER = "# onlooker hook claude-code"
-"""Appended to a ``--command`` that does not name the hook: how our entries are recognised."""
-
-
 def _recognisable(command: str) -> str:
-    """``command`` as installed: with :data:`_MARKER` (a shell comment) unless it is ours already.
+    """``command`` as installed: with :data:`MARKER` (a shell comment) unless it is ours already.
 
     Our entries are found by their command (to replace them on the next
     install, to remove them, to report them); without the marker, a wrapper
@@ -240,7 +238,7 @@ def _recognisable(command: str) -> str:
     # A comment on a line of its own: the end of a here-document or a trailing
     # backslash would otherwise swallow it.
     joint = "\n" if "\n" in command or command.endswith("\\") else " "
-    return command + joint + _MARKER
+    return command + joint + MARKER
 
 
 def _check_hooks(path: Path) -> None:
@@ -367,10 +365,16 @@ def status_cmd(as_json: Json = False) -> None:
     Looks at the project, local and user settings. For each installation:
     the events it covers (and those missing), whether its executable and
     rule file can be used, and its audit directory. Exits 1 when the hook is
-    installed nowhere or an installation cannot work.
+    installed nowhere or an installation cannot work (disableAllHooks
+    included).
     """
     reports = [_status(scope) for scope in ("project", "local", "user")]
     installed = [r for r in reports if r["installed"]]
+    disabled_by = _hooks_disabled_by()
+    for report in installed if disabled_by is not None else []:
+        report["problems"].append(
+            f"Claude Code runs no hooks: disableAllHooks is true in {disabled_by}"
+        )
     healthy = bool(installed) and all(not r["problems"] for r in installed)
     if as_json:
         typer.echo(json.dumps({"ok": healthy, "settings": reports}))
@@ -379,6 +383,20 @@ def status_cmd(as_json: Json = False) -> None:
             _print_status(report)
     if not healthy:
         raise typer.Exit(1)
+
+
+def _hooks_disabled_by() -> Path | None:
+    """The settings file whose ``disableAllHooks: true`` turns every hook off, if one does.
+
+    As in Claude Code, the most specific file that sets it decides: local,
+    then project, then user.
+    """
+    for scope in ("local", "project", "user"):
+        path = settings_path(scope)
+        disabled = hooks_disabled(path)
+        if disabled is not None:
+            return path if disabled else None
+    return None
 
 
 def _status(scope: str) -> dict[str, Any]:

@@ -1,19 +1,23 @@
 """Wire ``onlooker hook claude-code`` into a Claude Code settings file, and unwire it.
 
 Our entries are recognised by their command (it runs ``hook claude-code`` of
-an ``onlooker`` executable); everything else in the file is left as it was.
-A change is planned first (:func:`plan_install`, :func:`plan_uninstall`),
-so ``--dry-run`` can show it, then applied with a timestamped backup.
+an ``onlooker`` executable, or ends with :data:`MARKER`); everything else in
+the file is left as it was. A change is planned first (:func:`plan_install`,
+:func:`plan_uninstall`), so ``--dry-run`` can show it, then applied with a
+timestamped backup.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
 import shlex
 import shutil
+import stat
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +26,12 @@ from typing import Any, Final
 from ._claude_session import HOOK_EVENTS
 
 __all__ = [
+    "MARKER",
     "Change",
     "SettingsError",
     "apply",
     "hook_command",
+    "hooks_disabled",
     "ignore_onlooker",
     "installed_commands",
     "is_ours",
@@ -38,7 +44,8 @@ MATCHED_EVENTS: Final = frozenset(
     {"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest"}
 )
 """Events whose entries take a tool-name ``matcher`` (``*``: every tool)."""
-_MARK: Final = "hook claude-code"
+MARKER: Final = "# onlooker hook claude-code"
+"""Ends a ``--command`` that does not run the hook itself (a shell comment): how it is recognised."""
 _IGNORE: Final = ".onlooker/"
 
 
@@ -92,11 +99,42 @@ def _this_executable() -> str:
 
 
 def is_ours(hook: object) -> bool:
-    """Whether a hook entry (``{"type": "command", "command": ...}``) runs this hook."""
+    """Whether a hook entry (``{"type": "command", "command": ...}``) is one install writes.
+
+    That is a command running an ``onlooker`` executable's ``hook claude-code``
+    (after ``VAR=value`` words, with any options), or one ending with
+    :data:`MARKER` as ``hook install --command`` appends it. A command that
+    merely mentions these words is someone else's.
+    """
     if not isinstance(hook, dict) or not isinstance(hook.get("command"), str):
         return False
     command: str = hook["command"]
-    return _MARK in command and "onlooker" in command
+    return _runs_the_hook(command) or _is_marked(command)
+
+
+def _runs_the_hook(command: str) -> bool:
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    while words and _is_assignment(words[0]):
+        words.pop(0)
+    return (
+        len(words) >= 3
+        and Path(words[0]).name == "onlooker"
+        and words[1:3] == ["hook", "claude-code"]
+    )
+
+
+def _is_assignment(word: str) -> bool:
+    name, eq, _ = word.partition("=")
+    return bool(eq) and name.isidentifier()
+
+
+def _is_marked(command: str) -> bool:
+    command = command.rstrip()
+    head = command.removesuffix(MARKER)
+    return head != command and head[-1:] in (" ", "\n") and bool(head.strip())
 
 
 @dataclass(frozen=True)
@@ -180,12 +218,36 @@ def apply(change: Change) -> Path | None:
         if change.before is not None:
             backup = _backup_name(settings)
             shutil.copy2(settings, backup)
-        tmp = settings.with_name(settings.name + ".onlooker-tmp")
-        tmp.write_text(change.after, encoding="utf-8")
-        os.replace(tmp, settings)
+        _replace(settings, change.after)
     except OSError as exc:
         raise SettingsError(f"cannot write {settings}: {exc.strerror or exc}") from None
     return backup
+
+
+def _replace(settings: Path, text: str) -> None:
+    """Write ``text`` atomically in place of ``settings``, which keeps its permissions.
+
+    Settings may hold secrets (``env``, ``apiKeyHelper``): a private file stays
+    private. A symbolic link (to a dotfiles repository, say) stays a link, and
+    its target gets the new text.
+    """
+    target = settings.resolve()
+    try:
+        mode = stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0o077)  # reading the umask means setting it: put it back at once
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".onlooker-tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _backup_name(settings: Path) -> Path:
@@ -210,6 +272,16 @@ def installed_commands(settings: Path) -> dict[str, list[str]]:
                 if is_ours(hook):
                     found.setdefault(event, []).append(hook["command"])
     return found
+
+
+def hooks_disabled(settings: Path) -> bool | None:
+    """The ``disableAllHooks`` of ``settings`` (None: not set, or the file cannot be read)."""
+    try:
+        _, data = _load(settings)
+    except SettingsError:
+        return None
+    value = data.get("disableAllHooks")
+    return value if isinstance(value, bool) else None
 
 
 def ignore_onlooker(project: Path, dry_run: bool = False) -> Path | None:

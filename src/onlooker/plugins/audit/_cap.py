@@ -15,7 +15,30 @@ TYPE_CHECKING = False  # not typing's: the hook imports this module
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["cap_record"]
+__all__ = ["DEEPEST", "cap_depth", "cap_record"]
+
+DEEPEST = 200
+"""Levels of containers a value may nest, as the engine's snapshots keep them: deeper
+ones are marked (pydantic, which :func:`onlooker.parse_event` reads with, goes no deeper)."""
+
+
+def cap_depth(value: Any, deepest: int = DEEPEST) -> Any:
+    """``value`` with each list or dict nested deeper than ``deepest`` levels replaced by
+    ``"<list nested deeper than 200 levels>"``; ``value`` itself when none is."""
+    kind = type(value)
+    if kind is not dict and kind is not list:
+        return value
+    if deepest == 0:
+        return f"<{kind.__name__} nested deeper than {DEEPEST} levels>"
+    items = value.items() if kind is dict else enumerate(value)
+    out: Any = None
+    for key, item in items:
+        new = cap_depth(item, deepest - 1)
+        if new is not item:
+            if out is None:
+                out = dict(value) if kind is dict else list(value)
+            out[key] = new
+    return value if out is None else out
 
 
 def _size(value: Any) -> int:
