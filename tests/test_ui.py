@@ -7,6 +7,7 @@ in a thread; the browser tests are in ``test_ui_browser.py``.
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import re
@@ -187,6 +188,11 @@ class TestOpening:
             assert "cannot be read" in page.text and "SELECT" not in page.text
 
 
+def _cursor(text: str) -> str:
+    """A cursor that is not one of ours: ``text`` encoded as the list's own are."""
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
 class TestList:
     def test_shows_every_execution_newest_first(
         self, ui: TestClient, recorded: dict[str, Any]
@@ -254,6 +260,10 @@ class TestList:
             ("limit=lots", "limit='lots'"),
             ("cursor=garbage", "invalid cursor"),
             ("roots=maybe", "roots='maybe'"),
+            ("limit=%C2%B2", "limit='²' is not a whole number"),  # a digit int() refuses
+            ("cursor=" + _cursor("[" * 5000), "invalid cursor"),  # nested past json's limit
+            ("cursor=" + _cursor('["0001-01-01T00:00:00+05:00", "x"]'), "invalid cursor"),
+            ("cursor=" + _cursor('["9999-12-31T23:59:59-05:00", "x"]'), "invalid cursor"),
         ],
     )
     def test_a_bad_filter_is_a_400_page_naming_it(

@@ -52,7 +52,10 @@ def list_filters(params: Mapping[str, str], *, default_limit: int = 50) -> ListF
     limit_text = _text(params, "limit")
     limit = default_limit
     if limit_text is not None:
-        if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_LIMIT:
+        if (
+            not (limit_text.isascii() and limit_text.isdigit())
+            or not 1 <= int(limit_text) <= MAX_LIMIT
+        ):
             raise BadRequest(f"limit={limit_text!r} is not a whole number from 1 to {MAX_LIMIT}")
         limit = int(limit_text)
     cursor = _text(params, "cursor")

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 import anyio
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, StatementError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -220,7 +220,8 @@ async def _store_error(request: Request, exc: Exception) -> Response:
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:
-    return _error(request, 500, "Internal error", f"{type(exc).__name__}: {exc}")
+    cause = exc.orig if isinstance(exc, StatementError) and exc.orig is not None else exc
+    return _error(request, 500, "Internal error", f"{type(cause).__name__}: {cause}")  # no SQL
 
 
 ERROR_PAGES: Final[
