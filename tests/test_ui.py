@@ -760,6 +760,25 @@ class TestCommand:
         assert done.returncode == 1, done.stderr
         assert "address already in use" in done.stderr
 
+    @pytest.mark.parametrize("host", ["127.0.0.2", "::1"])
+    def test_the_loopback_address_it_was_given_is_answered(
+        self, recorded: dict[str, Any], monkeypatch: pytest.MonkeyPatch, host: str
+    ) -> None:
+        """``--host 127.0.0.2`` (any loopback address) answers the URL it announces."""
+        import onlooker._ui
+
+        served: list[Any] = []
+        monkeypatch.setattr(onlooker._ui, "serve", lambda app, *args, **kwargs: served.append(app))
+        result = CliRunner().invoke(
+            cli_app, ["ui", "--db", str(recorded["path"]), "--host", host, "--port", "0"]
+        )
+        assert result.exit_code == 0, result.output
+        named = f"[{host}]" if ":" in host else host
+        with TestClient(served[0], base_url=f"http://{named}:8080") as c:
+            assert c.get("/").status_code == 200
+        with TestClient(served[0], base_url="http://rebinding.example:8080") as c:
+            assert c.get("/").status_code == 400
+
     def test_help_has_examples(self) -> None:
         result = CliRunner().invoke(cli_app, ["ui", "--help"])
         assert result.exit_code == 0 and "Examples" in result.output

@@ -78,7 +78,8 @@ def ui(
         audit_dir=audit,
         tools=declared,
         poll_interval=interval,
-        allowed_hosts=LOOPBACK_HOSTS if loopback else None,
+        # The loopback names a browser may use, and the one the server was given (127.0.0.2).
+        allowed_hosts=(*LOOPBACK_HOSTS, host.strip("[]")) if loopback else None,
     )
 
     with contextlib.suppress(KeyboardInterrupt):
