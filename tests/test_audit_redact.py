@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -454,6 +455,21 @@ class TestRecordCap:
             "kind": "x",
             "result": "small",
         }
+
+    def test_a_string_that_escapes_long_is_cut_to_fit_and_the_event_stays_whole(self) -> None:
+        """Newlines take two characters in JSON: a string cut by its characters alone never
+        fit, and the cap went on to cut the attribution, which made the event invalid."""
+        event = onlooker.ToolCallFinished(
+            event_id="e", execution_id="x", seq=1, at=datetime.now(UTC),
+            attribution=onlooker.Attribution(task_id="t"), tool_call_id="c", tool="cat",
+            status="completed", result="\n".join(f"line {i}" for i in range(50_000)),
+            error=None, duration_ms=1.0, metadata={},
+        )  # fmt: skip
+        capped = cap_record(json.loads(event.model_dump_json()), 100_000)
+        assert len(json.dumps(capped, separators=(",", ":"), ensure_ascii=False)) <= 100_000
+        assert capped["attribution"]["task_id"] == "t"
+        assert capped["result"].startswith("line 0\nline 1") and "…[truncated " in capped["result"]
+        assert onlooker.parse_event(capped).attribution == event.attribution
 
     def test_a_bad_limit_is_refused(self) -> None:
         with pytest.raises(ValueError, match="max_chars"):

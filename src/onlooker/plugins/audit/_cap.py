@@ -62,8 +62,12 @@ def cap_record(event: dict[str, Any], max_chars: int) -> dict[str, Any]:
     if size <= max_chars:
         return event
     out = dict(event)
-    sizes = {key: _size(value) for key, value in out.items() if key not in ENVELOPE_FIELDS}
+    sizes = {key: _size(value) for key, value in out.items() if key not in _KEPT}
     return _fit(out, sizes, size, max_chars)
+
+
+# Never cut: the envelope, and the attribution (small, and the event is invalid without it).
+_KEPT = ENVELOPE_FIELDS | {"attribution"}
 
 
 def _fit(out: dict[str, Any], sizes: dict[str, int], size: int, budget: int) -> dict[str, Any]:
@@ -108,7 +112,13 @@ def _shrink(value: Any, budget: int) -> Any:
     """``value`` cut toward ``budget`` characters of JSON, keeping its type (best effort)."""
     kind = type(value)
     if kind is str:
-        return truncate(value, max(budget - 32, 0))
+        # Cut by characters, measured in JSON: escapes (a newline is two) make it longer.
+        keep = max(budget - 32, 0)
+        cut = truncate(value, keep)
+        while keep and (size := _size(cut)) > budget:
+            keep = max(keep * budget // size - 1, 0)
+            cut = truncate(value, keep)
+        return cut
     if kind is list:
         kept: list[Any] = []
         used = 2 + 32  # the brackets and the marker
