@@ -659,6 +659,21 @@ class TestLiveStreams:
         assert f'data-id="{recorded["failed"]}"' in event["data"]
         assert recorded["three"] not in event["data"]
 
+    def test_the_list_stream_moves_older_to_after_the_rows_it_shows(
+        self, recorded: dict[str, Any]
+    ) -> None:
+        """Rows a live update pushes off the first page are on the next one: the update
+        carries the page links, "older »" starting after the last row it shows."""
+        app = create_app(recorded["url"], poll_interval=0.05)
+        with BackgroundServer(app) as server:
+            event = _first_event(f"{server.url}/stream/list?limit=1")
+            shown = re.findall(r'data-id="([^"]+)"', event["data"])
+            older = re.search(r'rel="next" href="/\?([^"]+)"', event["data"])
+            assert len(shown) == 1 and older is not None
+            second = httpx2.get(f"{server.url}/?{html.unescape(older.group(1))}", timeout=10)
+        assert shown[0] not in second.text  # the next page starts after it
+        assert 'data-id="' in second.text
+
     def test_a_finished_execution_streams_once_then_done(self, recorded: dict[str, Any]) -> None:
         app = create_app(recorded["url"], poll_interval=0.05)
         with (

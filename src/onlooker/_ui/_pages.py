@@ -54,6 +54,10 @@ async def list_context(request: Request) -> dict[str, Any]:
         "page": one_page,
         "raw": params,
         "filtered": any(v for k, v in params.items() if k not in ("cursor", "limit")),
+        # The page links live with the rows: a live update that pushes rows off the first
+        # page moves "older »" to start after the last row it shows.
+        "first_query": _query(params, cursor=None),
+        "next_query": _query(params, cursor=one_page.next_cursor),
     }
 
 
@@ -73,8 +77,6 @@ async def executions_page(request: Request) -> Response:
         nav="list",
         statuses=_queries.EXECUTION_STATUSES,
         stream_query=_query(params),
-        first_query=_query(params, cursor=None),
-        next_query=_query(params, cursor=context["page"].next_cursor),
         **context,
     )
 

@@ -67,9 +67,9 @@ def _stream(request: Request, render: Render) -> Response:
 
 
 async def list_stream(request: Request) -> Response:
-    """``/stream/list``: the list's rows again whenever they change (server-sent events)."""
+    """``/stream/list``: the list's rows and page links again whenever they change (SSE)."""
     list_filters(request.query_params)  # a bad filter is a 400 now, not a broken stream
-    template = state_of(request).templates.get_template("_rows.html")
+    template = state_of(request).templates.get_template("_list.html")
 
     async def render() -> tuple[str, None]:
         return rendered(template, request, **await list_context(request)), None
