@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +70,12 @@ def well_formed(events: Sequence[ExecutionEvent]) -> None:
 def check_stream() -> Callable[[Sequence[ExecutionEvent]], None]:
     """The stream-invariant checker (:func:`well_formed`)."""
     return well_formed
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A git project as the current directory, with a home of its own."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / ".git").mkdir()
+    return tmp_path

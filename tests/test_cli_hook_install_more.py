@@ -50,15 +50,6 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A git project as the current directory, with a home of its own."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    (tmp_path / ".git").mkdir()
-    return tmp_path
-
-
 class TestTheSettingsFile:
     def test_a_private_file_stays_private(self, tmp_path: Path) -> None:
         settings = tmp_path / "settings.json"

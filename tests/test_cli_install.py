@@ -57,15 +57,6 @@ def ours(data: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A git project as the current directory, with a home of its own."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    (tmp_path / ".git").mkdir()
-    return tmp_path
-
-
 class TestInstall:
     def test_adds_every_event_and_keeps_other_settings(self, tmp_path: Path) -> None:
         settings = tmp_path / ".claude" / "settings.json"
