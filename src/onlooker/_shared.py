@@ -267,41 +267,92 @@ _WORD: Final = r"[^\s;&|()<>`]*"
 _BARE: Final = r"[^\s;&|()<>`'\"]*"
 """An unquoted word: no quote in it, so a quoted value can be read one way only (two ways
 would make the repeated prefixes below try 2^n paths on a command they do not match)."""
+_TOKENS: Final = r"[^\s;&|()<>`'\"]|\"[^\"\n]*\"|'[^'\n]*'|\$\(\(?[^()\n;&|`]*\)\)?"
+_VALUE: Final = r"(?:" + _TOKENS + r"|`[^`\n;&|]*`)*"
+"""A ``VAR=`` value: plain characters, quoted texts, ``$(...)``, ``$((...))`` and backticks
+(not nested), one token at a time; each token's first character tells which it is (one way
+to read it)."""
+_CASE_PATTERN: Final = r"\(?(?:\"[^\"\n]*\"|'[^'\n]*'|" + _BARE + r")\)"
+"""A ``case`` branch's pattern, ``start)`` or ``(*)``: the command after it starts one."""
+
+
+def _prefixes(value: str) -> str:
+    """Any reserved words or prefixes that run the next word as a command, each a whole word."""
+    return (
+        r"(?:(?:[!{]|if|then|elif|else|do|while|until|builtin|nohup"
+        r"|time(?:[ \t]+-p)?"
+        r"|command(?:[ \t]+-p)?(?:[ \t]+--)?"  # command -v only prints: not a run
+        r"|env(?:[ \t]+-" + _BARE + r")*"  # env -i; options taking a value are not followed
+        r"|exec(?:[ \t]+-a[ \t]+" + _BARE + r"|[ \t]+-[cl]+)*"  # exec -a NAME: NAME is not run
+        r"|\w+=" + value + r")[ \t]+)*"
+    )
+
+
 _SEP: Final = (
-    r"(?:^|[\n;&|(`]|\$\()[ \t]*"
-    r"(?:(?:[!{]|if|then|elif|else|do|while|until|builtin|nohup"
-    r"|time(?:[ \t]+-p)?"
-    r"|command(?:[ \t]+-p)?(?:[ \t]+--)?"  # command -v only prints: not a run
-    r"|env(?:[ \t]+-" + _BARE + r")*"  # env -i; options taking a value are not followed
-    r"|exec(?:[ \t]+-a[ \t]+" + _BARE + r"|[ \t]+-[cl]+)*"  # exec -a NAME: NAME is not run
-    r"|\w+=(?:\"[^\"\n]*\"|'[^'\n]*'|" + _BARE + r"))[ \t]+)*"
+    r"(?:(?:(?:^|[\n;&|])[ \t]*(?:" + _CASE_PATTERN + r"[ \t]+)?"
+    r"|\bin[ \t]+" + _CASE_PATTERN + r"[ \t]+"  # case WORD in PATTERN) ...
+    r"|\$?\([ \t]*)"  # after "$(", a "WORD)" closes the substitution: no pattern
+    + _prefixes(_VALUE)
+    # A backtick opens or closes a substitution, and a value may hold one: after a
+    # backtick, values hold none, or each one in a row of VAR=`x` would scan to the end.
+    + r"|`[ \t]*"
+    + _prefixes(r"(?:" + _TOKENS + r")*")
+    + ")"
 )
-"""Command position: the start, or after a separator (a newline too), a subshell or a
-substitution; then any reserved word or prefix that runs the next word as a command (``then``,
-``do``, ``{``, ``!``, ``time``, ``exec``, ``env``, ``VAR=value``, ...), each a whole word."""
-_END: Final = r"(?=$|[\s;&|)`])"
+"""Command position: the start, or after a separator (a newline too), a subshell, a
+substitution or a ``case`` pattern; then any reserved word or prefix that runs the next word
+as a command (``then``, ``do``, ``{``, ``!``, ``time``, ``exec``, ``env``, ``VAR=value``,
+...)."""
+_END: Final = r"(?=$|[\s;&|)`<>'\"])"
+"""The end of a word: a space, a separator, a redirection or a closing quote."""
+
+
+def _operands(command: str, flag: str, target: str) -> str:
+    """``command`` given ``flag`` and ``target`` among its arguments, in either order.
+
+    Searched from each place ``command`` starts, this would take quadratic time on a
+    command that repeats it (``rm -r rm -r ...``): so before its flag (or target) the
+    scan stops at the next ``command``, and after it at the next ``command`` that reaches
+    a flag (or target) itself, which a later start of the search finds as well.
+    """
+    flag, target = "(?:" + flag + ")" + _END, "(?:" + target + ")" + _END
+    again = r"[^\s;&|]*\b" + command  # an argument where the command starts again
+    head = r"(?:\s+(?!" + again + r"\s|" + flag + "|" + target + r")[^\s;&|]+)*\s+"
+    flag_then = flag + r"(?:\s+(?!" + again + head + flag + r")[^\s;&|]+)*?\s+" + target
+    target_then = target + r"(?:\s+(?!" + again + head + target + r")[^\s;&|]+)*?\s+" + flag
+    return r"\b" + command + head + "(?:" + flag_then + "|" + target_then + ")"
+
+
+# the root or the home, as a whole argument: /, /*, //*, ~, ~/, "$HOME"/*, ${HOME}, ...
+_ROOT_OR_HOME: Final = r"[\"']?(?:/|~|\$\{?HOME\}?)[\"']?[/*]*[\"']?"
+_DOWNLOAD: Final = r"\b(?:curl|wget|fetch)\b"
+_UNTIL_DOWNLOAD: Final = r"(?:(?!" + _DOWNLOAD + r")[^;&|])*"
 
 DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
-    "rm-recursive-root": (
-        r"\brm\s+(?:-[\w-]+\s+)*(?:-[a-zA-Z]*[rR][a-zA-Z]*|--recursive)\s+"
-        r"(?:-[\w-]+\s+)*(?:--\s+)?[\"']?(?:/\*?|~/?\*?|\$\{?HOME\}?/?\*?)[\"']?" + _END
+    # -r up to its first r or R (one way to read it): any option holding one, --recursive
+    "rm-recursive-root": _operands(
+        "rm", r"-[a-qs-zA-QS-Z]*[rR][a-zA-Z]*|--recursive", _ROOT_OR_HOME
     ),
     "sudo": _SEP + r"(?:" + _WORD + r"/)?(?:sudo|doas)\b",
     "su": _SEP + r"(?:" + _WORD + r"/)?su" + _END,
     "mkfs": r"\bmkfs(?:\.\w+)?\b",
-    "dd-to-device": r"\bdd\b[^;&|]*\bof=/dev/",
-    "redirect-to-device": r">\s*/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk)\w*",
+    # up to the next dd at most (a later search starts there): linear on "dd dd dd ..."
+    "dd-to-device": r"\bdd\b(?:(?!\bdd\b)[^;&|])*?\bof=[\"']?/dev/",
+    "redirect-to-device": r">\|?\s*[\"']?/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk)\w*",
     # the name starts a word or a quoted text (the lookbehind): tried once per word
     "fork-bomb": (
         r"(?<![^\s(){}|&;'\"])(?P<bomb>[^\s(){}|&;'\"]+)\s*\(\)\s*\{\s*(?P=bomb)\s*\|\s*(?P=bomb)\s*&\s*\}"
     ),
+    # through any stages (| tee FILE | sh), each one stopping at a download too (where a
+    # later search starts: linear)
     "download-piped-to-shell": (
-        r"\b(?:curl|wget|fetch)\b[^;&|]*\|\s*(?:sudo\s+)?(?:\S*/)?(?:ba|z|k|da|fi)?sh\b"
+        _DOWNLOAD + r"(?:" + _UNTIL_DOWNLOAD + r"\|)+"
+        r"\s*(?:(?:[^\s;&|]*/)?(?:sudo|env)\s+)*(?:[^\s;&|]*/)?(?:ba|z|k|da|fi)?sh\b"
     ),
-    "chmod-recursive-root": (
-        r"\bchmod\s+(?:-\S+\s+)*-[a-zA-Z]*R[a-zA-Z]*\s+(?:-\S+\s+)*\S+\s+/" + _END
+    "chmod-recursive-root": _operands(
+        "chmod", r"-[a-zA-QS-Z]*R[a-zA-Z]*|--recursive", r"[\"']?/[/*]*[\"']?"
     ),
-    "power": _SEP + r"(?:" + _WORD + r"/)?(?:shutdown|reboot|poweroff|halt)\b",
+    "power": _SEP + r"(?:" + _WORD + r"/)?(?:shutdown|reboot|poweroff|halt)" + _END,
 }
 """The built-in command rules: rule name -> regular expression (``re.search``).
 
