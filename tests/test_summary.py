@@ -174,6 +174,27 @@ class TestCounts:
         with pytest.raises(ValueError, match="keep"):
             summary.plugin(keep=0)
 
+    async def test_an_id_used_again_is_a_new_execution_kept_while_it_runs(self) -> None:
+        """A tracked run may reuse a framework's id once the engine forgot it: the new run
+        replaces the old summary (and its children) and is kept while it runs."""
+        plugin = summary.plugin(keep=2)
+        async with onlooker.ExecutionEngine(plugins=[plugin], keep_results=0) as engine:
+            store = engine.extension(plugin)
+            async with (
+                engine.track("agent", execution_id="conv-A") as old,
+                old.child("helper", execution_id="old-child"),
+            ):
+                pass
+            again = engine.track("agent", execution_id="conv-A")
+            await again.start()
+            for other in ("b", "c"):
+                async with engine.track("agent", execution_id=other):
+                    pass
+            assert get(store, "conv-A").status == "running"
+            assert "old-child" not in store and get(store, "conv-A").children == []
+            await again.finish()
+        assert get(store, "conv-A").status == "completed"
+
 
 class TestChildren:
     async def test_children_nest_and_a_failing_child_is_partial(self) -> None:

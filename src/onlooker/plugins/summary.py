@@ -246,6 +246,9 @@ class SummaryStore:
             case ToolCallStarted():
                 self._started_call(event)
             case ExecutionStarted():
+                if event.execution_id in self._records:  # an id used again: a new execution
+                    self._finished_roots.pop(event.execution_id, None)
+                    self._forget(event.execution_id)  # and the old one's children
                 record = _Record(event)
                 self._records[event.execution_id] = record
                 parent = self._records.get(record.parent) if record.parent else None
