@@ -84,6 +84,21 @@ async def test_counts_after_a_run() -> None:
     assert "onlooker_executions_total" not in {m.name for m in REGISTRY.collect()}
 
 
+async def test_a_registry_of_ones_own_serves_one_engine_after_another() -> None:
+    """An app that builds an engine per job hands each the registry it serves: the metrics
+    leave it when their engine closes (a second one failed to start: duplicated series)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    served = CollectorRegistry()
+    plugin = metrics.plugin(registry=served)
+    for _ in range(2):
+        async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin]) as engine:
+            await engine.execute(program)
+            values = samples(generate_latest(served).decode())
+            assert values["onlooker_tool_calls_total", (("status", "completed"), ("tool", "add"))]
+        assert b"onlooker_" not in generate_latest(served)
+
+
 async def test_open_interactions_and_dropped_events() -> None:
     plugin = metrics.plugin()
     asked = anyio.Event()

@@ -9,6 +9,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest, start_http_server
+from prometheus_client.registry import Collector
 
 
 @final
@@ -59,7 +60,13 @@ class Exposed:
             registry if registry is not None else CollectorRegistry(auto_describe=True)
         )
         """The plugin's own registry (never prometheus-client's global one)."""
+        self._shared = registry is not None  # the caller's: it outlives this engine
+        self._registered: list[Collector] = []
         self._servers: list[MetricsServer] = []
+
+    def _register(self, collector: Collector) -> None:
+        self.registry.register(collector)
+        self._registered.append(collector)
 
     def exposition(self) -> str:
         """The metrics in the Prometheus text format."""
@@ -77,9 +84,13 @@ class Exposed:
         return endpoint
 
     def close(self) -> None:
-        """Close every server :meth:`serve` started."""
+        """Close every server :meth:`serve` started; leave a registry given to us as it was
+        (the next engine's metrics register there again)."""
         while self._servers:
             self._servers.pop().close()
+        if self._shared:
+            while self._registered:
+                self.registry.unregister(self._registered.pop())
 
     async def __aenter__(self) -> Self:
         return self

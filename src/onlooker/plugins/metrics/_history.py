@@ -41,7 +41,7 @@ class HistoryMetrics(Exposed):
         self._store = store
         self._max_tools = max_tools
         self._snapshot = MetricsSnapshot()
-        self.registry.register(self)
+        self._register(self)
 
     async def refresh(self) -> None:
         """Re-read the aggregates from the database."""

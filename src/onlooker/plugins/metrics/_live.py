@@ -111,9 +111,9 @@ class Metrics(Exposed):
         self._triggers: set[str] = set()
         self._running: dict[str, str] = {}
         self._open: set[tuple[str, str]] = set()  # (execution, interaction): ids are per run
-        self.registry.register(self)
+        self._register(self)
         if bus is not None:
-            self.registry.register(_BusCollector(bus))
+            self._register(_BusCollector(bus))
 
     def _tool_label(self, tool: str) -> str:
         label = self._labels.get(tool)
