@@ -525,6 +525,44 @@ class TestCancellation:
         assert statuses == ["cancelled", "cancelled"]
         check_stream(recorder.events)
 
+    async def test_a_clean_up_that_raises_while_cancelled_fails_only_its_execution(
+        self, check_stream: Check
+    ) -> None:
+        """A task of the program whose clean-up raises while the execution is cancelled: on
+        trio a group of the cancellation and the error, whose error crashed the engine (and
+        every other execution). The execution is recorded failed, the rest goes on."""
+
+        async def fragile() -> None:
+            try:
+                await anyio.sleep_forever()
+            finally:
+                raise ValueError("clean-up failed")  # the program's own bug
+
+        async def program(ctx: ExecutionContext) -> None:
+            async with anyio.create_task_group() as group:
+                group.start_soon(fragile)
+                await ctx.elicit("go on?")
+
+        recorder = RecordingObserver()
+        async with ExecutionEngine() as engine:
+            with onlooker.observing(recorder):
+                bystander = await engine.execute_with_pause(_asks)
+                paused = await engine.execute_with_pause(program)
+                assert isinstance(paused, onlooker.PausedExecution)
+                result = await engine.cancel(paused.execution_id)
+                with anyio.move_on_after(0.05):  # the caller's own timeout, too
+                    await engine.execute(program)
+                assert isinstance(bystander, onlooker.PausedExecution)
+                answered = await engine.resume(
+                    bystander.execution_id, InteractionResponse.accept({})
+                )
+        assert result.status == "failed" and result.error is not None
+        assert "clean-up failed" in result.error.message or result.error.type.endswith("Group")
+        assert isinstance(answered, onlooker.ExecutionResult) and answered.status == "completed"
+        statuses = sorted(e.status for e in recorder.of(ExecutionFinished))
+        assert statuses == ["completed", "failed", "failed"]
+        check_stream(recorder.events)
+
     @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio's Cancelled is never stray
     async def test_a_stray_cancelled_error_fails_the_execution_and_stays_in(
         self, check_stream: Check
@@ -559,6 +597,11 @@ class TestCancellation:
             ("failed", "CancelledError"),
         ]
         check_stream(recorder.events)
+
+
+async def _asks(ctx: ExecutionContext) -> str:
+    answer = await ctx.elicit("a bystander's question")
+    return answer.action
 
 
 class TestObserverBaseException:

@@ -13,6 +13,7 @@ from contextvars import Token
 from time import perf_counter
 from typing import Any, Final, TypeVar
 
+import anyio
 from pydantic import JsonValue
 
 from ._context import ExecutionContext, Program, Spawn, _current, _tool_call
@@ -66,6 +67,9 @@ async def run_execution(
             value = await program(ctx)
         except BaseException as exc:
             stray = _stray_cancel(exc)
+            cancelled, failure = _cancelled_and_failure(exc)
+            if failure is not None:
+                exc = failure  # the program's own error, while it was being cancelled
             result: ExecutionResult[T] = ExecutionResult(
                 execution_id,
                 "failed" if stray else _failure_status(exc, run),
@@ -74,6 +78,8 @@ async def run_execution(
                 _ms(began),
             )
             _finish(emitter, run, result)
+            if cancelled is not None:
+                raise cancelled from None  # the cancellation goes on, without the error
             if not isinstance(exc, Exception) and not stray:
                 raise
             return result
@@ -188,6 +194,22 @@ def _failure_status(exc: BaseException, run: RunState) -> ExecutionStatus:
     if run.expired and run.aborted is None:
         return "expired"
     return "failed"
+
+
+def _cancelled_and_failure(
+    exc: BaseException,
+) -> tuple[BaseExceptionGroup[BaseException] | None, Exception | None]:
+    """A group holding both a cancellation and the program's own errors (on trio, a task
+    of the program's whose clean-up raised while it was cancelled): the two apart, so the
+    error is recorded and the cancellation alone goes on to its scope. Else ``None, None``.
+    """
+    if not isinstance(exc, BaseExceptionGroup) or isinstance(exc, Exception):
+        return None, None
+    cancelled, rest = exc.split(anyio.get_cancelled_exc_class())
+    failure: BaseException | None = rest  # an ExceptionGroup when every error is an Exception
+    if cancelled is None or not isinstance(failure, Exception):
+        return None, None  # no cancellation, or something else that must pass (KeyboardInterrupt)
+    return cancelled, failure
 
 
 def _stray_cancel(exc: BaseException) -> bool:
