@@ -546,7 +546,7 @@ class TestCancellation:
         recorder = RecordingObserver()
         async with ExecutionEngine() as engine:
             with onlooker.observing(recorder):
-                bystander = await engine.execute_with_pause(_asks)
+                bystander = await engine.execute_with_pause(_bystander)
                 paused = await engine.execute_with_pause(program)
                 assert isinstance(paused, onlooker.PausedExecution)
                 result = await engine.cancel(paused.execution_id)
@@ -599,7 +599,7 @@ class TestCancellation:
         check_stream(recorder.events)
 
 
-async def _asks(ctx: ExecutionContext) -> str:
+async def _bystander(ctx: ExecutionContext) -> str:
     answer = await ctx.elicit("a bystander's question")
     return answer.action
 
