@@ -232,7 +232,9 @@ class ExecutionEngine:
         when that task leaves ``async with``. Closing from inside one of the
         engine's own executions, which closing waits for, is a
         ``RuntimeError``. ``shutdown_timeout`` replaces the engine's own for
-        this close.
+        this close: the task that entered the engine leaves its task group
+        here, so it bounds its close with that, never inside a cancel scope
+        opened since it entered (reliability.md).
         """
         if self._phase is EnginePhase.NEW:
             return
