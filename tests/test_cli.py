@@ -45,6 +45,42 @@ async def main(ctx: onlooker.ExecutionContext) -> None:
     await ctx.call(explode, reason="boom")
 '''
 
+ENDS = """
+import sys
+
+
+class Stop(BaseException):
+    pass
+
+
+async def main(ctx):
+    {ending}
+"""
+
+ODD_RESULT = """
+async def main(ctx):
+    class Opaque:
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    return {(1, 2): "pair", "name": "你好", "odd": Opaque(), "big": "x" * 100_000}
+
+
+async def looped(ctx):
+    value = {"name": "x"}
+    value["me"] = value
+    return value
+"""
+
+CHATTY = """
+print("loading")
+
+
+async def main(ctx):
+    print("working")
+    return 1
+"""
+
 FLOATS = """
 from onlooker import ExecutionContext
 
@@ -356,12 +392,49 @@ class TestRun:
         outcome = json.loads(result.stdout, parse_constant=refuse)
         assert outcome["result"] == {"ratio": None, "max": None, "n": 1.5}
 
+    @pytest.mark.parametrize("ending", ["sys.exit(4)", "raise Stop('enough')"])
+    def test_a_program_ending_by_a_base_exception_is_shown_and_exits_1(
+        self, workdir: Path, ending: str
+    ) -> None:
+        """sys.exit or a BaseException of the program's own: recorded cancelled (the engine
+        passes it on), and run still shows the tree, and exits 1 as for any other end."""
+        (workdir / "ends.py").write_text(ENDS.format(ending=ending))
+        shown = invoke("run", "ends.py", "--no-audit")
+        assert shown.exit_code == 1, shown.output
+        assert "cancelled" in shown.stdout and "history show" in shown.stdout
+        as_json = invoke("run", "ends.py", "--no-audit", "--json", "--quiet")
+        assert as_json.exit_code == 1
+        assert json.loads(as_json.stdout)["status"] == "cancelled"
+
+    def test_any_result_is_shown_as_it_is_recorded(self, workdir: Path) -> None:
+        """Keys that are no strings, a value holding itself, a repr that raises, text in any
+        script, and a huge value (cut as the trail cuts it): the tree prints them all."""
+        (workdir / "odd.py").write_text(ODD_RESULT)
+        shown = invoke("run", "odd.py", "--no-audit", "--quiet")
+        assert shown.exit_code == 0, shown.output
+        line = shown.stdout.split("result: ", 1)[1].split("\nhistory:")[0].replace("\n", "")
+        assert '"(1, 2)": "pair"' in line and "你好" in line and "…[truncated" in line
+        assert len(line) < 2_200
+        looped = invoke("run", "odd.py:looped", "--no-audit", "--quiet")
+        assert looped.exit_code == 0, looped.output
+        assert "Circular reference" in looped.stdout  # marked, as the event holds it
+
+    def test_what_the_program_prints_never_breaks_the_json(self, workdir: Path) -> None:
+        (workdir / "chatty.py").write_text(CHATTY)
+        result = invoke("run", "chatty.py", "--no-audit", "--json")
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["result"] == 1
+
     def test_no_verify_hint_for_a_trail_never_written(self, workdir: Path) -> None:
         (workdir / "floats.py").write_text(FLOATS)
         (workdir / "aud" / "s" / "events.jsonl").mkdir(parents=True)  # where the file must go
         result = invoke("run", "floats.py", "--quiet", "--audit-dir", "aud", "--session", "s")
         assert "audit verify" not in result.stdout
         assert "audit:   no trail was written" in result.stdout
+        as_json = invoke(
+            "run", "floats.py", "--quiet", "--json", "--audit-dir", "aud", "--session", "s"
+        )
+        assert json.loads(as_json.stdout)["audit"] is None
 
     def test_control_characters_of_recorded_values_never_reach_the_terminal(
         self, workdir: Path

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -75,7 +77,9 @@ def run(
     from ._runner import run_program
 
     try:
-        loaded = load_program(program)
+        # With --json, stdout holds the one JSON object: what importing prints goes to stderr.
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            loaded = load_program(program)
     except LoadError as exc:
         raise typer.BadParameter(str(exc), param_hint="PROGRAM") from None
     try:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import sys
 import threading
-from collections.abc import Callable
-from contextlib import suppress
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import nullcontext, redirect_stdout, suppress
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 import anyio
 import typer
@@ -19,6 +21,8 @@ from rich.text import Text
 import onlooker
 from onlooker import Elicitation, ExecutionEvent, InteractionResponse
 from onlooker._events import snapshot
+from onlooker._results import error_info
+from onlooker.plugins.audit._secrets import truncate
 from onlooker.plugins.history._db import mask_url
 
 from ._common import stderr, stdout
@@ -27,6 +31,8 @@ from ._prompt import GaveUp, StdinLines, ask
 from ._render import event_line, execution_tree, summary_table
 
 __all__ = ["run_program"]
+
+_SHOWN: Final = 2000  # characters of a result the tree shows (as the audit trail keeps)
 
 T = TypeVar("T")
 
@@ -66,10 +72,15 @@ async def run_program(
 
     trigger = onlooker.Trigger(kind="cli", metadata={"program": program.name})
     owner = os.environ.get("USER") or os.environ.get("USERNAME")
+    # With --json, stdout holds the one JSON object: what the program prints goes to stderr.
+    printed = redirect_stdout(sys.stderr) if as_json else nullcontext()
     async with onlooker.ExecutionEngine(tools=program.tools, plugins=plugins) as engine:
-        result = await engine.execute(
-            program.function, on_elicitation=answer, trigger=trigger, owner=owner
+        started: list[str] = []  # the run's execution id, from its first event
+        engine.bus.subscribe(
+            lambda event: None if started else started.append(event.execution_id), name="cli-root"
         )
+        with printed:
+            result = await _executed(engine, program, answer, trigger, owner, started)
         report = engine.extension(summaries).get(result.execution_id)
         trail_path = None
         if trail is not None and engine.extension(trail).enabled:
@@ -79,6 +90,28 @@ async def run_program(
         return result.status
     await _print_tree(result, report, url, trail_path)
     return result.status
+
+
+async def _executed(
+    engine: onlooker.ExecutionEngine,
+    program: LoadedProgram,
+    answer: Callable[[Elicitation], Awaitable[InteractionResponse]],
+    trigger: onlooker.Trigger,
+    owner: str | None,
+    started: list[str],
+) -> onlooker.ExecutionResult[Any]:
+    """The program's result; for one that raised a ``BaseException`` of its own (``sys.exit``),
+    which the engine records (``cancelled``) and passes on, the result its events say."""
+    began = time.perf_counter()
+    try:
+        return await engine.execute(
+            program.function, on_elicitation=answer, trigger=trigger, owner=owner
+        )
+    except BaseException as exc:
+        if not started or isinstance(exc, KeyboardInterrupt | anyio.get_cancelled_exc_class()):
+            raise  # Ctrl-C, or the engine's own failure: as before
+        duration = (time.perf_counter() - began) * 1000
+        return onlooker.ExecutionResult(started[0], "cancelled", None, error_info(exc), duration)
 
 
 async def _print_tree(
@@ -97,7 +130,8 @@ async def _print_tree(
         stdout.print(summary_table(report))
     # The result and the paths are the program's and the user's text, never markup.
     if result.status == "completed":
-        value = json.dumps(result.value, default=repr)
+        # As the event holds it (any value prints), and cut as the trail cuts a value.
+        value = truncate(json.dumps(snapshot(result.value), ensure_ascii=False), _SHOWN)
         stdout.print(Text.assemble("\n", ("result", "green"), ": ", value))
     stdout.print(
         f"\nhistory: onlooker history show {result.execution_id}"
@@ -163,6 +197,8 @@ def _print_json(
     url: str | None,
     trail_path: Path | None,
 ) -> None:
+    if trail_path is not None and not _holds_a_trail(trail_path):
+        trail_path = None  # never written: nothing there to verify
     outcome = {
         "execution_id": result.execution_id,
         "status": result.status,
