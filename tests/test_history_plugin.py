@@ -159,6 +159,42 @@ async def test_four_processes_write_one_postgres_database(tmp_path: Path) -> Non
         cluster.drop_database(url)
 
 
+OPENER = textwrap.dedent(
+    """
+    import sys, time
+    import anyio
+    from onlooker.plugins import history
+
+    async def main(url, start):
+        time.sleep(max(0.0, start - time.time()))  # all at once
+        async with history.open(url) as store:
+            await store.list_executions()
+
+    anyio.run(main, sys.argv[1], float(sys.argv[2]))
+    """
+)
+
+
+async def test_processes_opening_a_new_sqlite_database_at_once_all_succeed(
+    tmp_path: Path,
+) -> None:
+    """Each CREATE TABLE committed alone: another process could find half a schema and call
+    the database foreign. One sets it up at a time now; the others find it whole."""
+    import time
+
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    start = str(time.time() + 1.5)
+    openers = [
+        subprocess.Popen(  # noqa: ASYNC220  # waited for in a worker thread below
+            [sys.executable, "-c", OPENER, url, start], stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(6)
+    ]
+    for opener in openers:
+        _, stderr = await anyio.to_thread.run_sync(opener.communicate, None, 60)
+        assert opener.returncode == 0, stderr
+
+
 async def test_reads_right_after_execute_see_the_execution_whole(tmp_path: Path) -> None:
     recorder = onlooker.testing.RecordingObserver()
     plugin = history.plugin(f"sqlite:///{tmp_path / 'h.db'}")

@@ -200,8 +200,13 @@ def setup_schema(conn: Connection, rebuild: Callable[[Connection], None]) -> int
     from ``events`` (a migration step). Returns the version found before
     setup (0 for a new database).
     """
+    # One process sets the schema up at a time; the others wait, then find it whole.
     if conn.dialect.name == "postgresql":
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADVISORY_LOCK})
+    elif conn.dialect.name == "sqlite" and not getattr(
+        conn.connection.dbapi_connection, "in_transaction", True
+    ):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")  # the driver would commit each CREATE alone
     inspector = sa.inspect(conn)
     if not inspector.has_table("schema_version"):
         taken = [t.name for t in metadata.sorted_tables if inspector.has_table(t.name)]
