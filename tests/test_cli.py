@@ -45,6 +45,17 @@ async def main(ctx: onlooker.ExecutionContext) -> None:
     await ctx.call(explode, reason="boom")
 '''
 
+WAITS = """
+from pathlib import Path
+
+import anyio
+
+
+async def main(ctx):
+    Path("waiting").touch()
+    await anyio.sleep(60)
+"""
+
 ENDS = """
 import sys
 
@@ -809,6 +820,28 @@ class TestEndToEnd:
             process.kill()
             assert process.stdin is not None
             process.stdin.close()
+        with contextlib.closing(sqlite3.connect(tmp_path / ".onlooker" / "history.db")) as db:
+            assert db.execute("SELECT status FROM executions").fetchall() == [("cancelled",)]
+
+    def test_sigterm_ends_the_run_recorded_cancelled(self, tmp_path: Path) -> None:
+        """timeout, docker stop, systemd and CI stop a process with SIGTERM: the run is
+        cancelled and recorded as Ctrl-C's is (it stayed 'running' for ever), exit 143."""
+        assert EXECUTABLE is not None
+        (tmp_path / "waits.py").write_text(WAITS)
+        process = subprocess.Popen(
+            [EXECUTABLE, "run", "waits.py", "--quiet"],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not (tmp_path / "waiting").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=30) == 143
+        finally:
+            process.kill()
         with contextlib.closing(sqlite3.connect(tmp_path / ".onlooker" / "history.db")) as db:
             assert db.execute("SELECT status FROM executions").fetchall() == [("cancelled",)]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -82,6 +83,9 @@ def run(
             loaded = load_program(program)
     except LoadError as exc:
         raise typer.BadParameter(str(exc), param_hint="PROGRAM") from None
+    # A SIGTERM (timeout, docker stop, systemd, CI) ends the run as Ctrl-C does: recorded
+    # cancelled, every event written; the process then exits as SIGTERM asks (143).
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         status = anyio.run(
             run_program,
@@ -97,7 +101,19 @@ def run(
     except onlooker.OnlookerError as exc:  # the engine could not start: a database, a plugin
         stderr.print(f"[red]error[/]: {escape(str(exc))}")
         raise typer.Exit(1) from None
+    except _Terminated:
+        raise typer.Exit(128 + signal.SIGTERM) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     raise typer.Exit(0 if status == "completed" else 1)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, taken as Ctrl-C is (anyio cancels the run on a KeyboardInterrupt)."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise _Terminated
 
 
 def _parse_answer(raw: str) -> dict[str, Any]:
