@@ -465,6 +465,17 @@ class TestRun:
             assert "\x1b" not in view.output and "\u202e" not in view.output, name
             assert "\\x1b[1A" in view.output, name
 
+    def test_a_plain_db_path_with_a_urls_marks_is_that_file(self, workdir: Path) -> None:
+        """cli.md: a plain path is read as a SQLite file, '?' and '#' in it too (they were
+        read as a URL's query: --db 'q?x.db' made a file named 'q')."""
+        (workdir / "floats.py").write_text(FLOATS)
+        result = invoke("run", "floats.py", "--quiet", "--no-audit", "--db", "q?x#1%.db")
+        assert result.exit_code == 0, result.output
+        assert (workdir / "q?x#1%.db").is_file() and not (workdir / "q").exists()
+        listing = invoke("history", "list", "--db", "q?x#1%.db", "--json")
+        assert listing.exit_code == 0, listing.output
+        assert len(listing.stdout.strip().splitlines()) == 1  # one execution, one JSON line
+
     def test_the_result_and_the_paths_are_text_not_markup(self, workdir: Path) -> None:
         (workdir / "brackets.py").write_text(BRACKETS)
         folder = workdir / "d[x]"

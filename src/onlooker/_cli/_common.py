@@ -110,7 +110,12 @@ def existing_db(value: str | None) -> str | None:
     target = url if url is not None else "sqlite:///" + str(Path(".onlooker/history.db").resolve())
     if not target.startswith("sqlite"):
         return url
-    database = target.partition(":///")[2].partition("?")[0]
+    from sqlalchemy.engine import make_url
+
+    try:
+        database = make_url(target).database or ""
+    except ValueError:  # not a URL SQLAlchemy reads: opening it says why
+        return url
     if not database or database == ":memory:" or database.startswith("file:"):
         return url
     if not Path(database).is_file():
@@ -124,7 +129,12 @@ def db_url(value: str | None) -> str | None:
     """A database URL from ``--db``: a URL as given, a plain path as a SQLite file."""
     if value is None or "://" in value:
         return value
-    return f"sqlite:///{Path(value).resolve()}"
+    path = str(Path(value).resolve())
+    if any(mark in path for mark in "?#%"):  # a URL's marks: quoted, or read as a query
+        from sqlalchemy.engine import URL
+
+        return URL.create("sqlite", database=path).render_as_string(hide_password=False)
+    return f"sqlite:///{path}"
 
 
 def to_time(text: str, *, now: datetime | None = None) -> datetime:
