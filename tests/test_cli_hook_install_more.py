@@ -139,6 +139,15 @@ class TestStatusWithHooksDisabled:
         assert "installed, ok" in ok("hook", "status")
 
 
+class TestStatusChecksTheExecutable:
+    def test_after_environment_words_too(self, project: Path) -> None:
+        """``FOO=1 /missing/onlooker hook claude-code`` is ours, and its executable missing."""
+        ok("hook", "install", "--local", "--command", "FOO=1 /missing/onlooker hook claude-code")
+        result = invoke("hook", "status")
+        assert result.exit_code == 1
+        assert "/missing/onlooker is missing" in " ".join(result.output.split())
+
+
 def closed(stream: str, payload: dict[str, Any], *extra: str) -> subprocess.CompletedProcess[str]:
     """The hook as a real process, started with ``stream`` (``<&-`` or ``>&-``) closed."""
     assert EXECUTABLE is not None

@@ -23,7 +23,7 @@ app = typer.Typer(
     help=(
         "See, govern and keep a record of what tool-calling programs do.\n\n"
         "Exit codes: 0 ok, 1 the thing checked is bad (a failed execution, a tampered "
-        "trail, an unknown id), 2 usage error."
+        "trail, an unknown id), 2 usage error, 130 / 143 a run stopped by Ctrl-C / SIGTERM."
     ),
     no_args_is_help=True,
     add_completion=False,

@@ -27,6 +27,7 @@ __all__ = [
     "flag",
     "ms",
     "parse_time",
+    "printable",
     "stderr",
     "stdout",
     "to_time",
@@ -59,11 +60,16 @@ _UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w":
 _CONTROL: Final = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
+def printable(text: str) -> str:
+    """``text`` with its control characters written out (``\\x1b``), for the terminal."""
+    return _CONTROL.sub(_written_out, text)
+
+
 def escape(text: str) -> str:
     """``text`` as rich markup that prints it as it is: its tags escaped, and its control
     characters written out (``\\x1b``). Recorded values are untrusted: an ESC would start
     a terminal escape sequence, and one can move the cursor and erase the lines above it."""
-    return markup_escape(_CONTROL.sub(_written_out, text))
+    return markup_escape(printable(text))
 
 
 def _written_out(match: re.Match[str]) -> str:

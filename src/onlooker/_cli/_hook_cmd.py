@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shlex
@@ -22,6 +23,7 @@ from ._settings import (
     hooks_disabled,
     ignore_onlooker,
     installed_commands,
+    is_assignment,
     is_ours,
     plan_install,
     plan_uninstall,
@@ -441,8 +443,9 @@ def _parse_command(line: str, problems: list[str]) -> dict[str, str]:
     except ValueError as exc:
         problems.append(f"the hook command cannot be parsed: {exc}")
         return {}
-    if parts and "/" in parts[0] and not os.access(parts[0], os.X_OK):
-        problems.append(f"the hook's executable {parts[0]} is missing or not executable")
+    words = list(itertools.dropwhile(is_assignment, parts))  # VAR=value words come first
+    if words and "/" in words[0] and not os.access(words[0], os.X_OK):
+        problems.append(f"the hook's executable {words[0]} is missing or not executable")
     return {
         name: value
         for name, value in zip(parts, [*parts[1:], ""], strict=True)

@@ -25,7 +25,7 @@ from onlooker._results import error_info
 from onlooker.plugins.audit._secrets import truncate
 from onlooker.plugins.history._db import mask_url
 
-from ._common import stderr, stdout
+from ._common import printable, stderr, stdout
 from ._program import LoadedProgram
 from ._prompt import GaveUp, StdinLines, ask
 from ._render import event_line, execution_tree, summary_table
@@ -131,7 +131,8 @@ async def _print_tree(
     # The result and the paths are the program's and the user's text, never markup.
     if result.status == "completed":
         # As the event holds it (any value prints), and cut as the trail cuts a value.
-        value = truncate(json.dumps(snapshot(result.value), ensure_ascii=False), _SHOWN)
+        shown = json.dumps(snapshot(result.value), ensure_ascii=False)
+        value = printable(truncate(shown, _SHOWN))
         stdout.print(Text.assemble("\n", ("result", "green"), ": ", value))
     stdout.print(
         f"\nhistory: onlooker history show {result.execution_id}"

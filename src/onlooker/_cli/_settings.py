@@ -34,6 +34,7 @@ __all__ = [
     "hooks_disabled",
     "ignore_onlooker",
     "installed_commands",
+    "is_assignment",
     "is_ours",
     "plan_install",
     "plan_uninstall",
@@ -117,7 +118,7 @@ def _runs_the_hook(command: str) -> bool:
         words = shlex.split(command)
     except ValueError:
         return False
-    while words and _is_assignment(words[0]):
+    while words and is_assignment(words[0]):
         words.pop(0)
     return (
         len(words) >= 3
@@ -126,7 +127,8 @@ def _runs_the_hook(command: str) -> bool:
     )
 
 
-def _is_assignment(word: str) -> bool:
+def is_assignment(word: str) -> bool:
+    """Whether a shell word is a ``VAR=value`` that sets the environment of a command."""
     name, eq, _ = word.partition("=")
     return bool(eq) and name.isidentifier()
 
