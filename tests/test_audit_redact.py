@@ -91,6 +91,8 @@ class TestShapes:
             "see https://example.com/a/b?x=1&y=2",
             "pip install git+https://host.example:8443/org/pkg@v1.2",
             "https://example.com/users/@me and mailto:a@b.c",
+            "http://[::1]:8080/@alice and http://[2001:db8::1]/users/@bob",
+            "see https://host:abc/x?email=me@x.com",
             "and/or 1/2 src/a.py ./b ../c",
             "max_tokens",
             "scikit-learn sk-short",

@@ -74,7 +74,7 @@ async def main(ctx):
         def __repr__(self):
             raise RuntimeError("no repr")
 
-    return {(1, 2): "pair", "name": "你好", "odd": Opaque(), "bidi": "\\u202eexe.txt",
+    return {(1, 2): "pair", "name": "你好", "odd": Opaque(), "bidi": "\\u202eexe.txt", "name2": "caf\\udce9",
             "big": "x" * 100_000}
 
 
@@ -427,6 +427,7 @@ class TestRun:
         line = shown.stdout.split("result: ", 1)[1].split("\nhistory:")[0].replace("\n", "")
         assert '"(1, 2)": "pair"' in line and "你好" in line and "…[truncated" in line
         assert "\u202e" not in shown.stdout and "\\u202eexe.txt" in line  # written out
+        assert "caf\\udce9" in line  # an undecodable name, written out
         assert len(line) < 2_200
         looped = invoke("run", "odd.py:looped", "--no-audit", "--quiet")
         assert looped.exit_code == 0, looped.output

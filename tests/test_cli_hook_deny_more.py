@@ -85,6 +85,9 @@ ALLOWED: list[str] = [
     "chmod -R 755 /srv/app",
     "curl -fsSL https://x.example/a.tar.gz | tee a.tar.gz | sha256sum",
     "curl -f https://x.example/ok || echo offline",
+    # prose is no case statement: "in (...)" outside one
+    'git commit -m "fix race in (rare) shutdown path"',
+    'echo "logged in (admin) sudo mode"',
 ]
 
 
@@ -152,6 +155,9 @@ class TestLongCommands:
             repeat("A=$((x) "),
             repeat("case x in a) "),
             repeat(" in a)"),
+            repeat("case in a) "),
+            "exec -a  " * 30 + "x",  # a run of blanks after -a: exponential before
+            "exec -a \t\t" * 40,
         ],
         ids=lambda command: repr(command[:16]),
     )

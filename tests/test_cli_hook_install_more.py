@@ -139,6 +139,27 @@ class TestStatusWithHooksDisabled:
         assert "installed, ok" in ok("hook", "status")
 
 
+class TestLaunchersOfTheHook:
+    @pytest.mark.parametrize(
+        "command",
+        [
+            "uvx onlooker hook claude-code",
+            "python -m onlooker hook claude-code --audit-dir /var/audit",
+            "pipx run onlooker hook claude-code",
+            "env X=1 onlooker hook claude-code",
+        ],
+    )
+    def test_an_install_launched_another_way_is_ours(self, tmp_path: Path, command: str) -> None:
+        """Older installs were recognised by their words: each is still ours (re-installing
+        added a second entry, and every event was recorded twice)."""
+        settings = tmp_path / "settings.json"
+        ok("hook", "install", "--settings", str(settings), "--command", command)
+        ok("hook", "install", "--settings", str(settings), "--command", command)
+        assert commands(settings) == {command}
+        ok("hook", "uninstall", "--settings", str(settings))
+        assert commands(settings) == set()
+
+
 class TestStatusChecksTheExecutable:
     def test_after_environment_words_too(self, project: Path) -> None:
         """``FOO=1 /missing/onlooker hook claude-code`` is ours, and its executable missing."""

@@ -283,14 +283,17 @@ def _prefixes(value: str) -> str:
         r"|time(?:[ \t]+-p)?"
         r"|command(?:[ \t]+-p)?(?:[ \t]+--)?"  # command -v only prints: not a run
         r"|env(?:[ \t]+-" + _BARE + r")*"  # env -i; options taking a value are not followed
-        r"|exec(?:[ \t]+-a[ \t]+" + _BARE + r"|[ \t]+-[cl]+)*"  # exec -a NAME: NAME is not run
+        # exec -a NAME: NAME is not run (a name of one character or more: an empty one would
+        # let a run of blanks be split many ways, in exponential time)
+        r"|exec(?:[ \t]+-a[ \t]+" + _BARE + r"[^\s;&|()<>`'\"]|[ \t]+-[cl]+)*"
         r"|\w+=" + value + r")[ \t]+)*"
     )
 
 
 _SEP: Final = (
     r"(?:(?:(?:^|[\n;&|])[ \t]*(?:" + _CASE_PATTERN + r"[ \t]+)?"
-    r"|\bin[ \t]+" + _CASE_PATTERN + r"[ \t]+"  # case WORD in PATTERN) ...
+    # case WORD in PATTERN) ...: "in" after a case on that line (not in prose: "in (rare) x")
+    r"|\bcase[ \t](?:(?!\bcase\b)[^\n;&|])*?\bin[ \t]+" + _CASE_PATTERN + r"[ \t]+"
     r"|\$?\([ \t]*)"  # after "$(", a "WORD)" closes the substitution: no pattern
     + _prefixes(_VALUE)
     # A backtick opens or closes a substitution, and a value may hold one: after a

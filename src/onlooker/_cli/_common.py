@@ -57,7 +57,9 @@ _UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w":
 
 
 # Control characters but newline and tab, and the bidirectional overrides that reorder text.
-_CONTROL: Final = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROL: Final = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)  # and lone surrogates (an undecodable name), which no terminal encoding takes
 
 
 def printable(text: str) -> str:

@@ -101,19 +101,20 @@ def run(
     except onlooker.OnlookerError as exc:  # the engine could not start: a database, a plugin
         stderr.print(f"[red]error[/]: {escape(str(exc))}")
         raise typer.Exit(1) from None
-    except _Terminated:
+    except Terminated:
         raise typer.Exit(128 + signal.SIGTERM) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
     raise typer.Exit(0 if status == "completed" else 1)
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, taken as Ctrl-C is (anyio cancels the run on a KeyboardInterrupt)."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, taken as Ctrl-C is (anyio cancels the run on a KeyboardInterrupt); its name
+    is the error type the run is recorded with."""
 
 
 def _terminated(signum: int, frame: object) -> None:
-    raise _Terminated
+    raise Terminated
 
 
 def _parse_answer(raw: str) -> dict[str, Any]:

@@ -114,15 +114,23 @@ def is_ours(hook: object) -> bool:
 
 
 def _runs_the_hook(command: str) -> bool:
+    """Whether ``command`` runs an ``onlooker`` program's ``hook claude-code``: the program
+    first (after ``VAR=value`` words and ``env``), or launched by ``uvx``, ``pipx run`` or
+    ``python -m``; a path or ``onlooker.exe`` too."""
     try:
-        words = shlex.split(command)
+        words = shlex.split(command, comments=True)
     except ValueError:
         return False
-    while words and is_assignment(words[0]):
+    while words and (is_assignment(words[0]) or words[0] == "env"):
         words.pop(0)
+    for launcher in (["uvx"], ["pipx", "run"]):
+        if words[: len(launcher)] == launcher:
+            words = words[len(launcher) :]
+    if len(words) > 1 and Path(words[0]).name.startswith("python") and words[1] == "-m":
+        words = words[2:]
     return (
         len(words) >= 3
-        and Path(words[0]).name == "onlooker"
+        and Path(words[0]).name.lower().removesuffix(".exe") == "onlooker"
         and words[1:3] == ["hook", "claude-code"]
     )
 

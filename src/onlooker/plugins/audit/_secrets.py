@@ -281,7 +281,8 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # The scheme is taken from its start only: from inside a long run of letters, each
         # start would scan the whole run again (quadratic time).
         r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://"
-        r"(?P<secret>[^/\s:@\"']*:(?![0-9]+/)(?:[^\s@\"':/]|/|:(?!//))+)@",
+        # (not an IPv6 host, "[::1]"; a password holds no "?" or "#", a query's marks)
+        r"(?P<secret>[^/\s:@\"'\[]*:(?![0-9]+/)(?:[^\s@\"':/?#]|/|:(?!//))+)@",
         hints=["://"],
     ),
     # npm's per-registry credentials: //registry.example/:_authToken=...
