@@ -14,8 +14,9 @@ from rich.prompt import Confirm, FloatPrompt, IntPrompt, Prompt
 
 from onlooker import Elicitation, InteractionResponse
 
-__all__ = ["GaveUp", "StdinLines", "ask"]
 from ._common import escape
+
+__all__ = ["GaveUp", "StdinLines", "ask"]
 
 
 class StdinLines:
