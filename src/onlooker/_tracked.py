@@ -205,8 +205,7 @@ class TrackedExecution:
     ) -> None:
         """:meth:`finish` for synchronous callbacks (it never waits for anything)."""
         check_status(status, _EXECUTION_STATUSES)
-        if status == "completed" and error is not None:
-            raise ValueError("a completed execution has no error: finish it 'failed' instead")
+        info = final_error(status, error)  # a completed run given an error: refused here
         if self._state == "finished":
             return
         if self._state == "new":  # a run that ends before it began is still one whole record
@@ -216,7 +215,6 @@ class TrackedExecution:
                 self._state, self._status = "finished", status
                 return
         self._close_open_parts(status)
-        info = final_error(status, error)
         aborted = self._tree.aborted
         if aborted is not None and status == "completed":
             status, info = "failed", error_info(aborted)

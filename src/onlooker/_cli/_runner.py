@@ -140,7 +140,7 @@ async def _print_tree(
         markup=False,
         soft_wrap=True,  # a command to copy: never broken across lines
     )
-    if trail_path is not None and _holds_a_trail(trail_path):
+    if trail_path is not None and _trail_written(trail_path):
         stdout.print(
             f"audit:   onlooker audit verify {shlex.quote(str(trail_path))}",
             markup=False,
@@ -150,7 +150,7 @@ async def _print_tree(
         stdout.print("audit:   no trail was written")
 
 
-def _holds_a_trail(session_dir: Path) -> bool:
+def _trail_written(session_dir: Path) -> bool:
     return any(file.is_file() for file in session_dir.glob("events*.jsonl"))
 
 
@@ -198,7 +198,7 @@ def _print_json(
     url: str | None,
     trail_path: Path | None,
 ) -> None:
-    if trail_path is not None and not _holds_a_trail(trail_path):
+    if trail_path is not None and not _trail_written(trail_path):
         trail_path = None  # never written: nothing there to verify
     outcome = {
         "execution_id": result.execution_id,

@@ -62,7 +62,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         moment = datetime.fromisoformat(at)
         if moment.tzinfo is None or not isinstance(execution_id, str):
             raise ValueError(cursor)
-        moment.astimezone(UTC)  # one we made holds a time that is stored (in UTC)
+        storable_time(moment, "cursor")  # one we made holds a time that is stored (in UTC)
     except (ValueError, TypeError, OverflowError, RecursionError, binascii.Error):
         raise HistoryError(f"invalid cursor {cursor!r}: pass back a next_cursor") from None
     return moment, execution_id
