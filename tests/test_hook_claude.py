@@ -257,6 +257,88 @@ class TestASession:
         assert of(hook.events(), ExecutionFinished, compact)[0].status == "completed"
 
 
+class TestLaterEvents:
+    """Claude Code's newer events: recorded when sent, never installed (see test_cli_install)."""
+
+    def test_a_call_claude_code_denied_is_blocked_and_its_prompt_declined(self, hook: Hook) -> None:
+        reason = "auto mode: deleting the home directory is not allowed"
+        hook.all([
+            event("UserPromptSubmit", prompt="clean up"),
+            bash("toolu_1", "rm -rf ~"),
+            event("PermissionRequest", tool_name="Bash", tool_input={"command": "rm -rf ~"}),
+            event("PermissionDenied", tool_name="Bash", tool_input={"command": "rm -rf ~"},
+                  tool_use_id="toolu_1", reason=reason),
+            event("Stop", stop_hook_active=False),
+            event("SessionEnd", reason="other"),
+        ])  # fmt: skip
+        events = hook.events()
+        onlooker.testing.check_invariants(events)
+        assert hook.errors() == ""
+        (finished,) = of(events, ToolCallFinished)
+        assert (finished.tool_call_id, finished.status) == ("toolu_1", "blocked")
+        assert finished.error is not None
+        assert (finished.error.type, finished.error.message) == ("PermissionDenied", reason)
+        assert finished.metadata["denied_by"] == "claude-code"
+        (resolved,) = of(events, InteractionResolved)
+        assert resolved.status == "declined"
+        assert of(events, ExecutionFinished, f"{SESSION}.turn-1")[0].status == "completed"
+
+    def test_a_denial_without_its_pre_tool_use_is_a_closed_blocked_pair(self, hook: Hook) -> None:
+        hook(event("PermissionDenied", tool_name="Write", tool_input={"file_path": "/etc/x"},
+                   tool_use_id="toolu_7", reason="outside the project"))  # fmt: skip
+        events = hook.events()
+        (started,) = of(events, ToolCallStarted)
+        (finished,) = of(events, ToolCallFinished)
+        assert (started.tool, started.args) == ("Write", {"file_path": "/etc/x"})
+        assert (finished.tool_call_id, finished.status) == ("toolu_7", "blocked")
+
+    def test_a_turn_an_api_error_ended_fails_and_the_session_goes_on(self, hook: Hook) -> None:
+        hook.all([
+            event("UserPromptSubmit", prompt="run the tests"),
+            bash("toolu_1", "pytest"),
+            event("StopFailure", error_type="rate_limit", error="429",
+                  error_message="Rate limit exceeded"),
+            event("UserPromptSubmit", prompt="try again"),
+            event("Stop", stop_hook_active=False),
+            event("SessionEnd", reason="other"),
+        ])  # fmt: skip
+        events = hook.events()
+        onlooker.testing.check_invariants(events)
+        assert hook.errors() == ""
+        (first,) = of(events, ExecutionFinished, f"{SESSION}.turn-1")
+        assert first.status == "failed"
+        assert first.error is not None
+        assert (first.error.type, first.error.message) == (
+            "APIError",
+            "rate_limit: Rate limit exceeded",
+        )
+        assert first.result == {"error_type": "rate_limit", "error": "429"}
+        (call,) = of(events, ToolCallFinished)
+        assert call.status == "cancelled"  # its turn ended before it did
+        (second,) = of(events, ExecutionFinished, f"{SESSION}.turn-2")
+        assert second.status == "completed"
+        assert audit.verify(hook.audit_dir / SESSION).ok
+
+    def test_post_compact_ends_the_compaction_with_its_summary(self, hook: Hook) -> None:
+        hook.all([
+            event("PreCompact", trigger="auto", custom_instructions=""),
+            event("PostCompact", trigger="auto", compact_summary="we fixed the tests"),
+            event("UserPromptSubmit", prompt="next"),
+        ])  # fmt: skip
+        events = hook.events()
+        assert hook.errors() == ""
+        compact = f"{SESSION}.compact-1"
+        (finished,) = of(events, ExecutionFinished, compact)
+        assert (finished.status, finished.result) == (
+            "completed",
+            {"compact_summary": "we fixed the tests"},
+        )
+        assert [e.kind for e in events if e.execution_id == compact] == [
+            "ExecutionStarted",
+            "ExecutionFinished",
+        ]
+
+
 class TestResumingAndMidSession:
     def test_resuming_after_session_end_starts_a_new_linked_execution(
         self, hook: Hook, check_stream: Check

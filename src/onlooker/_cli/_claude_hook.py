@@ -33,7 +33,7 @@ from onlooker._shared import (
     lock_file_within,
 )
 
-from ._claude_session import HOOK_EVENTS, Session
+from ._claude_session import HOOK_EVENTS, RECORDED_EVENTS, Session
 from ._claude_values import safe_id
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing alone costs milliseconds here
@@ -54,7 +54,7 @@ _STATE: Final = ".claude-hook-state.json"
 _LOCK: Final = ".claude-hook.lock"
 _OPTIONS: Final = ("--audit-dir", "--deny-commands", "--history-db")
 _FLAGS: Final = ("--history", "--shorten-paths")
-_REPLAY_ON: Final = frozenset({"Stop", "SubagentStop", "SessionEnd"})
+_REPLAY_ON: Final = frozenset({"Stop", "StopFailure", "SubagentStop", "SessionEnd"})
 LOCK_WAIT_SECONDS: Final = 5.0
 """The longest a hook process waits for its session's lock; then that event is not recorded."""
 
@@ -152,9 +152,10 @@ def _check(payload: dict[str, Any]) -> str:
     event = payload.get("hook_event_name")
     if event is None:
         raise _HookError("hook input has no hook_event_name")
-    if event not in HOOK_EVENTS:
+    if event not in RECORDED_EVENTS:
         shown = event if isinstance(event, str) else type(event).__name__
-        raise _HookError(f"unknown hook event {shown[:80]} (recorded: {', '.join(HOOK_EVENTS)})")
+        recorded = ", ".join(RECORDED_EVENTS)
+        raise _HookError(f"unknown hook event {shown[:80]} (recorded: {recorded})")
     session = payload.get("session_id")
     if not isinstance(session, str) or not session:
         raise _HookError(f"{event} payload has no session_id")

@@ -44,7 +44,16 @@ PreCompact             ``ExecutionStarted`` of ``<session>.compact-N`` (``input`
                        ``custom_instructions``), finished by the next event
 SessionEnd             what is still open closes (calls ``cancelled``), then
                        ``ExecutionFinished(completed)`` with ``{"reason": ...}``
+PermissionDenied       ``ToolCallFinished(blocked)`` of the call Claude Code refused (its
+                       auto mode, a rule or a hook), the ``reason`` as the error; its
+                       permission prompt, if one was open, ``declined``
+StopFailure            ``ExecutionFinished(failed)`` of the turn an API error ended
+                       (``APIError``: ``error_type`` and ``error_message``)
+PostCompact            ends the open compaction, ``result``: ``compact_summary``
 =====================  =====================================================================
+
+The last three are newer than the others: they are recorded when a settings
+file sends them, and ``hook install`` leaves them out (:data:`LATER_EVENTS`).
 """
 
 from __future__ import annotations
@@ -62,7 +71,15 @@ if TYPE_CHECKING:
     Verdict = tuple[str, str, str]
     """The deny rules' decision: ``deny`` or ``ask``, the rule as recorded, the reason."""
 
-__all__ = ["AGENT_TOOLS", "HOOK_EVENTS", "PROGRAM", "Session", "new_state"]
+__all__ = [
+    "AGENT_TOOLS",
+    "HOOK_EVENTS",
+    "LATER_EVENTS",
+    "PROGRAM",
+    "RECORDED_EVENTS",
+    "Session",
+    "new_state",
+]
 
 HOOK_EVENTS: Final = (
     "SessionStart",
@@ -78,7 +95,14 @@ HOOK_EVENTS: Final = (
     "PreCompact",
     "SessionEnd",
 )
-"""Every Claude Code hook event the hook records."""
+"""The Claude Code hook events ``hook install`` wires the hook to."""
+
+LATER_EVENTS: Final = ("PermissionDenied", "StopFailure", "PostCompact")
+"""Recorded too, but not installed: a Claude Code older than these events refuses a settings
+file that names them (all of it, every other hook and setting with it)."""
+
+RECORDED_EVENTS: Final = (*HOOK_EVENTS, *LATER_EVENTS)
+"""Every hook event the hook records."""
 
 _CONTEXT: Final = ("cwd", "permission_mode", "prompt_id", "effort", "agent_type")
 
@@ -108,7 +132,8 @@ class Session(Executions):
         kind = payload["hook_event_name"]
         compact = self.state["compact"]
         if compact is not None:  # a compaction lasts until the next event of the session
-            self._finish(compact, "completed")
+            summary = pick(payload, ("compact_summary",)) if kind == "PostCompact" else None
+            self._finish(compact, "completed", summary or None)
         _HANDLERS[kind](self, payload, verdict)
         return self.events
 
@@ -133,6 +158,18 @@ class Session(Executions):
     def _on_stop(self, payload: dict[str, Any], _: Verdict | None) -> None:
         turn = self.state["turn"] or self._turn(self._root(payload), payload, None)
         self._stop(turn, payload, ("last_assistant_message", "stop_hook_active"))
+
+    def _on_stop_failure(self, payload: dict[str, Any], _: Verdict | None) -> None:
+        turn = self.state["turn"] or self._turn(self._root(payload), payload, None)
+        message = str(payload.get("error_message") or payload.get("error") or "an API error")
+        kind = payload.get("error_type")
+        if kind:
+            message = f"{kind}: {message}"
+        result = pick(payload, ("error_type", "error", "last_assistant_message"))
+        self._finish(turn, "failed", result or None, error_info("APIError", message))
+
+    def _on_post_compact(self, payload: dict[str, Any], _: Verdict | None) -> None:
+        pass  # :meth:`handle` ended the compaction it closes
 
     def _on_pre_compact(self, payload: dict[str, Any], _: Verdict | None) -> None:
         parent = self.state["turn"] or self._root(payload)
@@ -217,6 +254,14 @@ class Session(Executions):
             error, status = error_info("ToolError", message), "failed"
         metadata = pick(payload, _CONTEXT)
         self._call_finished(home, call_id, status, None, error, metadata, _duration(payload))
+
+    def _on_permission_denied(self, payload: dict[str, Any], _: Verdict | None) -> None:
+        home, call_id, call = self._open_call(payload)
+        self._answer(home, call, "declined", None)
+        reason = str(payload.get("reason") or "denied by Claude Code")
+        metadata = {"denied_by": "claude-code", **pick(payload, _CONTEXT)}
+        error = error_info("PermissionDenied", reason)
+        self._call_finished(home, call_id, "blocked", None, error, metadata)
 
     def _on_permission_request(self, payload: dict[str, Any], _: Verdict | None) -> None:
         home = self._home(payload)
@@ -309,6 +354,9 @@ _HANDLERS: Final[dict[str, Callable[[Session, dict[str, Any], Verdict | None], N
     "PostToolUse": Session._on_post_tool_use,
     "PostToolUseFailure": Session._on_post_tool_use_failure,
     "PermissionRequest": Session._on_permission_request,
+    "PermissionDenied": Session._on_permission_denied,
+    "StopFailure": Session._on_stop_failure,
+    "PostCompact": Session._on_post_compact,
 }
 
 
