@@ -34,8 +34,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Status as ProtoStatus
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from pydantic_ai import Agent, ModelRetry, RunContext, ToolFailed
+from pydantic_ai import Agent, DeferredToolRequests, ModelRetry, RunContext, ToolFailed
 from pydantic_ai.capabilities import Instrumentation
+from pydantic_ai.exceptions import CallDeferred
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
@@ -826,6 +827,106 @@ class TestIngestPydanticAI:
         ]
         assert recorder.of(ExecutionStarted)[1].attribution.parent_tool_call_id == "same#3"
         assert [e.status for e in recorder.of(ExecutionFinished)] == ["completed", "completed"]
+
+
+async def ingested(agent: Agent[None, Any], provider: TracerProvider) -> RecordingObserver:
+    """What the ingest processor records of one run of ``agent`` (its error, if any, swallowed)."""
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        processor = otel.OnlookerSpanProcessor(engine)
+        provider.add_span_processor(processor)
+        with contextlib.suppress(Exception):
+            await agent.run("go")
+        await processor.flush()
+    provider.shutdown()
+    return recorder
+
+
+def parallel(*calls: tuple[str, str]) -> FunctionModel:
+    """A FunctionModel that makes the calls ``(tool, call id)`` at once, then answers."""
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if any(isinstance(message, ModelResponse) for message in messages):
+            return ModelResponse(parts=[TextPart("done")])
+        return ModelResponse(
+            parts=[ToolCallPart(tool, {}, tool_call_id=id_) for tool, id_ in calls]
+        )
+
+    return FunctionModel(respond)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # PydanticAI runs on asyncio only
+class TestIngestPydanticAIOutcomes:
+    async def test_the_older_attribute_names_still_give_arguments_and_results(self) -> None:
+        provider = TracerProvider()
+        with pytest.warns(UserWarning, match="versions 2, 3, and 4 are deprecated"):
+            settings = InstrumentationSettings(tracer_provider=provider, version=2)
+        agent = Agent(
+            script(("lookup", {"q": "refund"}, "call_1")),
+            name="support",
+            capabilities=[Instrumentation(settings=settings)],
+        )
+
+        def lookup_tool(q: str) -> str:
+            return f"found {q}"
+
+        agent.tool_plain(name="lookup")(lookup_tool)
+        recorder = await ingested(agent, provider)
+        (started,) = recorder.of(ToolCallStarted)
+        (finished,) = recorder.of(ToolCallFinished)
+        assert (started.tool, started.args) == ("lookup", {"q": "refund"})
+        assert (finished.status, finished.result) == ("completed", "found refund")
+
+    async def test_a_deferred_call_is_not_a_success(self) -> None:
+        provider = TracerProvider()
+        agent = Agent(
+            script(("later", {}, "call_1")),
+            name="deferrer",
+            capabilities=[
+                Instrumentation(settings=InstrumentationSettings(tracer_provider=provider))
+            ],
+            output_type=[str, DeferredToolRequests],
+        )
+
+        def later() -> str:
+            raise CallDeferred()
+
+        agent.tool_plain(name="later")(later)
+        recorder = await ingested(agent, provider)
+        (finished,) = recorder.of(ToolCallFinished)
+        assert (finished.tool_call_id, finished.status) == ("call_1", "cancelled")
+        assert finished.error is not None and finished.error.cause == "interrupt"
+
+    async def test_a_call_the_framework_cancelled_is_cancelled(self) -> None:
+        provider = TracerProvider()
+        agent = Agent(
+            parallel(("slow", "s1"), ("crash", "c1")),
+            name="parallel",
+            capabilities=[
+                Instrumentation(settings=InstrumentationSettings(tracer_provider=provider))
+            ],
+        )
+
+        async def slow() -> str:
+            await anyio.sleep(5)
+            return "late"
+
+        async def crash() -> str:
+            await anyio.sleep(0.05)
+            raise KeyError("missing")
+
+        agent.tool_plain(name="slow")(slow)
+        agent.tool_plain(name="crash")(crash)
+        recorder = await ingested(agent, provider)
+        statuses = {e.tool_call_id: e for e in recorder.of(ToolCallFinished)}
+        assert statuses["c1"].status == "failed"
+        assert statuses["s1"].status == "cancelled"
+        error = statuses["s1"].error
+        assert error is not None
+        assert (error.type, error.cause) == ("CancelledError", "interrupt")
+        (run,) = recorder.of(ExecutionFinished)
+        assert run.status == "failed"  # the crash, not the cancellation it caused
 
 
 class WindowLock:

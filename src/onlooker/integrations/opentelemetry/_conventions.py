@@ -20,7 +20,10 @@ else:
 
 __all__ = [
     "AGENT_NAME",
+    "DEFERRAL_NAME",
     "ERROR_TYPE",
+    "LEGACY_TOOL_ARGUMENTS",
+    "LEGACY_TOOL_RESULT",
     "OPERATION",
     "SCOPE_NAME",
     "TOOL_ARGUMENTS",
@@ -29,6 +32,7 @@ __all__ = [
     "TOOL_NAME",
     "TOOL_RESULT",
     "TOOL_TYPE",
+    "WORKFLOW_NAME",
     "SpanProcessor",
     "logger",
     "ns",
@@ -53,6 +57,14 @@ TOOL_DESCRIPTION: Final = "gen_ai.tool.description"
 TOOL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
 TOOL_RESULT: Final = "gen_ai.tool.call.result"
 ERROR_TYPE: Final = "error.type"
+WORKFLOW_NAME: Final = "gen_ai.workflow.name"
+
+# Read by the ingest processor only: PydanticAI's names for a tool's arguments and
+# result before the GenAI ones (its ``InstrumentationSettings(version=2)``), and the
+# attribute it sets on the span of a call it deferred (``CallDeferred``).
+LEGACY_TOOL_ARGUMENTS: Final = "tool_arguments"
+LEGACY_TOOL_RESULT: Final = "tool_response"
+DEFERRAL_NAME: Final = "pydantic_ai.tool.deferral.name"
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.lowlevel
 
-from onlooker import ExecutionEngine, OnlookerError, Trigger
+from onlooker import ErrorInfo, ExecutionEngine, OnlookerError, Trigger
 
 from ._conventions import SCOPE_NAME, SpanProcessor, logger
 from ._ops import (
@@ -396,17 +396,26 @@ class OnlookerSpanProcessor(SpanProcessor):
     async def _end(self, op: End) -> None:
         if op.role == "tool":
             call = self._calls.pop(op.span_id, None)
-            if call is None or call.done:
-                return
+            if call is None or call.done or op.deferred:
+                return  # a deferred call did not run: the run's end closes it cancelled
             if op.error is not None:
-                await call.failed(op.error, duration_ms=op.duration_ms)
+                await call.failed(_error(op.error, op.interrupt), duration_ms=op.duration_ms)
             else:
                 await call.finished(op.result, duration_ms=op.duration_ms)
             return
         run = self._runs.pop(("agent", op.span_id), None)
         if run is None:
             return
-        if op.error is not None:
+        if op.error is not None and op.interrupt is not None:
+            await run.finish(status="cancelled", error=_error(op.error, op.interrupt))
+        elif op.error is not None:
             await run.finish(status="failed", error=op.error)
         else:
             await run.finish(status="completed")
+
+
+def _error(message: str, interrupt: str | None) -> str | ErrorInfo:
+    """A span's error as a call or run records it; a cancellation as one (``cancelled``)."""
+    if interrupt is None:
+        return message
+    return ErrorInfo(type=interrupt, message=message, cause="interrupt")

@@ -18,12 +18,16 @@ from pydantic import JsonValue
 from .._ids import unused_id
 from ._conventions import (
     AGENT_NAME,
+    DEFERRAL_NAME,
     ERROR_TYPE,
+    LEGACY_TOOL_ARGUMENTS,
+    LEGACY_TOOL_RESULT,
     OPERATION,
     TOOL_ARGUMENTS,
     TOOL_CALL_ID,
     TOOL_NAME,
     TOOL_RESULT,
+    WORKFLOW_NAME,
     trace_api,
 )
 
@@ -51,7 +55,10 @@ __all__ = [
 Role: TypeAlias = Literal["agent", "tool"]
 """What a span is to the processor: an agent's run, or a tool call."""
 
-_AGENT_OPERATIONS: Final = frozenset({"invoke_agent", "invoke_workflow"})
+_AGENT_OPERATIONS: Final = ("invoke_agent", "invoke_workflow")
+_CANCELLATIONS: Final = frozenset({"CancelledError", "Cancelled"})
+"""Exception types (the last part of a qualified name) that mean the call was cut short:
+asyncio's and concurrent.futures' ``CancelledError``, trio's ``Cancelled``."""
 
 RunKey: TypeAlias = tuple[Literal["agent", "trace"], int]
 """Who owns a tool call: an ``invoke_agent`` span (by span id) or a whole trace (by trace id)."""
@@ -103,6 +110,10 @@ class End:
     error: str | None
     result: JsonValue
     duration_ms: float | None
+    interrupt: str | None = None
+    """The cancellation's exception type (``CancelledError``) when the span ended on one."""
+    deferred: bool = False
+    """A tool the framework deferred (PydanticAI's ``CallDeferred``): not run, not ended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +158,11 @@ def agent_start(
     return AgentStart(
         span_id=span.span_id,
         trace_id=span.trace_id,
-        program=text(attributes.get(AGENT_NAME)) or after(name, "invoke_agent") or "agent",
+        program=text(attributes.get(AGENT_NAME))
+        or text(attributes.get(WORKFLOW_NAME))
+        or after(name, "invoke_agent")
+        or after(name, "invoke_workflow")
+        or "agent",
         parent_run=above.run if above is not None else None,
         parent_tool_call_id=call.tool_call_id if call is not None else None,
     )
@@ -181,7 +196,7 @@ def tool_start(
         root_name=span.root_name,
         tool=text(attributes.get(TOOL_NAME)) or after(name, "execute_tool") or "tool",
         tool_call_id=span.tool_call_id,
-        args=arguments(attributes.get(TOOL_ARGUMENTS)),
+        args=arguments(_either(attributes, TOOL_ARGUMENTS, LEGACY_TOOL_ARGUMENTS)),
     )
 
 
@@ -190,7 +205,7 @@ def role_of(name: str, attributes: Mapping[str, object]) -> Role | None:
     operation = attributes.get(OPERATION)
     if operation == "execute_tool" or (operation is None and name.startswith("execute_tool")):
         return "tool"
-    if operation in _AGENT_OPERATIONS or (operation is None and name.startswith("invoke_agent")):
+    if operation in _AGENT_OPERATIONS or (operation is None and name.startswith(_AGENT_OPERATIONS)):
         return "agent"
     return None
 
@@ -198,26 +213,50 @@ def role_of(name: str, attributes: Mapping[str, object]) -> Role | None:
 def end_of(role: Role, span_id: int, span: ReadableSpan) -> End:
     attributes = span.attributes or {}
     error: str | None = None
+    kind, message = _exception_of(span)
     if span.status.status_code is trace_api.StatusCode.ERROR:
-        error = span.status.description or text(attributes.get(ERROR_TYPE)) or _exception_of(span)
+        error = (
+            span.status.description
+            or text(attributes.get(ERROR_TYPE))
+            or (f"{kind}: {message}" if kind and message else kind or message or "error")
+        )
     duration = None
     if span.start_time is not None and span.end_time is not None:
         duration = max(span.end_time - span.start_time, 0) / 1e6
     result: JsonValue = None
     if role == "tool" and error is None:
-        result = _decoded(attributes.get(TOOL_RESULT))
-    return End(role=role, span_id=span_id, error=error, result=result, duration_ms=duration)
+        result = _decoded(_either(attributes, TOOL_RESULT, LEGACY_TOOL_RESULT))
+    return End(
+        role=role,
+        span_id=span_id,
+        error=error,
+        result=result,
+        duration_ms=duration,
+        interrupt=_cancellation(kind) if error is not None else None,
+        deferred=role == "tool" and attributes.get(DEFERRAL_NAME) is not None,
+    )
 
 
-def _exception_of(span: ReadableSpan) -> str:
-    """The first recorded exception's ``type: message``, or a plain word."""
+def _exception_of(span: ReadableSpan) -> tuple[str, str]:
+    """The first recorded exception's type and message (empty strings if none)."""
     for event in span.events:
         if event.name == "exception" and event.attributes:
             kind = text(event.attributes.get("exception.type"))
             message = text(event.attributes.get("exception.message"))
             if kind or message:
-                return f"{kind}: {message}" if kind and message else kind or message
-    return "error"
+                return kind, message
+    return "", ""
+
+
+def _cancellation(kind: str) -> str | None:
+    name = kind.rpartition(".")[2]
+    return name if name in _CANCELLATIONS else None
+
+
+def _either(attributes: Mapping[str, object], name: str, legacy: str) -> object:
+    """An attribute by its GenAI name, else by the name older instrumentations gave it."""
+    value = attributes.get(name)
+    return attributes.get(legacy) if value is None else value
 
 
 def text(value: object) -> str:
