@@ -1258,3 +1258,20 @@ class TestIngestManualSpans:
                 "t1#2",
                 "t1#3",
             ]
+
+    async def test_a_workflow_run_takes_the_workflow_name(self) -> None:
+        provider = TracerProvider()
+        recorder = RecordingObserver()
+        tracer = provider.get_tracer("my-app")
+        workflow = {"gen_ai.operation.name": "invoke_workflow", "gen_ai.workflow.name": "triage"}
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            processor = otel.OnlookerSpanProcessor(engine)
+            provider.add_span_processor(processor)
+            with tracer.start_as_current_span("invoke_workflow triage", attributes=workflow):
+                pass
+            with tracer.start_as_current_span("invoke_workflow nightly"):  # named, no attribute
+                pass
+            await processor.flush()
+        provider.shutdown()
+        assert [e.program for e in recorder.of(ExecutionStarted)] == ["triage", "nightly"]
