@@ -387,7 +387,7 @@ class TestXml:
         report = sample()
         assert ExecutionSummary.model_validate_json(report.model_dump_json()) == report
         with pytest.raises(Exception, match="frozen"):
-            report.status = "completed"
+            report.status = "completed"  # type: ignore[misc]  # frozen: that is the point
 
 
 def _xml_safe(text: str) -> bool:

@@ -2,7 +2,9 @@
 
 One mypy run checks two copies of ``tests/typing/observer_exhaustive.py``: the
 complete one must pass; the one that forgets ``InteractionResolved`` must be
-rejected at its ``assert_never``.
+rejected at its ``assert_never``. The same run checks that assigning to a
+frozen model is an error, with no pydantic mypy plugin (the user's config has
+none).
 """
 
 from __future__ import annotations
@@ -20,6 +22,31 @@ FORGOTTEN = """\
                 self.resolved.append(status)
 """
 
+MUTATIONS = """\
+from onlooker import Attribution, ErrorInfo, ToolCallFinished, Trigger
+from onlooker.plugins.history import ExecutionRecord, ToolCallRecord
+from onlooker.plugins.summary import ExecutionSummary
+
+
+def mutate(
+    event: ToolCallFinished,
+    attribution: Attribution,
+    error: ErrorInfo,
+    trigger: Trigger,
+    summary: ExecutionSummary,
+    record: ExecutionRecord,
+    call: ToolCallRecord,
+) -> None:
+    event.status = "completed"
+    event.seq = 5
+    attribution.depth = 3
+    error.cause = "defect"
+    trigger.kind = "x"
+    summary.status = "failed"
+    record.status = "failed"
+    call.tool = "other"
+"""
+
 
 @pytest.fixture(scope="module")
 def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
@@ -29,6 +56,7 @@ def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]
     assert FORGOTTEN in source, "the example no longer has the case this test removes"
     (where / "complete_observer.py").write_text(source, encoding="utf-8")
     (where / "incomplete_observer.py").write_text(source.replace(FORGOTTEN, ""), encoding="utf-8")
+    (where / "mutations.py").write_text(MUTATIONS, encoding="utf-8")
     (where / "mypy.ini").write_text("[mypy]\nstrict = True\n", encoding="utf-8")
     run = subprocess.run(
         [
@@ -44,6 +72,7 @@ def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]
             "--show-error-codes",
             "complete_observer.py",
             "incomplete_observer.py",
+            "mutations.py",
         ],
         cwd=where,
         capture_output=True,
@@ -52,7 +81,11 @@ def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]
         check=False,
     )
     assert run.returncode in (0, 1), run.stdout + run.stderr  # 2 would be a mypy crash
-    lines: dict[str, list[str]] = {"complete_observer.py": [], "incomplete_observer.py": []}
+    lines: dict[str, list[str]] = {
+        "complete_observer.py": [],
+        "incomplete_observer.py": [],
+        "mutations.py": [],
+    }
     for line in run.stdout.splitlines():
         name = line.split(":", 1)[0]
         assert name in lines, f"unexpected mypy output: {line}"
@@ -70,3 +103,11 @@ def test_a_forgotten_kind_is_an_error(mypy_output: dict[str, list[str]]) -> None
     (error,) = errors
     assert "assert_never" in error
     assert re.search(r'"InteractionResolved"', error), error
+
+
+def test_assigning_to_a_frozen_model_is_an_error(mypy_output: dict[str, list[str]]) -> None:
+    assignments = [n for n, line in enumerate(MUTATIONS.splitlines(), 1) if " = " in line]
+    flagged = [
+        int(line.split(":")[1]) for line in mypy_output["mutations.py"] if "read-only" in line
+    ]
+    assert flagged == assignments, mypy_output["mutations.py"]

@@ -20,7 +20,6 @@ from pydantic import (
     AfterValidator,
     AwareDatetime,
     BaseModel,
-    ConfigDict,
     Field,
     JsonValue,
     TypeAdapter,
@@ -60,8 +59,9 @@ ExecutionStatus: TypeAlias = Literal["completed", "failed", "cancelled", "expire
 InteractionMode: TypeAlias = Literal["inline", "paused"]
 ErrorCause: TypeAlias = Literal["failure", "defect", "interrupt"]
 
-# Spelled out in each class (not a shared variable) so the pydantic mypy plugin
-# sees `frozen=True` and flags assignments in users' code.
+# Models are configured by class keywords (not `model_config`): plain mypy then sees
+# `frozen=True` (pydantic's `dataclass_transform`) and flags assignments in users'
+# code, without the pydantic mypy plugin.
 
 # Ids: a random per-process prefix and a counter. Unique across processes,
 # and ~10x cheaper than uuid4 on the hot path.
@@ -85,23 +85,19 @@ if hasattr(os, "register_at_fork"):
 
 
 @final
-class Trigger(BaseModel):
+class Trigger(BaseModel, frozen=True, extra="forbid", allow_inf_nan=False):
     """What started an execution: ``kind`` ("cli", "api", "schedule", ...) and free metadata."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     kind: str
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
 
 
 @final
-class Attribution(BaseModel):
+class Attribution(BaseModel, frozen=True, extra="forbid", allow_inf_nan=False):
     """Who caused an event: the task and phase in scope, the parent execution and call.
 
     ``depth`` is 0 for a root execution and grows by one per ``ctx.spawn``.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     task_id: str | None = None
     phase: str | None = None
@@ -133,15 +129,13 @@ def child_attribution(
 
 
 @final
-class ErrorInfo(BaseModel):
+class ErrorInfo(BaseModel, frozen=True, extra="forbid", allow_inf_nan=False):
     """An error as data: its type name, message, and cause.
 
     ``cause`` is ``failure`` (an expected, typed error: a ``ToolError`` or any
     ``OnlookerError``), ``defect`` (any other exception) or ``interrupt``
     (cancellation).
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     type: str
     message: str
@@ -156,9 +150,7 @@ def _in_utc(at: datetime) -> datetime:
 _NO_OFFSET: Final = timedelta(0)
 
 
-class _Envelope(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
+class _Envelope(BaseModel, frozen=True, extra="forbid", allow_inf_nan=False):
     event_id: str
     execution_id: str
     seq: Annotated[int, Field(ge=0, strict=True)]
@@ -169,7 +161,7 @@ class _Envelope(BaseModel):
 
 
 @final
-class ExecutionStarted(_Envelope):
+class ExecutionStarted(_Envelope, frozen=True):
     """An execution begins."""
 
     kind: Literal["ExecutionStarted"] = "ExecutionStarted"
@@ -180,7 +172,7 @@ class ExecutionStarted(_Envelope):
 
 
 @final
-class ToolCallStarted(_Envelope):
+class ToolCallStarted(_Envelope, frozen=True):
     """A tool is about to run (pre-hooks have decided); ``args`` is what it receives."""
 
     kind: Literal["ToolCallStarted"] = "ToolCallStarted"
@@ -190,7 +182,7 @@ class ToolCallStarted(_Envelope):
 
 
 @final
-class ToolCallFinished(_Envelope):
+class ToolCallFinished(_Envelope, frozen=True):
     """A tool call ended, whatever the way."""
 
     kind: Literal["ToolCallFinished"] = "ToolCallFinished"
@@ -204,7 +196,7 @@ class ToolCallFinished(_Envelope):
 
 
 @final
-class InteractionStarted(_Envelope):
+class InteractionStarted(_Envelope, frozen=True):
     """The program asks a person something (``ctx.elicit``)."""
 
     kind: Literal["InteractionStarted"] = "InteractionStarted"
@@ -215,7 +207,7 @@ class InteractionStarted(_Envelope):
 
 
 @final
-class InteractionResolved(_Envelope):
+class InteractionResolved(_Envelope, frozen=True):
     """The question was answered or abandoned."""
 
     kind: Literal["InteractionResolved"] = "InteractionResolved"
@@ -226,7 +218,7 @@ class InteractionResolved(_Envelope):
 
 
 @final
-class ExecutionFinished(_Envelope):
+class ExecutionFinished(_Envelope, frozen=True):
     """The execution ended, whatever the way."""
 
     kind: Literal["ExecutionFinished"] = "ExecutionFinished"

@@ -21,7 +21,6 @@ from typing import Any, Final, Literal, assert_never
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     JsonValue,
     SerializationInfo,
@@ -49,7 +48,6 @@ DEFAULT_KEEP: Final = 10_000
 
 SummaryStatus = Literal["running", "completed", "failed", "cancelled", "expired"]
 
-_FROZEN: Final = ConfigDict(frozen=True, extra="forbid")
 _NOT_XML: Final = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 """Characters XML 1.0 cannot carry (control characters, lone surrogates)."""
 _ROLES: Final = ("reads", "writes", "edits")
@@ -67,10 +65,8 @@ def _without_surrogates(value: Any) -> Any:
     return value
 
 
-class ToolCallError(BaseModel):
+class ToolCallError(BaseModel, frozen=True, extra="forbid"):
     """One tool call that did not succeed: which tool, how it ended, and why."""
-
-    model_config = _FROZEN
 
     tool: str
     status: Literal["failed", "blocked", "cancelled"]
@@ -79,7 +75,7 @@ class ToolCallError(BaseModel):
     message: str
 
 
-class ExecutionSummary(BaseModel):
+class ExecutionSummary(BaseModel, frozen=True, extra="forbid"):
     """What one execution did: files, tools, errors, and its children's summaries.
 
     ``status`` is ``"running"`` until the execution finishes; ``duration_ms``
@@ -89,8 +85,6 @@ class ExecutionSummary(BaseModel):
     finished calls; ``success_rate`` is the share that ended ``completed``
     or ``skipped`` (1.0 with no calls); the others are in ``errors``.
     """
-
-    model_config = _FROZEN
 
     execution_id: str
     program: str

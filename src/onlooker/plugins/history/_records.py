@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal, TypeAlias, final
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, Field, JsonValue
 
 from onlooker import ErrorInfo, ExecutionStatus, InteractionMode, InteractionStatus, ToolCallStatus
 
@@ -22,7 +22,6 @@ __all__ = [
     "ToolStats",
 ]
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 RecordedExecutionStatus: TypeAlias = ExecutionStatus | Literal["running"]
 """An execution's status in history: ``running`` until its ``ExecutionFinished`` is stored."""
@@ -32,9 +31,7 @@ RecordedInteractionStatus: TypeAlias = InteractionStatus | Literal["open"]
 """An interaction's status in history: ``open`` until its ``InteractionResolved`` is stored."""
 
 
-class _ExecutionFields(BaseModel):
-    model_config = _FROZEN
-
+class _ExecutionFields(BaseModel, frozen=True, extra="forbid"):
     execution_id: str
     program: str | None
     """The program's name; ``None`` when only the ``ExecutionFinished`` event is stored."""
@@ -58,15 +55,13 @@ class _ExecutionFields(BaseModel):
 
 
 @final
-class ExecutionRecord(_ExecutionFields):
+class ExecutionRecord(_ExecutionFields, frozen=True):
     """One execution, as ``list_executions`` returns it (no tool calls, no children)."""
 
 
 @final
-class ToolCallRecord(BaseModel):
+class ToolCallRecord(BaseModel, frozen=True, extra="forbid"):
     """One tool call: what ``ToolCallStarted`` and ``ToolCallFinished`` said about it."""
-
-    model_config = _FROZEN
 
     tool_call_id: str
     execution_id: str
@@ -88,10 +83,8 @@ class ToolCallRecord(BaseModel):
 
 
 @final
-class InteractionRecord(BaseModel):
+class InteractionRecord(BaseModel, frozen=True, extra="forbid"):
     """One question asked of a person, and its answer."""
-
-    model_config = _FROZEN
 
     interaction_id: str
     execution_id: str
@@ -107,7 +100,7 @@ class InteractionRecord(BaseModel):
 
 
 @final
-class ExecutionTree(_ExecutionFields):
+class ExecutionTree(_ExecutionFields, frozen=True):
     """An execution with its tool calls and interactions (``seq`` order) and its children.
 
     ``children`` are the executions it spawned (oldest first), each a tree itself.
@@ -134,15 +127,13 @@ class ExecutionList(list[ExecutionRecord]):
 
 
 @final
-class ToolStats(BaseModel):
+class ToolStats(BaseModel, frozen=True, extra="forbid"):
     """One tool's calls in a :class:`HistoryStats`.
 
     ``failure_rate`` is ``failed / finished`` (``blocked``, ``skipped`` and
     ``cancelled`` calls count as finished, not failed); percentiles are
     nearest-rank over finished calls, in milliseconds.
     """
-
-    model_config = _FROZEN
 
     tool: str
     calls: int
@@ -155,10 +146,8 @@ class ToolStats(BaseModel):
 
 
 @final
-class HistoryStats(BaseModel):
+class HistoryStats(BaseModel, frozen=True, extra="forbid"):
     """Aggregates over the stored history (``store.stats(since=...)``)."""
-
-    model_config = _FROZEN
 
     since: datetime | None
     executions: int
