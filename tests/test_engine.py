@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -309,6 +309,41 @@ class TestLifecycle:
         assert sorted(engine.tools) == ["add", "explode", "fetch", "hang", "refuse"]
         assert engine.tools["fetch"].description == "Fetch a page."
         assert engine.tools["add"].description == "Add two numbers."
+
+
+class TestAContextKeptAfterItsExecution:
+    """A program may keep its ``ctx`` (in a closure, a task); used after the end, it refuses."""
+
+    @pytest.mark.parametrize("detached", [False, True])
+    async def test_calls_questions_and_children_are_refused(self, detached: bool) -> None:
+        kept: list[ExecutionContext] = []
+
+        async def program(ctx: ExecutionContext) -> None:
+            kept.append(ctx)
+
+        async def child(ctx: ExecutionContext) -> None:
+            raise AssertionError("a finished execution started a child")
+
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=TOOLS, pause_timeout=None) as engine:
+            engine.bus.subscribe(recorder)
+            if detached:
+                await engine.execute_with_pause(program)
+            else:
+                await engine.execute(program)
+            (ctx,) = kept
+            seen = len(recorder.events)
+            with anyio.fail_after(5):  # a question once waited for an answer for ever
+                uses: list[tuple[Callable[[], Awaitable[object]], str]] = [
+                    (lambda: ctx.call("add", a=1), "cannot call tool 'add'"),
+                    (lambda: ctx.elicit("still there?"), "cannot ask a question"),
+                    (lambda: ctx.spawn(child), "cannot spawn a child execution"),
+                ]
+                for use, words in uses:
+                    with pytest.raises(onlooker.ExecutionError, match=words) as caught:
+                        await use()
+                    assert caught.value.execution_id == ctx.execution_id
+        assert len(recorder.events) == seen  # nothing recorded for a finished execution
 
 
 class TestToolFailures:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
 from pydantic import JsonValue
 
@@ -129,11 +129,7 @@ class ExecutionContext:
         name = tool if isinstance(tool, str) else _name_of(tool)
         emitter = self._emitter
         if emitter.finished:
-            raise ExecutionError(
-                f"execution {self.execution_id!r} has finished: its context cannot call "
-                f"tool {name!r} any more",
-                execution_id=self.execution_id,
-            )
+            self._finished(f"call tool {name!r}")
         runtime = self._runtime
         spec = runtime.tools.runnable(name)
         call = open_call(
@@ -189,6 +185,8 @@ class ExecutionContext:
             raise TypeError(f"the message must be a str, not {type(message).__name__}")
         if schema is not None and not isinstance(schema, dict):
             raise TypeError(f"schema must be a JSON Schema (a dict) or None, not {schema!r}")
+        if self._emitter.finished:
+            self._finished("ask a question")
         run = self._run
         interaction_id = new_id()
         requested = snapshot_object(schema) if schema is not None else None
@@ -246,6 +244,12 @@ class ExecutionContext:
             await self._runtime.bus.wait_for_space()
         return response
 
+    def _finished(self, doing: str) -> NoReturn:
+        raise ExecutionError(
+            f"execution {self.execution_id!r} has finished: its context cannot {doing} any more",
+            execution_id=self.execution_id,
+        )
+
     # -- children and plugins ---------------------------------------------------------
 
     async def spawn(
@@ -262,6 +266,8 @@ class ExecutionContext:
         in progress, when spawned from inside a tool) at ``depth + 1``.
         A failing child is a result, not an exception; cancellation passes.
         """
+        if self._emitter.finished:
+            self._finished("spawn a child execution")
         attribution = child_attribution(
             _attribution.get(),
             parent_execution_id=self.execution_id,
