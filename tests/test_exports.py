@@ -163,6 +163,21 @@ def test_import_is_lazy() -> None:
     assert out.stdout.strip() == "", f"`import onlooker` imported {out.stdout.strip()}"
 
 
+def test_each_plugin_loads_as_an_attribute_on_first_use() -> None:
+    code = (
+        "import sys, onlooker; "
+        "before = [m for m in sys.modules if m.startswith('onlooker.plugins.')]; "
+        "store = onlooker.plugins.history.plugin; summary = onlooker.plugins.summary.plugin; "
+        "print(before, onlooker.plugins.history.__name__, 'onlooker.plugins.metrics' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.split() == ["[]", "onlooker.plugins.history", "False"]
+    with pytest.raises(AttributeError, match="no_such_plugin"):
+        _ = onlooker.plugins.no_such_plugin  # type: ignore[attr-defined]  # the point
+
+
 def test_the_three_views_of_the_public_api_agree() -> None:
     """Each lazily loading package lists its public names once, in its ``_LAZY`` table; the
     TYPE_CHECKING imports (mypy's view) and ``__all__`` are generated from it. A name added

@@ -47,6 +47,13 @@ def mutate(
     call.tool = "other"
 """
 
+ATTRIBUTES = """\
+import onlooker
+
+history_plugin = onlooker.plugins.history.plugin("sqlite:///h.db")
+summaries = onlooker.plugins.summary.plugin()
+"""
+
 
 @pytest.fixture(scope="module")
 def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
@@ -57,6 +64,7 @@ def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]
     (where / "complete_observer.py").write_text(source, encoding="utf-8")
     (where / "incomplete_observer.py").write_text(source.replace(FORGOTTEN, ""), encoding="utf-8")
     (where / "mutations.py").write_text(MUTATIONS, encoding="utf-8")
+    (where / "attributes.py").write_text(ATTRIBUTES, encoding="utf-8")
     (where / "mypy.ini").write_text("[mypy]\nstrict = True\n", encoding="utf-8")
     run = subprocess.run(
         [
@@ -73,6 +81,7 @@ def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]
             "complete_observer.py",
             "incomplete_observer.py",
             "mutations.py",
+            "attributes.py",
         ],
         cwd=where,
         capture_output=True,
@@ -85,6 +94,7 @@ def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]
         "complete_observer.py": [],
         "incomplete_observer.py": [],
         "mutations.py": [],
+        "attributes.py": [],
     }
     for line in run.stdout.splitlines():
         name = line.split(":", 1)[0]
@@ -111,3 +121,7 @@ def test_assigning_to_a_frozen_model_is_an_error(mypy_output: dict[str, list[str
         int(line.split(":")[1]) for line in mypy_output["mutations.py"] if "read-only" in line
     ]
     assert flagged == assignments, mypy_output["mutations.py"]
+
+
+def test_plugins_are_attributes_of_onlooker_plugins(mypy_output: dict[str, list[str]]) -> None:
+    assert mypy_output["attributes.py"] == []

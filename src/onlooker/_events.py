@@ -54,10 +54,15 @@ __all__ = [
 ]
 
 ToolCallStatus: TypeAlias = Literal["completed", "failed", "skipped", "blocked", "cancelled"]
+"""How a tool call ended (``ToolCallFinished.status``)."""
 InteractionStatus: TypeAlias = Literal["accepted", "declined", "cancelled", "expired", "failed"]
+"""How a question ended (``InteractionResolved.status``)."""
 ExecutionStatus: TypeAlias = Literal["completed", "failed", "cancelled", "expired"]
+"""How an execution ended (``ExecutionFinished.status``, ``ExecutionResult.status``)."""
 InteractionMode: TypeAlias = Literal["inline", "paused"]
+"""How a question waits: answered by a handler (``inline``) or by ``engine.resume`` (``paused``)."""
 ErrorCause: TypeAlias = Literal["failure", "defect", "interrupt"]
+"""What kind of error an ``ErrorInfo`` describes: expected, unexpected, or a cancellation."""
 
 # Models are configured by class keywords (not `model_config`): plain mypy then sees
 # `frozen=True` (pydantic's `dataclass_transform`) and flags assignments in users'

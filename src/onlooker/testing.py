@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TypeVar, overload
 
 from ._events import (
@@ -82,7 +82,7 @@ class RecordingObserver:
         return [e for e in self.events if e.execution_id == execution_id]
 
 
-def check_invariants(events: list[ExecutionEvent]) -> None:
+def check_invariants(events: Iterable[ExecutionEvent]) -> None:
     """Check onlooker's stream invariants; raises ``AssertionError`` naming the broken one.
 
     It raises explicitly (not with ``assert``), so it checks under ``python -O`` too.

@@ -18,8 +18,8 @@ open (by ``tool_use_id``, which becomes onlooker's ``tool_call_id``).
 =====================  ==================================================================
 SDK hook               onlooker
 =====================  ==================================================================
-UserPromptSubmit       ``engine.track(program, trigger=Trigger("claude-agent-sdk",
-                       {session_id, prompt_id}), input={"prompt": prompt})`` and
+UserPromptSubmit       ``engine.track(program, trigger=Trigger(kind="claude-agent-sdk",
+                       metadata={session_id, prompt_id}), input={"prompt": prompt})`` and
                        ``run.start()``; a turn of the same session that never reached
                        ``Stop`` (an interrupted one) finishes ``cancelled`` first
 PreToolUse             ``run.tool_started(tool_name, tool_input, tool_call_id=tool_use_id)``
