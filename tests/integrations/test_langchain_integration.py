@@ -800,8 +800,9 @@ async def test_a_sub_agent_that_hands_off_to_its_parent_graph_completes(
 
 
 async def test_runs_cut_short_by_a_cancellation_are_not_kept(check_stream: CheckStream) -> None:
-    """LangChain reports no end for a tool or node a cancellation cuts short: once the
-    root has ended, the adapter keeps nothing of them (a server whose clients time out)."""
+    """LangChain reports no end for a node (and, before langchain-core 1.7.5, a tool) a
+    cancellation cuts short: once the root has ended, the adapter keeps nothing of them
+    (a server whose clients time out)."""
     from onlooker.integrations.langchain._shared import registry_of
 
     @tool

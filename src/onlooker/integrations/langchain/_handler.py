@@ -297,8 +297,9 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
         else:
             await finish_ended(run.execution, error)
         if run.parent_run_id is None:
-            # LangChain reports no end for the runs a cancellation cut short (a tool, a
-            # node): once their root has ended, nothing will, and they would stay for ever.
+            # LangChain reports no end for the runs a cancellation cut short (a node; a
+            # tool too before langchain-core 1.7.5): once their root has ended, nothing
+            # will, and they would stay for ever.
             for stale in [key for key, entry in runs.items() if entry.execution.finished]:
                 del runs[stale]
 
