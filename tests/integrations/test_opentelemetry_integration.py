@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import pytest
 from opentelemetry import trace as trace_api
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -387,6 +388,41 @@ class TestExportNative:
         assert span.status.description == "kaput"
         assert attrs(span)["error.type"] == "RuntimeError"
         assert attrs(span)["onlooker.execution.status"] == "failed"
+
+    async def test_spans_carry_no_secret_and_encode_with_an_undecodable_name(
+        self, memory: tuple[TracerProvider, InMemorySpanExporter]
+    ) -> None:
+        secret = "sk-abcdefghijklmnopqrstuvwxyz0123456789"
+
+        @onlooker.tool
+        def stat(path: str) -> int:
+            raise FileNotFoundError(f"no such file: {path} (api_key={secret})")
+
+        async def listing(ctx: ExecutionContext) -> None:
+            with contextlib.suppress(FileNotFoundError):
+                await ctx.call("stat", path="caf\udce9.txt")  # os.listdir's undecodable name
+
+        def tag(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(metadata={"token": secret})
+
+        provider, exporter = memory
+        async with onlooker.ExecutionEngine(
+            tools=[stat],
+            plugins=[otel.plugin(provider, record_content=True)],
+            hooks=[HookMatcher(pre=[tag])],
+        ) as engine:
+            await engine.execute(listing)
+        spans = exporter.get_finished_spans()
+        encode_spans(spans)  # an OTLP exporter sends the batch: no span refuses to encode
+        span = one(spans, "execute_tool stat")
+        assert (
+            span.status.description
+            == "no such file: caf\\udce9.txt (api_key=[REDACTED:openai_key])"
+        )
+        assert json.loads(str(attrs(span)["gen_ai.tool.call.arguments"])) == {
+            "path": "caf\udce9.txt"
+        }
+        assert secret not in str(attrs(span)) and secret not in str(span.status)
 
     async def test_a_broken_tracer_never_breaks_the_execution(
         self, caplog: pytest.LogCaptureFixture

@@ -38,6 +38,7 @@ __all__ = [
     "ns",
     "to_json",
     "trace_api",
+    "utf8",
 ]
 
 logger: Final = logging.getLogger("onlooker.integrations.opentelemetry")
@@ -77,4 +78,10 @@ def ns(at: datetime) -> int:
 
 def to_json(value: object) -> str:
     """A compact JSON string (attribute values are strings, numbers or booleans)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return utf8(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str))
+
+
+def utf8(text: str) -> str:
+    """``text`` as OpenTelemetry can encode it: a lone surrogate (an undecodable file name
+    in a program's value) as its ``\\udXXX`` escape; an exporter refuses a whole batch for one."""
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")

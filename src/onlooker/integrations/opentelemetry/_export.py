@@ -19,6 +19,7 @@ from onlooker import (
     ToolCallStarted,
     ToolRegistry,
 )
+from onlooker.plugins.audit import Redactor
 
 from ._conventions import (
     AGENT_NAME,
@@ -35,6 +36,7 @@ from ._conventions import (
     ns,
     to_json,
     trace_api,
+    utf8,
 )
 
 if TYPE_CHECKING:
@@ -50,6 +52,7 @@ def plugin(
     tracer_provider: trace_api.TracerProvider | None = None,
     *,
     record_content: bool = False,
+    redactor: Redactor | None = None,
 ) -> Plugin[TraceExport]:
     """An onlooker plugin that exports every execution as GenAI spans.
 
@@ -57,7 +60,10 @@ def plugin(
     ``record_content=True`` also records tool arguments and results
     (``gen_ai.tool.call.arguments`` / ``gen_ai.tool.call.result``), execution
     inputs and results, and interaction messages and responses, as JSON strings:
-    opt-in, since they may hold sensitive data. Works for native and tracked
+    opt-in, since they may hold sensitive data. Every value and error message
+    a span carries goes through ``redactor`` first (an
+    :class:`onlooker.plugins.audit.Redactor`; default: its default policy, the
+    one history and the audit trail apply). Works for native and tracked
     executions alike; the extension is a :class:`TraceExport`.
     """
 
@@ -66,7 +72,9 @@ def plugin(
         tracer = trace_api.get_tracer(
             SCOPE_NAME, onlooker.__version__, tracer_provider=tracer_provider
         )
-        export = TraceExport(tracer, tools=ctx.tools, record_content=record_content)
+        export = TraceExport(
+            tracer, tools=ctx.tools, record_content=record_content, redactor=redactor
+        )
         try:
             yield export
         finally:
@@ -85,14 +93,28 @@ class TraceExport:
     execution; a failure is logged on ``onlooker.integrations.opentelemetry``.
     """
 
-    __slots__ = ("_dispatch", "_executions", "_record_content", "_tool_spans", "_tools", "_tracer")
+    __slots__ = (
+        "_dispatch",
+        "_executions",
+        "_record_content",
+        "_redactor",
+        "_tool_spans",
+        "_tools",
+        "_tracer",
+    )
 
     def __init__(
-        self, tracer: trace_api.Tracer, *, tools: ToolRegistry, record_content: bool = False
+        self,
+        tracer: trace_api.Tracer,
+        *,
+        tools: ToolRegistry,
+        record_content: bool = False,
+        redactor: Redactor | None = None,
     ) -> None:
         self._tracer = tracer
         self._tools = tools
         self._record_content = record_content
+        self._redactor = redactor if redactor is not None else Redactor()
         self._executions: dict[str, trace_api.Span] = {}
         # Keyed by (execution id, call id): a framework's call ids repeat across runs.
         self._tool_spans: dict[tuple[str, str], trace_api.Span] = {}
@@ -162,14 +184,22 @@ class TraceExport:
         if attribution.parent_tool_call_id is not None:
             attributes["onlooker.parent_tool_call.id"] = attribution.parent_tool_call_id
         if self._record_content and event.input is not None:
-            attributes["onlooker.execution.input"] = to_json(event.input)
+            attributes["onlooker.execution.input"] = self._json(event.input)
         self._executions[event.execution_id] = self._tracer.start_span(
-            f"invoke_agent {event.program}",
+            utf8(f"invoke_agent {event.program}"),
             context=self._parent_context(event),
             kind=trace_api.SpanKind.INTERNAL,
-            attributes=attributes,
+            attributes=_encodable(attributes),
             start_time=ns(event.at),
         )
+
+    def _json(self, value: Any) -> str:
+        """A value as a span attribute: redacted, then JSON."""
+        return to_json(self._redactor.redact(value))
+
+    def _text(self, text: str) -> str:
+        """A message as a span's status description: redacted, encodable."""
+        return utf8(self._redactor.redact_text(text))
 
     def _parent_context(self, event: ExecutionStarted) -> Context | None:
         """A child's parent span: the parent's tool-call span, else the parent's execution span."""
@@ -197,13 +227,13 @@ class TraceExport:
             attributes[TOOL_DESCRIPTION] = declaration.description
         _attribution_attributes(attributes, event)
         if self._record_content:
-            attributes[TOOL_ARGUMENTS] = to_json(event.args)
+            attributes[TOOL_ARGUMENTS] = self._json(event.args)
         execution = self._executions.get(event.execution_id)
         self._tool_spans[(event.execution_id, event.tool_call_id)] = self._tracer.start_span(
-            f"execute_tool {event.tool}",
+            utf8(f"execute_tool {event.tool}"),
             context=trace_api.set_span_in_context(execution) if execution is not None else None,
             kind=trace_api.SpanKind.INTERNAL,
-            attributes=attributes,
+            attributes=_encodable(attributes),
             start_time=ns(event.at),
         )
 
@@ -215,14 +245,14 @@ class TraceExport:
         span.set_attribute("onlooker.tool.status", event.status)
         span.set_attribute("onlooker.tool.duration_ms", event.duration_ms)
         if event.metadata:
-            span.set_attribute("onlooker.tool.metadata", to_json(event.metadata))
+            span.set_attribute("onlooker.tool.metadata", self._json(event.metadata))
         if self._record_content and event.status == "completed":
-            span.set_attribute(TOOL_RESULT, to_json(event.result))
+            span.set_attribute(TOOL_RESULT, self._json(event.result))
         if event.status in _ERROR_TOOL_STATUSES:
             error_type = event.error.type if event.error is not None else event.status
             message = event.error.message if event.error is not None else event.status
-            span.set_attribute(ERROR_TYPE, error_type)
-            span.set_status(trace_api.Status(trace_api.StatusCode.ERROR, message))
+            span.set_attribute(ERROR_TYPE, utf8(error_type))
+            span.set_status(trace_api.Status(trace_api.StatusCode.ERROR, self._text(message)))
         span.end(end_time=ns(event.at))
 
     def _interaction_started(self, event: InteractionStarted) -> None:
@@ -234,10 +264,10 @@ class TraceExport:
             "onlooker.interaction.mode": event.mode,
         }
         if self._record_content:
-            attributes["onlooker.interaction.message"] = event.message
+            attributes["onlooker.interaction.message"] = self._redactor.redact_text(event.message)
             if event.requested_schema is not None:
-                attributes["onlooker.interaction.schema"] = to_json(event.requested_schema)
-        span.add_event("onlooker.interaction.started", attributes, timestamp=ns(event.at))
+                attributes["onlooker.interaction.schema"] = self._json(event.requested_schema)
+        span.add_event("onlooker.interaction.started", _encodable(attributes), ns(event.at))
 
     def _interaction_resolved(self, event: InteractionResolved) -> None:
         span = self._executions.get(event.execution_id)
@@ -250,8 +280,8 @@ class TraceExport:
         if event.error is not None:
             attributes[ERROR_TYPE] = event.error.type
         if self._record_content and event.response is not None:
-            attributes["onlooker.interaction.response"] = to_json(event.response)
-        span.add_event("onlooker.interaction.resolved", attributes, timestamp=ns(event.at))
+            attributes["onlooker.interaction.response"] = self._json(event.response)
+        span.add_event("onlooker.interaction.resolved", _encodable(attributes), ns(event.at))
 
     def _execution_finished(self, event: ExecutionFinished) -> None:
         span = self._executions.pop(event.execution_id, None)
@@ -263,13 +293,18 @@ class TraceExport:
         span.set_attribute("onlooker.execution.status", event.status)
         span.set_attribute("onlooker.execution.duration_ms", event.duration_ms)
         if self._record_content and event.status == "completed" and event.result is not None:
-            span.set_attribute("onlooker.execution.result", to_json(event.result))
+            span.set_attribute("onlooker.execution.result", self._json(event.result))
         if event.status != "completed":
             error_type = event.error.type if event.error is not None else event.status
             message = event.error.message if event.error is not None else event.status
-            span.set_attribute(ERROR_TYPE, error_type)
-            span.set_status(trace_api.Status(trace_api.StatusCode.ERROR, message))
+            span.set_attribute(ERROR_TYPE, utf8(error_type))
+            span.set_status(trace_api.Status(trace_api.StatusCode.ERROR, self._text(message)))
         span.end(end_time=ns(event.at))
+
+
+def _encodable(attributes: dict[str, AttributeValue]) -> dict[str, AttributeValue]:
+    """The attributes with every string as OpenTelemetry can encode it (see :func:`utf8`)."""
+    return {key: utf8(v) if isinstance(v, str) else v for key, v in attributes.items()}
 
 
 def _attribution_attributes(
