@@ -433,6 +433,17 @@ class TestRun:
         assert looped.exit_code == 0, looped.output
         assert "Circular reference" in looped.stdout  # marked, as the event holds it
 
+    def test_history_json_holds_an_undecodable_name(self, workdir: Path) -> None:
+        (workdir / "odd.py").write_text(ODD_RESULT)
+        assert invoke("run", "odd.py", "--no-audit", "--quiet").exit_code == 0
+        listed = invoke("history", "list", "--json")
+        assert listed.exit_code == 0, listed.output
+        (record,) = [json.loads(line) for line in listed.stdout.splitlines()]
+        shown = invoke("history", "show", record["execution_id"], "--json")
+        assert shown.exit_code == 0, shown.output
+        assert "\\udce9" in shown.stdout  # the name's escape, which reads back as the name
+        assert json.loads(shown.stdout)["result"]["name2"] == "caf\udce9"
+
     def test_what_the_program_prints_never_breaks_the_json(self, workdir: Path) -> None:
         (workdir / "chatty.py").write_text(CHATTY)
         result = invoke("run", "chatty.py", "--no-audit", "--json")

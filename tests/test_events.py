@@ -159,6 +159,19 @@ class TestRoundTrip:
         assert type(parse_event(raw)) is type(event)
         assert parse_event(raw).model_dump_json() == raw
 
+    @pytest.mark.parametrize("indent", [None, 2])
+    def test_a_lone_surrogate_is_written_and_reads_back(self, indent: int | None) -> None:
+        """An undecodable file name (``os.listdir`` gives ``caf\\udce9``) in any value."""
+        raw = one_of_each()[1].model_dump(mode="json")
+        event = parse_event({**raw, "tool": "st\udce9t", "args": {"path": "caf\udce9.txt"}})
+        text = event.model_dump_json(indent=indent)
+        assert "\\udce9" in text
+        text.encode("utf-8")  # written as an escape, so the text is UTF-8 as any other
+        assert parse_event(text) == event
+        if indent is None:
+            plain = parse_event({**raw, "tool": "stet", "args": {"path": "cafe.txt"}})
+            assert text.replace("\\udce9", "e") == plain.model_dump_json()  # pydantic's form
+
     def test_a_time_with_another_offset_is_read_in_utc(self) -> None:
         """``at`` is a UTC time: one given with another offset is the same instant, in UTC."""
         raw = one_of_each()[1].model_dump(mode="json")

@@ -9,6 +9,7 @@ cost of an observed tool call); everything from outside goes through
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -25,7 +26,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
 )
-from pydantic_core import to_jsonable_python
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ._errors import EventValidationError
 from ._shared import SCHEMA_VERSION
@@ -155,7 +156,33 @@ def _in_utc(at: datetime) -> datetime:
 _NO_OFFSET: Final = timedelta(0)
 
 
-class _Envelope(BaseModel, frozen=True, extra="forbid", allow_inf_nan=False):
+class JsonModel(BaseModel):
+    """A model whose ``model_dump_json`` also writes a lone surrogate (as ``\\udXXX``).
+
+    A program's values may hold one (``os.listdir`` on an undecodable file
+    name); pydantic's JSON encoder refuses it, so such a model is written by
+    :mod:`json` from its JSON form instead, with the same escape :mod:`json`
+    and the audit trail use: it reads back (``parse_event``) as the same string.
+    """
+
+    def model_dump_json(self, **options: Any) -> str:
+        try:
+            return super().model_dump_json(**options)
+        except PydanticSerializationError as exc:
+            if "surrogates not allowed" not in str(exc):
+                raise
+        indent = options.pop("indent", None)
+        ensure_ascii = options.pop("ensure_ascii", False)
+        text = json.dumps(
+            self.model_dump(mode="json", **options),
+            indent=indent,
+            ensure_ascii=ensure_ascii,
+            separators=(",", ":") if indent is None else None,
+        )
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class _Envelope(JsonModel, frozen=True, extra="forbid", allow_inf_nan=False):
     event_id: str
     execution_id: str
     seq: Annotated[int, Field(ge=0, strict=True)]

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal, TypeAlias, final
 
-from pydantic import BaseModel, Field, JsonValue
+from pydantic import Field, JsonValue
 
 from onlooker import ErrorInfo, ExecutionStatus, InteractionMode, InteractionStatus, ToolCallStatus
+from onlooker._events import JsonModel  # model_dump_json writes a lone surrogate too
 
 __all__ = [
     "ExecutionList",
@@ -31,7 +32,7 @@ RecordedInteractionStatus: TypeAlias = InteractionStatus | Literal["open"]
 """An interaction's status in history: ``open`` until its ``InteractionResolved`` is stored."""
 
 
-class _ExecutionFields(BaseModel, frozen=True, extra="forbid"):
+class _ExecutionFields(JsonModel, frozen=True, extra="forbid"):
     execution_id: str
     program: str | None
     """The program's name; ``None`` when only the ``ExecutionFinished`` event is stored."""
@@ -60,7 +61,7 @@ class ExecutionRecord(_ExecutionFields, frozen=True):
 
 
 @final
-class ToolCallRecord(BaseModel, frozen=True, extra="forbid"):
+class ToolCallRecord(JsonModel, frozen=True, extra="forbid"):
     """One tool call: what ``ToolCallStarted`` and ``ToolCallFinished`` said about it."""
 
     tool_call_id: str
@@ -83,7 +84,7 @@ class ToolCallRecord(BaseModel, frozen=True, extra="forbid"):
 
 
 @final
-class InteractionRecord(BaseModel, frozen=True, extra="forbid"):
+class InteractionRecord(JsonModel, frozen=True, extra="forbid"):
     """One question asked of a person, and its answer."""
 
     interaction_id: str
@@ -127,7 +128,7 @@ class ExecutionList(list[ExecutionRecord]):
 
 
 @final
-class ToolStats(BaseModel, frozen=True, extra="forbid"):
+class ToolStats(JsonModel, frozen=True, extra="forbid"):
     """One tool's calls in a :class:`HistoryStats`.
 
     ``failure_rate`` is ``failed / finished`` (``blocked``, ``skipped`` and
@@ -146,7 +147,7 @@ class ToolStats(BaseModel, frozen=True, extra="forbid"):
 
 
 @final
-class HistoryStats(BaseModel, frozen=True, extra="forbid"):
+class HistoryStats(JsonModel, frozen=True, extra="forbid"):
     """Aggregates over the stored history (``store.stats(since=...)``)."""
 
     since: datetime | None
