@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import enum
 import itertools
 import json
 from collections.abc import Callable, Sequence
@@ -591,6 +593,49 @@ class TestSnapshots:
             "x": None,
             "y": 1.5,
         }
+
+    def test_enum_members_become_their_json_values(self) -> None:
+        class Level(enum.IntEnum):
+            HIGH = 3
+
+        class Mode(enum.StrEnum):
+            FAST = "fast"
+
+        copied = snapshot_object({"level": Level.HIGH, "mode": Mode.FAST, "nested": [Level.HIGH]})
+        assert copied == {"level": 3, "mode": "fast", "nested": [3]}
+        assert [type(v) for v in copied.values()] == [int, str, list]  # as its JSON reads back
+
+    def test_a_model_with_an_undecodable_field_keeps_its_other_fields(self) -> None:
+        @dataclasses.dataclass
+        class Upload:
+            filename: str
+            size: int
+            content: bytes
+
+        class Frame(pydantic.BaseModel):
+            seq: int
+            payload: bytes
+
+        copied = snapshot_object(
+            {"doc": Upload("logo.png", 8, b"\x89PNG\r\n"), "frame": Frame(seq=7, payload=b"\xff")}
+        )
+        doc, frame = copied["doc"], copied["frame"]
+        assert isinstance(doc, dict) and isinstance(frame, dict)
+        assert (doc["filename"], doc["size"], frame["seq"]) == ("logo.png", 8, 7)
+        assert "not JSON-serializable bytes" in str(doc["content"])
+        assert "not JSON-serializable bytes" in str(frame["payload"])
+
+    def test_a_key_without_a_str_is_marked_not_raised(self) -> None:
+        class Key:
+            def __str__(self) -> str:
+                raise RuntimeError("no str")
+
+            __repr__ = __str__
+
+        copied = snapshot_object({Key(): 1, "ok": {Key(): 2}})
+        ((key, value), (ok_key, nested)) = copied.items()
+        assert key.startswith("<not JSON-serializable Key") and value == 1
+        assert ok_key == "ok" and isinstance(nested, dict)
 
 
 class Unprintable:

@@ -8,6 +8,7 @@ cost of an observed tool call); everything from outside goes through
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -405,8 +406,10 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-_SCALARS: Final = (str, int, float, bool, type(None))
-_EXACT: Final = (str, int, type(None))  # scalars that are their own snapshot (bool is an int)
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+"""Types whose values are scalars in JSON, exactly: a subclass (an ``IntEnum``, a
+``StrEnum``, numpy's ``float64``) is converted by pydantic-core, as any other value."""
+_EXACT: Final = frozenset({str, int, bool, type(None)})  # scalars that are their own snapshot
 
 
 def _scalar(value: str | int | float | None) -> JsonValue:
@@ -445,9 +448,9 @@ def snapshot(value: object) -> JsonValue:
     whole. Both rules hold for the value itself, not for one nested inside
     a container, which pydantic-core copies as it is.
     """
-    if isinstance(value, _SCALARS):
-        return _scalar(value)
     kind = type(value)
+    if kind in _SCALARS:
+        return _scalar(value)  # type: ignore[arg-type]
     if kind is not dict and kind is not list and hasattr(kind, "__next__"):
         return _described(value)  # an iterator (a generator, a file): copying would use it up
     try:
@@ -479,21 +482,37 @@ def snapshot_object(value: Mapping[Any, object]) -> dict[str, JsonValue]:
     Each value is snapshotted on its own, so one value that cannot be copied
     becomes a string saying so and the others keep their shape.
     """
+    # Exact types only (an IntEnum is converted), and no narrowing for mypy: hence the ignore.
     return {
-        k if type(k) is str else str(k): (
-            v
-            if isinstance(v, _EXACT) and (type(v) is not int or -_HUGE < v < _HUGE)
+        k if type(k) is str else _key(k): (
+            v  # type: ignore[misc]
+            if type(v) in _EXACT and (type(v) is not int or -_HUGE < v < _HUGE)
             else snapshot(v)
         )
         for k, v in value.items()
     }
 
 
+def _key(key: object) -> str:
+    """A mapping's key as a JSON object's: its ``str``, or a string saying it has none."""
+    try:
+        return str(key)
+    except Exception as exc:
+        return _unserializable(key, exc)
+
+
 def _copy(value: object, inside: set[int]) -> JsonValue:
-    """``value`` copied part by part; ``inside``: the ids of the containers it is in."""
-    if isinstance(value, _SCALARS):
-        return _scalar(value)
+    """``value`` copied part by part; ``inside``: the ids of the containers it is in.
+
+    A model or a dataclass pydantic-core cannot convert whole (a field of
+    undecodable bytes) is copied field by field, so only that field is marked.
+    """
     kind = type(value)
+    if kind in _SCALARS:
+        return _scalar(value)  # type: ignore[arg-type]
+    fields = _fields_of(value)
+    if fields is not None:
+        value, kind = fields, dict
     if kind is dict or kind is list or kind is tuple:
         if len(inside) == _DEEPEST:
             return f"<{kind.__name__} nested deeper than {_DEEPEST} levels>"
@@ -503,7 +522,7 @@ def _copy(value: object, inside: set[int]) -> JsonValue:
         try:
             if kind is dict:
                 return {
-                    k if type(k) is str else str(k): _copy(v, inside)
+                    k if type(k) is str else _key(k): _copy(v, inside)
                     for k, v in value.items()  # type: ignore[attr-defined]
                 }
             return [_copy(v, inside) for v in value]  # type: ignore[attr-defined]
@@ -516,3 +535,12 @@ def _copy(value: object, inside: set[int]) -> JsonValue:
 
 
 _DEEPEST: Final = 200  # levels of a snapshot's containers; deeper ones are marked
+
+
+def _fields_of(value: object) -> dict[str, object] | None:
+    """A pydantic model's or a dataclass instance's fields by name; ``None`` for anything else."""
+    if isinstance(value, BaseModel):
+        return {name: getattr(value, name, None) for name in type(value).model_fields}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: getattr(value, field.name, None) for field in dataclasses.fields(value)}
+    return None
