@@ -530,6 +530,28 @@ class TestEscaping:
         assert events[1].args == {name: 1, "path": name}
         assert isinstance(events[2], onlooker.ToolCallFinished) and events[2].result == {name: 12}
 
+    def test_control_characters_are_written_out(self, tmp_path: Path) -> None:
+        """A right-to-left override would show invoice_\\u202egpj.exe as invoice_exe.jpg."""
+        spoof = "invoice_\u202egpj.exe"
+        url = sqlite_url(tmp_path / "h.db")
+
+        async def go() -> None:
+            async with (
+                onlooker.ExecutionEngine(plugins=[history.plugin(url)]) as engine,
+                engine.track(f"mail {spoof}", execution_id="r1") as run,
+            ):
+                call = await run.tool_started("open", {"name": spoof}, tool_call_id="c1")
+                await call.failed("cannot open \x1b[2J\x9b" + spoof)
+
+        anyio.run(go)
+        with client(create_app(url)) as c:
+            pages = [c.get("/"), c.get("/executions/r1"), c.get("/executions/r1?call=c1")]
+        assert [page.status_code for page in pages] == [200] * 3
+        for page in pages:
+            assert not any(char in page.text for char in "\u202e\x1b\x9b"), page.url
+            assert "invoice_\\u202egpj.exe" in page.text
+        assert "cannot open \\x1b[2J\\x9b" in pages[2].text
+
     def test_security_headers_and_host_check(self, ui: TestClient) -> None:
         page = ui.get("/")
         assert "script-src 'self'" in page.headers["content-security-policy"]

@@ -11,6 +11,7 @@ import jinja2
 from markupsafe import Markup, escape
 from pydantic import BaseModel
 
+from onlooker._cli._common import printable  # the terminal views' own rule, one way to do it
 from onlooker.plugins.audit._events import json_form
 
 from ._timeline import Lane, qid
@@ -85,8 +86,8 @@ def lane_rows(lane: Lane) -> Markup:
         key = escape(item.key)
         cells = (
             f'<span class="icon" aria-hidden="true">{ICONS.get(item.status, "•")}</span>'
-            f'<span class="name">{"? " if item.kind == "interaction" else ""}{escape(item.name)}'
-            f'</span><span class="args">{escape(item.preview)}</span>'
+            f'<span class="name">{"? " if item.kind == "interaction" else ""}{shown(item.name)}'
+            f'</span><span class="args">{shown(item.preview)}</span>'
             f'<span class="status">{status}</span>'
             f'<span class="dur">{duration(item.duration_ms)}</span>'
             + (
@@ -98,11 +99,11 @@ def lane_rows(lane: Lane) -> Markup:
         )
         href = escape(item.href)
         if item.lane is not None:
-            preview = f" ({escape(item.preview)})" if item.preview else ""
+            preview = f" ({shown(item.preview)})" if item.preview else ""
             parts.append(
                 f'<li class="k-child s-{status}" data-key="{key}"><details open id="d-{key}">'
                 f'<summary class="row">{cells}</summary><p class="child-link"><a href="{href}">'
-                f"child execution {escape(item.id)}{preview}</a></p>"
+                f"child execution {shown(item.id)}{preview}</a></p>"
                 f"{lane_rows(item.lane)}</details></li>"
             )
         else:
@@ -114,11 +115,29 @@ def lane_rows(lane: Lane) -> Markup:
     return Markup("\n".join(parts))
 
 
+def shown(text: str) -> Markup:
+    """A recorded text as HTML: escaped, its control characters written out (``\\u202e``).
+
+    Recorded values are untrusted evidence: a right-to-left override would
+    show ``invoice_\\u202egpj.exe`` as ``invoice_exe.jpg``; the terminal views
+    write them out the same way.
+    """
+    return escape(printable(text))
+
+
+def _finalize(value: Any) -> Any:
+    """Every ``{{ value }}`` of the templates: text written out as :func:`shown` does."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return printable(value)
+    return value
+
+
 def environment() -> jinja2.Environment:
     """The templates, autoescaped (every value is text unless a template says otherwise)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
         autoescape=True,
+        finalize=_finalize,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
