@@ -543,6 +543,64 @@ class TestCancellation:
         assert finished.status == execution_status
 
 
+def envelope_of(wire: dict[str, Any]) -> dict[str, Any]:
+    """What a result carries besides the tool's own answer: the protocol's envelope."""
+    return {k: v for k, v in wire.items() if k not in ("content", "isError", "structuredContent")}
+
+
+class TestRefusalEnvelope:
+    @pytest.mark.parametrize("mode", ["legacy", "auto"])  # the 2025-11-25 handshake, and 2026
+    @pytest.mark.parametrize("verdict", ["pre", "post"])
+    async def test_a_refusal_has_the_envelope_of_the_servers_own_results(
+        self, tmp_path: Path, mode: Any, verdict: str
+    ) -> None:
+        """A middleware that answers without ``call_next`` owns its result's envelope."""
+
+        def block(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(action=HookAction.BLOCK, reason="not today")
+
+        def abort(use: ToolUseContext, output: Any) -> PostHookResult:
+            return PostHookResult(action=HookAction.ABORT, reason="not today")
+
+        hooks = [HookMatcher(pre=[block])] if verdict == "pre" else [HookMatcher(post=[abort])]
+        wires: list[dict[str, Any]] = []
+
+        async def outermost(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+            result = await call_next(ctx)
+            if ctx.method == "tools/call":
+                assert result is not None
+                wires.append(
+                    result
+                    if isinstance(result, dict)
+                    else result.model_dump(by_alias=True, mode="json", exclude_none=True)
+                )
+            return result
+
+        def serve(governed: onlooker.ExecutionEngine | None) -> MCPServer:
+            server = MCPServer("calc")
+            server.middleware.append(outermost)
+            if governed is not None:
+                server.middleware.append(OnlookerMiddleware(governed, server=server))
+
+            @server.tool()
+            def add(a: int, b: int) -> int:
+                return a + b
+
+            return server
+
+        async with Client(serve(None), mode=mode) as client:
+            await client.call_tool("add", {"a": 1, "b": 2})
+        async with (
+            engine_for(tmp_path, hooks) as recorded,
+            Client(serve(recorded.engine), mode=mode) as client,
+        ):
+            refused = await client.call_tool("add", {"a": 1, "b": 2})
+        assert refused.is_error and text(refused) == "not today"
+        own, refusal = wires
+        assert envelope_of(refusal) == envelope_of(own)
+        assert ("resultType" in refusal) is (mode == "auto")  # 2026-era only
+
+
 class TestLowLevelServer:
     async def test_a_raising_handler_is_a_failed_call(
         self, tmp_path: Path, check_stream: Check

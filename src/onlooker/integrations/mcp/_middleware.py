@@ -22,13 +22,13 @@ from .. import require
 from .._arguments import validated
 from .._ids import unused_id
 from ._arguments import ToolArguments
-from ._wire import as_wire, merge_envelope, split_envelope, text_of
+from ._wire import SERVER_INFO, as_wire, merge_envelope, split_envelope, text_of
 
 if TYPE_CHECKING:
     from mcp.server.connection import Connection
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
     from mcp.server.mcpserver import MCPServer
-    from mcp_types import CallToolResult, TextContent
+    from mcp_types import CallToolResult
 
 __all__ = ["OnlookerMiddleware", "request_id_of"]
 
@@ -86,11 +86,11 @@ class OnlookerMiddleware:
         "_call_tool_result",
         "_connection_type",
         "_engine",
+        "_lowlevel",
         "_modern",
         "_owner",
         "_program",
         "_sessions",
-        "_text_content",
         "_trigger",
     )
 
@@ -111,8 +111,9 @@ class OnlookerMiddleware:
         self._trigger = trigger
         self._owner = owner
         self._arguments = None if server is None else ToolArguments(server)
+        # mcp 2.3's MCPServer keeps its low-level Server (which holds the stamp) private.
+        self._lowlevel: object = getattr(server, "_lowlevel_server", server)
         self._call_tool_result: type[CallToolResult] = types.CallToolResult
-        self._text_content: type[TextContent] = types.TextContent
         self._connection_type: type[Connection] = connection.Connection
         self._modern: frozenset[str] = frozenset(versions.MODERN_PROTOCOL_VERSIONS)
         self._sessions: weakref.WeakKeyDictionary[Connection, _Session] = (
@@ -248,7 +249,8 @@ class OnlookerMiddleware:
                 validate=validate,
             )
             if not call.allowed:  # refused, or a rewrite the tool's validator refused
-                return self._refusal(call.reason or f"onlooker refused the call to {name!r}")
+                reason = call.reason or f"onlooker refused the call to {name!r}"
+                return self._refusal(reason, self._envelope(ctx))
             forwarded = ctx  # not rewritten: the server validates the client's own arguments
             if dict(call.input) != given:
                 forwarded = replace(
@@ -286,7 +288,7 @@ class OnlookerMiddleware:
         try:
             output = await call.finished(body)
         except onlooker.HookAbortError as abort:  # a post-hook ended the execution
-            return self._refusal(abort.reason or str(abort))
+            return self._refusal(abort.reason or str(abort), envelope)
         if output is body:
             return result
         rewritten = merge_envelope(self._rewritten(output), envelope)
@@ -302,14 +304,31 @@ class OnlookerMiddleware:
             return result
         return rewritten
 
-    def _refusal(self, reason: str) -> CallToolResult:
-        return self._call_tool_result(
-            content=[self._text_content(type="text", text=reason)], is_error=True
-        )
+    def _refusal(self, reason: str, envelope: Mapping[str, Any]) -> dict[str, Any]:
+        """An error result saying ``reason``, in the envelope the connection's protocol has.
+
+        A middleware that answers without ``call_next`` owns its result's
+        envelope (the SDK adds none): ``resultType`` and the ``serverInfo``
+        stamp on a 2026-era connection, neither on an older one.
+        """
+        body = {"content": [{"type": "text", "text": reason}], "isError": True}
+        return merge_envelope(body, envelope)
+
+    def _envelope(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        """The envelope the SDK would give a result on this request's connection."""
+        if ctx.protocol_version not in self._modern:
+            return {}
+        envelope: dict[str, Any] = {"resultType": "complete"}
+        stamp = getattr(self._lowlevel, "server_info_stamp", None)
+        if isinstance(stamp, Mapping):  # known with ``server=`` only
+            envelope["_meta"] = {SERVER_INFO: dict(stamp)}
+        return envelope
 
     def _rewritten(self, output: object) -> dict[str, Any]:
         if isinstance(output, self._call_tool_result):
-            return output.model_dump(by_alias=True, mode="json", exclude_none=True)
+            wire = output.model_dump(by_alias=True, mode="json", exclude_none=True)
+            wire.pop("resultType", None)  # the connection's envelope decides it
+            return wire
         if isinstance(output, Mapping):
             return {str(k): v for k, v in output.items()}
         text = output if isinstance(output, str) else json.dumps(output, default=str)

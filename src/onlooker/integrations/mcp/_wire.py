@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from mcp.server.context import HandlerResult
 
-__all__ = ["as_wire", "merge_envelope", "split_envelope", "text_of"]
+__all__ = ["SERVER_INFO", "as_wire", "merge_envelope", "split_envelope", "text_of"]
 
-_SERVER_INFO: Final = "io.modelcontextprotocol/serverInfo"  # mcp_types.SERVER_INFO_META_KEY
+SERVER_INFO: Final = "io.modelcontextprotocol/serverInfo"  # mcp_types.SERVER_INFO_META_KEY
 
 
 def as_wire(result: HandlerResult) -> dict[str, Any]:
@@ -29,9 +29,9 @@ def split_envelope(wire: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
     if "resultType" in body:
         envelope["resultType"] = body.pop("resultType")
     meta = body.get("_meta")
-    if isinstance(meta, Mapping) and _SERVER_INFO in meta:
-        rest = {k: v for k, v in meta.items() if k != _SERVER_INFO}
-        envelope["_meta"] = {_SERVER_INFO: meta[_SERVER_INFO]}
+    if isinstance(meta, Mapping) and SERVER_INFO in meta:
+        rest = {k: v for k, v in meta.items() if k != SERVER_INFO}
+        envelope["_meta"] = {SERVER_INFO: meta[SERVER_INFO]}
         if rest:
             body["_meta"] = rest
         else:
