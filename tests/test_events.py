@@ -625,6 +625,27 @@ class TestSnapshots:
         assert "not JSON-serializable bytes" in str(doc["content"])
         assert "not JSON-serializable bytes" in str(frame["payload"])
 
+    def test_the_field_by_field_copy_keeps_pydantics_rules_and_sees_cycles(self) -> None:
+        class Login(pydantic.BaseModel):
+            user: str
+            password: str = pydantic.Field(exclude=True)
+            avatar: bytes
+
+        @dataclasses.dataclass
+        class Node:
+            name: str
+            blob: bytes
+            parent: Node | None = None
+            children: list[Node] = dataclasses.field(default_factory=list)
+
+        root = Node("root", b"\xff")
+        root.children = [Node("a", b"\xff", root), Node("b", b"\xff", root)]
+        copied = snapshot_object({"login": Login(user="ann", password="hunter2", avatar=b"\xff")})
+        assert isinstance(copied["login"], dict)
+        assert set(copied["login"]) == {"user", "avatar"}  # an excluded field stays out
+        tree = snapshot_object({"tree": root})["tree"]  # two ways back to the root: no blow-up
+        assert isinstance(tree, str) and "Circular reference" in tree
+
     def test_a_key_without_a_str_is_marked_not_raised(self) -> None:
         class Key:
             def __str__(self) -> str:

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from math import isfinite
-from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar, Union, final
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeAlias, TypeVar, Union, final
 
 from pydantic import (
     AfterValidator,
@@ -166,21 +166,26 @@ class JsonModel(BaseModel):
     and the audit trail use: it reads back (``parse_event``) as the same string.
     """
 
-    def model_dump_json(self, **options: Any) -> str:
-        try:
-            return super().model_dump_json(**options)
-        except PydanticSerializationError as exc:
-            if "surrogates not allowed" not in str(exc):
-                raise
-        indent = options.pop("indent", None)
-        ensure_ascii = options.pop("ensure_ascii", False)
-        text = json.dumps(
-            self.model_dump(mode="json", **options),
-            indent=indent,
-            ensure_ascii=ensure_ascii,
-            separators=(",", ":") if indent is None else None,
-        )
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if not TYPE_CHECKING:  # type checkers keep pydantic's own signature, keywords and all
+
+        def model_dump_json(self, **options):
+            try:
+                return super().model_dump_json(**options)
+            except PydanticSerializationError as exc:
+                refused = exc  # a lone surrogate, or what model_dump raises again below
+            indent = options.pop("indent", None)
+            ensure_ascii = options.pop("ensure_ascii", False)
+            try:
+                value = self.model_dump(mode="json", **options)
+            except PydanticSerializationError:
+                raise refused from None
+            text = json.dumps(
+                value,
+                indent=indent,
+                ensure_ascii=ensure_ascii,
+                separators=(",", ":") if indent is None else None,
+            )
+            return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class _Envelope(JsonModel, frozen=True, extra="forbid", allow_inf_nan=False):
@@ -510,9 +515,6 @@ def _copy(value: object, inside: set[int]) -> JsonValue:
     kind = type(value)
     if kind in _SCALARS:
         return _scalar(value)  # type: ignore[arg-type]
-    fields = _fields_of(value)
-    if fields is not None:
-        value, kind = fields, dict
     if kind is dict or kind is list or kind is tuple:
         if len(inside) == _DEEPEST:
             return f"<{kind.__name__} nested deeper than {_DEEPEST} levels>"
@@ -531,16 +533,31 @@ def _copy(value: object, inside: set[int]) -> JsonValue:
     try:
         return _jsonable(value)
     except Exception as exc:  # only this value is marked; its neighbours keep their shape
-        return _unserializable(value, exc)
+        parts = _parts_of(value)
+        if parts is None:
+            return _unserializable(value, exc)
+    if id(value) in inside:  # a model that holds itself
+        raise ValueError("Circular reference detected")  # the whole value is marked
+    inside.add(id(value))
+    try:
+        return _copy(parts, inside)
+    finally:
+        inside.discard(id(value))
 
 
 _DEEPEST: Final = 200  # levels of a snapshot's containers; deeper ones are marked
 
 
-def _fields_of(value: object) -> dict[str, object] | None:
-    """A pydantic model's or a dataclass instance's fields by name; ``None`` for anything else."""
-    if isinstance(value, BaseModel):
-        return {name: getattr(value, name, None) for name in type(value).model_fields}
+def _parts_of(value: object) -> object:
+    """A model's or a dataclass instance's fields, as pydantic serializes them but for their
+    values (bytes stay bytes): excluded fields left out, a root model's root. ``None`` when
+    ``value`` is neither, or pydantic cannot take it apart either."""
+    serializer = getattr(type(value), "__pydantic_serializer__", None)
+    if serializer is not None:  # a model or a pydantic dataclass: its own rules
+        try:
+            return serializer.to_python(value)
+        except Exception:
+            return None
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {field.name: getattr(value, field.name, None) for field in dataclasses.fields(value)}
     return None
