@@ -283,21 +283,29 @@ class TestLaterEvents:
         assert resolved.status == "declined"
         assert of(events, ExecutionFinished, f"{SESSION}.turn-1")[0].status == "completed"
 
-    def test_a_denial_without_its_pre_tool_use_is_a_closed_blocked_pair(self, hook: Hook) -> None:
-        hook(event("PermissionDenied", tool_name="Write", tool_input={"file_path": "/etc/x"},
-                   tool_use_id="toolu_7", reason="outside the project"))  # fmt: skip
+    def test_a_call_the_deny_rules_closed_is_not_recorded_twice(self, tmp_path: Path) -> None:
+        rules = tmp_path / "deny.txt"
+        rules.write_text("rm -rf\n")
+        hook = Hook(tmp_path / "audit")
+        hook.all([
+            event("UserPromptSubmit", prompt="clean up"),
+            bash("toolu_1", "rm -rf build"),
+            event("PermissionDenied", tool_name="Bash", tool_input={"command": "rm -rf build"},
+                  tool_use_id="toolu_1", reason="denied by a PreToolUse hook"),
+            event("Stop", stop_hook_active=False),
+            event("SessionEnd", reason="other"),
+        ], "--deny-commands", str(rules))  # fmt: skip
         events = hook.events()
-        (started,) = of(events, ToolCallStarted)
+        onlooker.testing.check_invariants(events)
         (finished,) = of(events, ToolCallFinished)
-        assert (started.tool, started.args) == ("Write", {"file_path": "/etc/x"})
-        assert (finished.tool_call_id, finished.status) == ("toolu_7", "blocked")
+        assert finished.status == "blocked" and "denied_by" in finished.metadata
 
     def test_a_turn_an_api_error_ended_fails_and_the_session_goes_on(self, hook: Hook) -> None:
         hook.all([
             event("UserPromptSubmit", prompt="run the tests"),
             bash("toolu_1", "pytest"),
-            event("StopFailure", error_type="rate_limit", error="429",
-                  error_message="Rate limit exceeded"),
+            event("StopFailure", error="rate_limit", error_details="Rate limit exceeded",
+                  last_assistant_message="Running the tests"),
             event("UserPromptSubmit", prompt="try again"),
             event("Stop", stop_hook_active=False),
             event("SessionEnd", reason="other"),
@@ -312,12 +320,38 @@ class TestLaterEvents:
             "APIError",
             "rate_limit: Rate limit exceeded",
         )
-        assert first.result == {"error_type": "rate_limit", "error": "429"}
+        assert first.result == {
+            "error": "rate_limit",
+            "error_details": "Rate limit exceeded",
+            "last_assistant_message": "Running the tests",
+        }
         (call,) = of(events, ToolCallFinished)
         assert call.status == "cancelled"  # its turn ended before it did
         (second,) = of(events, ExecutionFinished, f"{SESSION}.turn-2")
         assert second.status == "completed"
         assert audit.verify(hook.audit_dir / SESSION).ok
+
+    def test_a_failed_turn_waits_for_its_background_sub_agent(self, hook: Hook) -> None:
+        hook.all([
+            event("UserPromptSubmit", prompt="explore"),
+            pre("toolu_1", "Agent", {**EXPLORE, "run_in_background": True}),
+            event("SubagentStart", agent_id="bg-1", agent_type="Explore"),
+            post("toolu_1", "Agent", EXPLORE, {"agentId": "bg-1", "status": "async_launched"}),
+            event("StopFailure", error="server_error"),
+            pre("toolu_2", "Read", {"file_path": "a.py"}, agent_id="bg-1", agent_type="Explore"),
+            post("toolu_2", "Read", {"file_path": "a.py"}, "code", agent_id="bg-1",
+                 agent_type="Explore"),
+            event("SubagentStop", agent_id="bg-1", agent_type="Explore", stop_hook_active=False),
+            event("SessionEnd", reason="other"),
+        ])  # fmt: skip
+        events = hook.events()
+        onlooker.testing.check_invariants(events)  # one pair per execution id
+        agent = f"{SESSION}.agent-bg-1"
+        assert of(events, ExecutionFinished, agent)[0].status == "completed"
+        (turn,) = of(events, ExecutionFinished, f"{SESSION}.turn-1")
+        assert turn.status == "failed"
+        assert turn.error is not None and turn.error.message == "server_error"
+        assert events.index(of(events, ExecutionFinished, agent)[0]) < events.index(turn)
 
     def test_post_compact_ends_the_compaction_with_its_summary(self, hook: Hook) -> None:
         hook.all([

@@ -44,11 +44,13 @@ PreCompact             ``ExecutionStarted`` of ``<session>.compact-N`` (``input`
                        ``custom_instructions``), finished by the next event
 SessionEnd             what is still open closes (calls ``cancelled``), then
                        ``ExecutionFinished(completed)`` with ``{"reason": ...}``
-PermissionDenied       ``ToolCallFinished(blocked)`` of the call Claude Code refused (its
-                       auto mode, a rule or a hook), the ``reason`` as the error; its
-                       permission prompt, if one was open, ``declined``
+PermissionDenied       ``ToolCallFinished(blocked)`` of the open call Claude Code refused
+                       (its auto mode, a rule or a hook), the ``reason`` as the error; its
+                       permission prompt, if one was open, ``declined``; nothing for a call
+                       closed already (the deny rules refused it at its ``PreToolUse``)
 StopFailure            ``ExecutionFinished(failed)`` of the turn an API error ended
-                       (``APIError``: ``error_type`` and ``error_message``)
+                       (``APIError``: ``error``, the kind, and ``error_details``), once its
+                       background sub-agents stop, as for ``Stop``
 PostCompact            ends the open compaction, ``result``: ``compact_summary``
 =====================  =====================================================================
 
@@ -105,6 +107,9 @@ RECORDED_EVENTS: Final = (*HOOK_EVENTS, *LATER_EVENTS)
 """Every hook event the hook records."""
 
 _CONTEXT: Final = ("cwd", "permission_mode", "prompt_id", "effort", "agent_type")
+_STOP_FAILURE: Final = ("error", "error_details", "last_assistant_message")
+_API_ERROR: Final = ("error", "error_details")
+"""StopFailure's fields (Claude Code's ``StopFailureHookInput``): the kind, the details."""
 
 
 class Session(Executions):
@@ -161,12 +166,9 @@ class Session(Executions):
 
     def _on_stop_failure(self, payload: dict[str, Any], _: Verdict | None) -> None:
         turn = self.state["turn"] or self._turn(self._root(payload), payload, None)
-        message = str(payload.get("error_message") or payload.get("error") or "an API error")
-        kind = payload.get("error_type")
-        if kind:
-            message = f"{kind}: {message}"
-        result = pick(payload, ("error_type", "error", "last_assistant_message"))
-        self._finish(turn, "failed", result or None, error_info("APIError", message))
+        said = [payload.get(key) for key in _API_ERROR]  # the kind, then the details
+        message = ": ".join(str(part) for part in said if part) or "an API error"
+        self._stop(turn, payload, _STOP_FAILURE, error_info("APIError", message))
 
     def _on_post_compact(self, payload: dict[str, Any], _: Verdict | None) -> None:
         pass  # :meth:`handle` ended the compaction it closes
@@ -256,7 +258,11 @@ class Session(Executions):
         self._call_finished(home, call_id, status, None, error, metadata, _duration(payload))
 
     def _on_permission_denied(self, payload: dict[str, Any], _: Verdict | None) -> None:
-        home, call_id, call = self._open_call(payload)
+        found = self._find_call(self._call_id(payload))
+        if found is None:  # closed already: denied by the deny rules, at its PreToolUse
+            return
+        home, call = found
+        call_id = self._call_id(payload)
         self._answer(home, call, "declined", None)
         reason = str(payload.get("reason") or "denied by Claude Code")
         metadata = {"denied_by": "claude-code", **pick(payload, _CONTEXT)}

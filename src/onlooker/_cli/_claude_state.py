@@ -256,8 +256,15 @@ class Executions:
             },
         )
 
-    def _stop(self, eid: str, payload: dict[str, Any], keys: tuple[str, ...]) -> None:
-        """Stop/SubagentStop: finish ``eid`` now, or once its background sub-agents stop."""
+    def _stop(
+        self,
+        eid: str,
+        payload: dict[str, Any],
+        keys: tuple[str, ...],
+        error: dict[str, str] | None = None,
+    ) -> None:
+        """Stop/SubagentStop (StopFailure: with ``error``): finish ``eid`` now, or once its
+        background sub-agents stop (``failed`` then, with ``error``)."""
         result = pick(payload, (*keys, "background_tasks", "session_crons"))
         if self.state["turn"] == eid:
             self.state["turn"] = None
@@ -280,8 +287,17 @@ class Executions:
             }
         if self._waiting(eid):
             self.execs[eid].update(stopped=True, result=self._keep(result))
+            if error is not None:
+                self.execs[eid]["error"] = self._keep(error)
         else:
-            self._finish(eid, "completed", result)
+            self._finish(eid, "completed" if error is None else "failed", result, error)
+
+    def _end_stopped(self, eid: str) -> None:
+        """Finish ``eid``, stopped earlier and waiting for its sub-agents, as its stop said."""
+        execution = self.execs[eid]
+        error = execution.get("error")
+        status = "completed" if error is None else "failed"
+        self._finish(eid, status, execution.get("result"), error)
 
     def _waiting(self, eid: str) -> bool:
         """Whether ``eid`` has sub-agents still running, or launched and yet to start."""
@@ -299,7 +315,7 @@ class Executions:
         execution["closing"] = True
         for child in [c for c, e in self.execs.items() if e["parent"] == eid]:
             if self.execs[child].get("stopped"):  # stopped, waiting for sub-agents: it did end
-                self._finish(child, "completed", self.execs[child].get("result"))
+                self._end_stopped(child)
             else:
                 message = "its parent execution ended first"
                 self._finish(
@@ -334,7 +350,7 @@ class Executions:
         parent = execution["parent"]
         stopped = parent in self.execs and self.execs[parent].get("stopped")
         if stopped and not self._waiting(parent):
-            self._finish(parent, "completed", self.execs[parent].get("result"))
+            self._end_stopped(parent)
 
     def _forget(self, eid: str) -> None:
         state = self.state
