@@ -778,8 +778,22 @@ class TestAdapterErrors:
             del broken["tool_use_id"]  # type: ignore[misc]  # a malformed input, on purpose
             with caplog.at_level(logging.ERROR, logger="onlooker.integrations.claude_agent_sdk"):
                 assert await sdk.send(broken) == {}
-                assert await sdk.send(pre("Read", NOTES, "toolu_1")) == {}  # id used twice
-        assert caplog.text.count("onlooker could not record Claude's") == 2
+        assert caplog.text.count("onlooker could not record Claude's") == 1
+
+    async def test_a_repeated_tool_use_id_is_still_governed(self, tmp_path: Path) -> None:
+        """A proxy in front of the API may repeat an id: the call is recorded ``<id>#2``."""
+        async with engine_for(tmp_path) as recorded:
+            sdk = Sdk(hooks(recorded.engine))
+            await sdk.send(prompt("tidy up"))
+            assert await sdk.send(pre("Read", NOTES, "dup")) == {}
+            await sdk.send(post("Read", NOTES, "dup", READ_NOTES, 8))
+            denied = await sdk.send(pre("Bash", RM, "dup"))
+        assert denied["hookSpecificOutput"]["permissionDecision"] == "deny"  # type: ignore[typeddict-item]
+        finished = recorded.recorder.of(ToolCallFinished)
+        assert [(f.tool_call_id, f.status) for f in finished] == [
+            ("dup", "completed"),
+            ("dup#2", "blocked"),
+        ]
 
     async def test_a_closed_engine_never_breaks_the_agent(
         self, tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -810,6 +824,54 @@ class TestAdapterErrors:
                 "permissionDecisionReason": reason,
             },
         }
+
+    async def test_a_post_hook_abort_is_sent_even_when_recording_fails(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        async def broken(self: object, turn: object, reason: str) -> None:
+            raise RuntimeError("disk full")
+
+        def stop(use: ToolUseContext, output: Any) -> PostHookResult:
+            return PostHookResult(action=HookAction.ABORT)
+
+        monkeypatch.setattr(_adapter.Adapter, "_abort", broken)
+        async with engine_for(tmp_path, [HookMatcher(post=(stop,))]) as recorded:
+            sdk = Sdk(hooks(recorded.engine))
+            await sdk.send(pre("Read", NOTES, "toolu_1"))
+            output = await sdk.send(post("Read", NOTES, "toolu_1", READ_NOTES, 8))
+        assert output["continue_"] is False  # type: ignore[typeddict-item]
+
+    async def test_rewrites_reach_the_cli_as_json(self, tmp_path: Path) -> None:
+        """The SDK sends the CLI JSON: a rewrite holding a Path would fail to send, and the
+        CLI would run the original call the record says was rewritten."""
+
+        def elsewhere(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(modified_input={**use.tool_input, "file_path": Path("/safe/x")})
+
+        def stamped(use: ToolUseContext, output: Any) -> PostHookResult:
+            return PostHookResult(modified_output={"read_at": Path("/safe/x")})
+
+        governed = [HookMatcher(pattern="Write", pre=(elsewhere,), post=(stamped,))]
+        async with engine_for(tmp_path, governed) as recorded:
+            sdk = Sdk(hooks(recorded.engine))
+            before = await sdk.send(pre("Write", NOTES, "toolu_1"))
+            after = await sdk.send(post("Write", NOTES, "toolu_1", {"ok": True}, 8))
+        json.dumps(before)  # what the SDK does before writing to the CLI
+        json.dumps(after)
+        updated = before["hookSpecificOutput"]["updatedInput"]  # type: ignore[typeddict-item]
+        assert updated["file_path"] == "/safe/x"
+        (started,) = recorded.recorder.of(onlooker.ToolCallStarted)
+        assert started.args == updated  # what the CLI runs is what is recorded
+
+    async def test_an_infinite_duration_is_onlookers_own(self, tmp_path: Path) -> None:
+        async with engine_for(tmp_path) as recorded:
+            sdk = Sdk(hooks(recorded.engine))
+            await sdk.send(pre("Read", NOTES, "toolu_1"))
+            broken = post("Read", NOTES, "toolu_1", READ_NOTES, 8)
+            broken["duration_ms"] = float("inf")  # type: ignore[typeddict-item]
+            await sdk.send(broken)
+        (finished,) = recorded.recorder.of(ToolCallFinished)
+        assert finished.status == "completed" and finished.duration_ms < 60_000
 
     def test_a_missing_sdk_names_the_extra(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, "claude_agent_sdk", None)

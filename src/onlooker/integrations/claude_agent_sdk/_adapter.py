@@ -6,6 +6,7 @@ The mapping is in the package docstring.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Final
 from onlooker import HookAbortError, HookAction, Trigger
 
 from .._claude_declarations import AGENT_TOOLS, TRIGGER, ToolInterrupted
+from .._ids import unused_id
+from .._json import json_copy
 
 if TYPE_CHECKING:
     from claude_agent_sdk.types import (
@@ -49,6 +52,7 @@ class _Turn:
     stopped: bool = False  # Stop / SubagentStop came; finish once `agents` is empty
     result: str | None = None
     aborted: str | None = None  # a hook's ABORT ended it, for this reason
+    call_ids: set[str] = field(default_factory=set)  # recorded: a repeated id gets "#2"
 
     @property
     def root(self) -> _Turn:
@@ -247,7 +251,8 @@ class Adapter:
         turn = await self._owner_of(
             session_id, data.get("agent_id"), data.get("agent_type"), data.get("prompt_id")
         )
-        call = await turn.run.tool_started(tool, args, tool_call_id=tool_use_id)
+        call_id = unused_id(turn.call_ids, tool_use_id)  # a proxy may repeat one: still governed
+        call = await turn.run.tool_started(tool, args, tool_call_id=call_id)
         if not call.allowed:
             refusal = _deny(call)
             if call.action is HookAction.ABORT:
@@ -269,10 +274,9 @@ class Adapter:
                     prompt if isinstance(prompt, str) else None,
                 )
             )
-        if call.input != args:
-            return {
-                "hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": call.input}
-            }
+        updated = json_copy(call.input)  # as recorded, in JSON: the SDK sends the CLI JSON
+        if call.input != args and isinstance(updated, dict):
+            return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": updated}}
         return {}
 
     async def _open_call(
@@ -298,7 +302,9 @@ class Adapter:
                 session_id, data.get("agent_id"), data.get("agent_type"), data.get("prompt_id")
             )
             call = await turn.run.tool_started(
-                data["tool_name"], data["tool_input"], tool_call_id=tool_use_id
+                data["tool_name"],
+                data["tool_input"],
+                tool_call_id=unused_id(turn.call_ids, tool_use_id),
             )
             found = call, turn
         call, turn = found
@@ -320,10 +326,14 @@ class Adapter:
         try:
             output = await call.finished(response, duration_ms=_duration(data))
         except HookAbortError as abort:
-            await self._abort(turn, str(abort))
+            try:
+                await self._abort(turn, str(abort))
+            except Exception:  # the stop is sent whatever happens to the record
+                logger.exception("onlooker could not finish the aborted turn")
             return {"continue_": False, "stopReason": f"onlooker aborted the run: {abort}"}
         if output is response or output == response:
             return {}
+        output = json_copy(output)  # as recorded: the SDK sends the CLI JSON
         rewrite: PostToolUseHookSpecificOutput = {
             "hookEventName": "PostToolUse",
             "updatedToolOutput": output,
@@ -384,6 +394,10 @@ def _launched_agent(response: object) -> str | None:
 
 def _duration(data: Mapping[str, object]) -> float | None:
     duration = data.get("duration_ms")
-    if isinstance(duration, int | float) and not isinstance(duration, bool) and duration >= 0:
+    if (
+        isinstance(duration, int | float)
+        and not isinstance(duration, bool)
+        and 0 <= duration < math.inf
+    ):
         return float(duration)
     return None
