@@ -353,6 +353,32 @@ class TestLaterEvents:
         assert turn.error is not None and turn.error.message == "server_error"
         assert events.index(of(events, ExecutionFinished, agent)[0]) < events.index(turn)
 
+    def test_a_sub_agent_going_on_after_its_execution_ended_gets_a_new_one(
+        self, hook: Hook
+    ) -> None:
+        """A new prompt interrupts a turn (no Stop) while its background sub-agent runs: the
+        turn and the sub-agent end ``cancelled``; the sub-agent's later events open another
+        execution, never a second ``ExecutionStarted`` under the same id."""
+        hook.all([
+            event("UserPromptSubmit", prompt="explore"),
+            pre("toolu_1", "Agent", {**EXPLORE, "run_in_background": True}),
+            event("SubagentStart", agent_id="bg-1", agent_type="Explore"),
+            post("toolu_1", "Agent", EXPLORE, {"agentId": "bg-1", "status": "async_launched"}),
+            event("UserPromptSubmit", prompt="something else"),
+            pre("toolu_2", "Read", {"file_path": "a.py"}, agent_id="bg-1", agent_type="Explore"),
+            post("toolu_2", "Read", {"file_path": "a.py"}, "code", agent_id="bg-1",
+                 agent_type="Explore"),
+            event("SubagentStop", agent_id="bg-1", agent_type="Explore", stop_hook_active=False),
+            event("Stop", stop_hook_active=False),
+            event("SessionEnd", reason="other"),
+        ])  # fmt: skip
+        events = hook.events()
+        onlooker.testing.check_invariants(events)
+        agents = [
+            e.execution_id for e in of(events, ExecutionStarted) if ".agent-bg-1" in e.execution_id
+        ]
+        assert len(agents) == len(set(agents)) == 2
+
     def test_post_compact_ends_the_compaction_with_its_summary(self, hook: Hook) -> None:
         hook.all([
             event("PreCompact", trigger="auto", custom_instructions=""),

@@ -27,6 +27,7 @@ __all__ = ["AGENT_TOOLS", "PROGRAM", "Executions"]
 PROGRAM: Final = "claude-code"
 """The program (and trigger kind) of a session's execution."""
 AGENT_TOOLS: Final = frozenset({"Agent", "Task"})  # the CLI shows the model "Task", hooks "Agent"
+_ENDED_KEPT: Final = 256  # finished sub-agent executions remembered, so no id starts twice
 
 
 class Executions:
@@ -216,7 +217,8 @@ class Executions:
             self.state["counter"] += 1
             name = str(self.state["counter"])
         eid = f"{self.state['root']}.{kind}-{name}"
-        while eid in self.execs:  # an agent id seen twice: keep executions apart
+        ended = self.state.get("ended", ())
+        while eid in self.execs or eid in ended:  # an agent seen twice: executions apart
             eid += "-" + os.urandom(2).hex()
         if metadata is None:
             metadata = pick(payload, ("cwd", "permission_mode"))
@@ -354,6 +356,8 @@ class Executions:
 
     def _forget(self, eid: str) -> None:
         state = self.state
+        if eid in state["agents"].values():  # its later events, if any, open a new execution
+            state["ended"] = [*state.get("ended", ())[-(_ENDED_KEPT - 1) :], eid]
         for key in ("turn", "compact"):
             if state[key] == eid:
                 state[key] = None
