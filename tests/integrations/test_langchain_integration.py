@@ -852,6 +852,22 @@ async def test_a_repeated_model_call_id_gets_a_suffix(wrapped: bool) -> None:
     ]
 
 
+@pytest.mark.parametrize("wrapped", [False, True])
+async def test_an_empty_model_call_id_gets_onlookers_own(wrapped: bool) -> None:
+    """Some servers send ``""``: refused by the engine, the call would go unrecorded."""
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine) if wrapped else None)
+        chat = model(call("lookup", "", order_id="A1"), AIMessage("ok"))
+        await agent.graph("blank", chat, agent.tools()[:1]).ainvoke(
+            {"messages": [HumanMessage("look")]},
+            config(OnlookerCallbackHandler(engine), uuid.uuid4()),
+        )
+    (finished,) = recorder.of(ToolCallFinished)
+    assert finished.status == "completed" and finished.tool_call_id
+
+
 async def test_a_graph_inside_a_repeated_call_is_the_child_of_that_call() -> None:
     recorder = RecordingObserver()
     async with onlooker.ExecutionEngine() as engine:

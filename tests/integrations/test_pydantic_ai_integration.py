@@ -712,6 +712,31 @@ class TestRobustness:
         assert script.shown("e1").content == "hi"
         assert any("untracked" in r.getMessage() for r in caplog.records)
 
+    async def test_a_call_with_an_empty_id_is_still_governed(self) -> None:
+        """Some OpenAI-compatible servers send ``""``: the call gets onlooker's own id."""
+        ran: list[str] = []
+
+        def deny(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(action=HookAction.BLOCK, reason="never")
+
+        script = Script(ToolCallPart("delete_all", {}, tool_call_id=""), "done")
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine(hooks=[HookMatcher(pre=(deny,))]) as engine:
+            engine.bus.subscribe(recorder)
+            agent: Agent[None, str] = Agent(
+                script.model(), name="cleaner", capabilities=[OnlookerCapability(engine)]
+            )
+
+            @agent.tool_plain
+            def delete_all() -> str:
+                ran.append("delete_all")
+                return "deleted"
+
+            await agent.run("go")
+        assert ran == []
+        (finished,) = recorder.of(ToolCallFinished)
+        assert finished.status == "blocked" and finished.tool_call_id.startswith("call-")
+
     def test_a_missing_framework_names_the_extra(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, "pydantic_ai", None)
         monkeypatch.delitem(sys.modules, "onlooker.integrations.pydantic_ai")
