@@ -590,6 +590,75 @@ async def test_a_synchronous_invoke_on_a_worker_thread_is_recorded(
     ]
 
 
+class BindingModel(GenericFakeChatModel):
+    """The fake model ``create_react_agent`` accepts: binding tools changes nothing."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+
+@pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
+@pytest.mark.parametrize("wrapped", [False, True], ids=["handler", "handler+wrapper"])
+async def test_create_react_agent_is_recorded(wrapped: bool, check_stream: CheckStream) -> None:
+    """Its prompt step is synchronous: LangChain runs the handler's callbacks on a thread of
+    its own while the engine's loop waits for them (waiting for that loop hung for ever)."""
+    from langgraph.prebuilt import create_react_agent
+
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine) if wrapped else None)
+        tools: Any = (
+            ToolNode(agent.tools()[:1], awrap_tool_call=agent.wrapper)
+            if wrapped
+            else (agent.tools()[:1])
+        )
+        chat = BindingModel(messages=iter([call("lookup", "c1", order_id="A1"), AIMessage("ok")]))
+        graph = create_react_agent(chat, tools)
+        with anyio.fail_after(30):
+            await graph.ainvoke(
+                {"messages": [HumanMessage("look")]},
+                {"callbacks": [OnlookerCallbackHandler(engine)]},
+            )
+    check_stream(recorder.events)
+    assert [(e.tool_call_id, e.status) for e in recorder.of(ToolCallFinished)] == [
+        ("c1", "completed")
+    ]
+    assert [e.status for e in recorder.of(ExecutionFinished)] == ["completed"]
+
+
+async def test_a_synchronous_sub_agent_inside_an_async_tool_is_its_child(
+    check_stream: CheckStream,
+) -> None:
+    """A sub-graph's ``invoke`` blocks the engine's loop while LangChain runs the callbacks on
+    a thread of its own: they are queued, and recorded in order once the loop is free."""
+    inner_chat = model(AIMessage("inner answer"))
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", lambda state: {"messages": [inner_chat.invoke(state["messages"])]})
+    builder.add_edge(START, "agent")
+    inner = builder.compile(name="inner")
+
+    @tool
+    async def ask(question: str) -> str:
+        """Ask the inner agent."""
+        return str(inner.invoke({"messages": [HumanMessage(question)]})["messages"][-1].content)
+
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent()
+        chat = model(call("ask", "c1", question="why"), AIMessage("done"))
+        await agent.graph("outer", chat, [ask]).ainvoke(
+            {"messages": [HumanMessage("go")]},
+            config(OnlookerCallbackHandler(engine), uuid.uuid4()),
+        )
+    check_stream(recorder.events)
+    outer, inner_run = recorder.of(ExecutionStarted)
+    assert inner_run.attribution.parent_execution_id == outer.execution_id
+    assert inner_run.attribution.parent_tool_call_id == "c1"
+    assert [e.status for e in recorder.of(ExecutionFinished)] == ["completed", "completed"]
+
+
 async def test_a_failing_graph_fails_its_execution() -> None:
     recorder = RecordingObserver()
     root_id = uuid.uuid4()

@@ -210,7 +210,7 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
 
     async def _guard(self, callback: str, step: Callable[[], Awaitable[None]]) -> None:
         try:
-            await self._registry.home.call(step)
+            await self._registry.home.record(step)
         except Exception:
             logger.exception("onlooker's LangChain handler failed in %s; the run goes on", callback)
 

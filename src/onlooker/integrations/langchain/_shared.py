@@ -7,10 +7,12 @@ the framework's id, what counts as an interruption, and a result as text.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
 import weakref
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar, final
@@ -51,11 +53,16 @@ T = TypeVar("T")
 class Home:
     """The engine's event loop thread; onlooker is called there, whatever thread calls back."""
 
-    __slots__ = ("thread", "token")
+    __slots__ = ("drain", "lock", "loop", "queue", "thread", "token")
 
     def __init__(self) -> None:
         self.thread: int | None = None
         self.token: EventLoopToken | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.queue: deque[Callable[[], Awaitable[None]]] = deque()
+        """Steps waiting for the engine's loop (see :meth:`record`), in order."""
+        self.lock = threading.Lock()
+        self.drain: asyncio.Task[None] | None = None
 
     def bind(self) -> None:
         """Remember the current thread's event loop as the engine's, once."""
@@ -66,11 +73,14 @@ class Home:
         except Exception:  # no async library runs here (built at import time, say)
             return
         self.thread = threading.get_ident()
+        with contextlib.suppress(RuntimeError):  # trio: no queue (LangChain needs asyncio)
+            self.loop = asyncio.get_running_loop()
 
     async def call(self, step: Callable[[], Awaitable[T]]) -> T:
         """Run ``step`` on the engine's loop: inline there, else through a worker thread."""
         self.bind()
         if self.token is None or self.thread == threading.get_ident():
+            await self.caught_up()
             return await step()
         token = self.token
 
@@ -83,6 +93,60 @@ class Home:
             return anyio.from_thread.run(on_engine_loop, token=token)
 
         return await asyncio.to_thread(wait)
+
+    async def record(self, step: Callable[[], Awaitable[None]]) -> None:
+        """:meth:`call` for a step whose result nobody waits for.
+
+        A synchronous step of an async graph (``create_react_agent``'s prompt, a
+        sub-agent's ``invoke`` inside an async tool) runs on the engine's loop
+        thread, and LangChain blocks that thread while a helper thread of its own
+        runs the handler's callbacks: waiting there for the engine's loop would
+        wait for ever. Such a step is queued instead, and the engine's loop runs the
+        queue, in order, as soon as it is free, before any later step.
+        """
+        self.bind()
+        loop = self.loop
+        if loop is None or self.thread == threading.get_ident() or not _langchain_helper():
+            await self.call(step)
+            return
+        with self.lock:
+            self.queue.append(step)
+        loop.call_soon_threadsafe(self._start_drain)
+
+    async def caught_up(self) -> None:
+        """Wait, on the engine's loop, until every queued step ran: they came first."""
+        while self.queue:
+            self._start_drain()
+            drain = self.drain
+            if drain is None or drain is asyncio.current_task():
+                return
+            await asyncio.shield(drain)
+
+    def _start_drain(self) -> None:
+        if (self.drain is None or self.drain.done()) and self.queue and self.loop is not None:
+            self.drain = self.loop.create_task(self._run_queue())
+
+    async def _run_queue(self) -> None:
+        while True:
+            with self.lock:
+                if not self.queue:
+                    return
+                step = self.queue.popleft()
+            try:
+                await step()
+            except Exception:
+                logger.exception("onlooker's LangChain handler failed; the run goes on")
+
+
+def _langchain_helper() -> bool:
+    """Whether this thread is the one LangChain runs async callbacks on for a synchronous
+    step while the loop that started it waits (``langchain_core``'s shared executor)."""
+    try:
+        from langchain_core.callbacks.manager import _executor
+
+        return threading.current_thread() in _executor()._threads
+    except Exception:  # another langchain-core: wait, as before
+        return False
 
 
 @final
