@@ -10,6 +10,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import sys
 import threading
 import weakref
 from collections import deque
@@ -106,7 +108,7 @@ class Home:
         """
         self.bind()
         loop = self.loop
-        if loop is None or self.thread == threading.get_ident() or not _langchain_helper():
+        if loop is None or self.thread == threading.get_ident() or not self._blocked():
             await self.call(step)
             return
         with self.lock:
@@ -137,16 +139,23 @@ class Home:
             except Exception:
                 logger.exception("onlooker's LangChain handler failed; the run goes on")
 
-
-def _langchain_helper() -> bool:
-    """Whether this thread is the one LangChain runs async callbacks on for a synchronous
-    step while the loop that started it waits (``langchain_core``'s shared executor)."""
-    try:
-        from langchain_core.callbacks.manager import _executor
-
-        return threading.current_thread() in _executor()._threads
-    except Exception:  # another langchain-core: wait, as before
+    def _blocked(self) -> bool:
+        """Whether the engine's loop thread is inside LangChain's synchronous dispatch of
+        callbacks (``handle_event``), which waits for async handlers' coroutines on a
+        thread of its own: that loop runs nothing until they return."""
+        frame = sys._current_frames().get(self.thread) if self.thread is not None else None
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name == "handle_event" and code.co_filename.endswith(_DISPATCH):
+                return True
+            frame = frame.f_back
         return False
+
+
+_DISPATCH: Final = (
+    os.path.join("langchain_core", "callbacks", "manager.py"),
+    "langchain_core/callbacks/manager.py",
+)
 
 
 @final
