@@ -258,11 +258,11 @@ class Session(Executions):
         self._call_finished(home, call_id, status, None, error, metadata, _duration(payload))
 
     def _on_permission_denied(self, payload: dict[str, Any], _: Verdict | None) -> None:
-        found = self._find_call(self._call_id(payload))
+        call_id = self._call_id(payload)
+        found = self._find_call(call_id)
         if found is None:  # closed already: denied by the deny rules, at its PreToolUse
             return
         home, call = found
-        call_id = self._call_id(payload)
         self._answer(home, call, "declined", None)
         reason = str(payload.get("reason") or "denied by Claude Code")
         metadata = {"denied_by": "claude-code", **pick(payload, _CONTEXT)}

@@ -274,10 +274,12 @@ class Adapter:
                     prompt if isinstance(prompt, str) else None,
                 )
             )
+        if call.input == args:
+            return {}
         updated = json_copy(call.input)  # as recorded, in JSON: the SDK sends the CLI JSON
-        if call.input != args and isinstance(updated, dict):
-            return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": updated}}
-        return {}
+        if not isinstance(updated, dict):  # never: a JSON object stays one
+            return {}
+        return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": updated}}
 
     async def _open_call(
         self, data: PostToolUseHookInput | PostToolUseFailureHookInput
