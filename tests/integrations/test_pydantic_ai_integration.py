@@ -627,6 +627,36 @@ class TestFrameworkFeatures:
         )
         assert "garble'" in str(shown.content)
 
+    async def test_arguments_the_tool_refuses_are_a_failed_call(self, check_stream: Check) -> None:
+        """The model's own invalid arguments: PydanticAI asks it again (a retry prompt)."""
+        ran: list[int] = []
+        script = Script(
+            ToolCallPart("double", {"x": "many"}, tool_call_id="d1"),
+            ToolCallPart("double", {"x": 2}, tool_call_id="d2"),
+            "ok",
+        )
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            agent: Agent[None, str] = Agent(
+                script.model(), name="doubler", capabilities=[OnlookerCapability(engine)]
+            )
+
+            @agent.tool_plain
+            def double(x: int) -> int:
+                ran.append(x)
+                return 2 * x
+
+            assert (await agent.run("go")).output == "ok"
+
+        assert ran == [2]
+        check_stream(recorder.events)
+        first, second = recorder.of(ToolCallFinished)
+        assert (first.tool_call_id, first.status, second.status) == ("d1", "failed", "completed")
+        assert first.error is not None and first.error.type == "ToolInputError"
+        assert recorder.of(ToolCallStarted)[0].args == {"x": "many"}  # as the model sent them
+        assert script.shown("d1").outcome == "retried"
+
     async def test_a_rewrite_is_recorded_as_the_tool_receives_it(self, check_stream: Check) -> None:
         seen: list[dict[str, Any]] = []
 

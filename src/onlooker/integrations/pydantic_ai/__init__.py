@@ -21,6 +21,9 @@ PydanticAI                             onlooker
                                        call: ``run.child(name, parent_tool_call_id=...)``
 ``wrap_run`` returns                   ``run.finish("completed", result=output)``
 ``wrap_run`` raises / is cancelled     ``run.finish("failed", error=exc)`` / ``"cancelled"``
+``on_tool_validate_error`` (the        ``run.tool_started(call.tool_name, args as sent)`` then
+model's arguments do not validate)     ``tracked.failed(ToolInputError)``; the error goes on: the
+                                       model reads a retry prompt
 ``wrap_tool_execute`` enters           ``run.tool_started(call.tool_name, args,
                                        tool_call_id=call.tool_call_id,
                                        validate=tool.args_validator)`` (pre-hooks)

@@ -6,16 +6,19 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 from pydantic_ai.capabilities import (
     AbstractCapability,
     CapabilityOrdering,
+    RawToolArgs,
+    ValidatedToolArgs,
     WrapRunHandler,
     WrapToolExecuteHandler,
 )
 from pydantic_ai.exceptions import (
     ApprovalRequired,
     CallDeferred,
+    ModelRetry,
     SkipToolExecution,
     ToolFailedError,
     ToolRetryError,
@@ -23,7 +26,7 @@ from pydantic_ai.exceptions import (
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import RunContext, ToolDefinition
 
-from onlooker import ErrorInfo, ExecutionStatus, Trigger
+from onlooker import ErrorInfo, ExecutionStatus, ToolInputError, Trigger
 
 from .._ids import unused_id
 from ._calls import (
@@ -156,6 +159,37 @@ class OnlookerCapability(AbstractCapability[object]):
         return run
 
     # -- tool calls ------------------------------------------------------------------
+
+    async def on_tool_validate_error(
+        self,
+        ctx: RunContext[object],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: RawToolArgs,
+        error: ValidationError | ModelRetry,
+    ) -> ValidatedToolArgs:
+        """A call whose arguments the tool refuses: recorded ``failed`` (``ToolInputError``),
+        as ``ctx.call`` records one; PydanticAI then shows the model a retry prompt."""
+        scope = _scope.get()
+        if scope is not None and scope.engine is self.engine and not scope.run.finished:
+            try:
+                given = args if isinstance(args, dict) else {"arguments": args}
+                tracked = await scope.run.tool_started(
+                    call.tool_name,
+                    given,
+                    tool_call_id=unused_id(scope.state.ids, call.tool_call_id),
+                )
+                if tracked.allowed:  # else recorded refused: the call does not run either
+                    message = f"invalid arguments for tool {call.tool_name!r}: {error}"
+                    await tracked.failed(ToolInputError(message, tool=call.tool_name))
+            except Exception:
+                logger.exception(
+                    "onlooker could not record PydanticAI tool call %r (%s) with invalid arguments",
+                    call.tool_name,
+                    call.tool_call_id,
+                )
+        raise error
 
     async def wrap_tool_execute(
         self,
