@@ -331,6 +331,15 @@ class TestLaterEvents:
         assert second.status == "completed"
         assert audit.verify(hook.audit_dir / SESSION).ok
 
+    def test_a_stop_failure_under_other_field_names_is_read_too(self, hook: Hook) -> None:
+        """Some descriptions of the event name its fields error_type and error_message."""
+        hook.all([
+            event("UserPromptSubmit", prompt="go"),
+            event("StopFailure", error_type="billing_error", error_message="Credit too low"),
+        ])  # fmt: skip
+        (turn,) = of(hook.events(), ExecutionFinished, f"{SESSION}.turn-1")
+        assert turn.error is not None and turn.error.message == "billing_error: Credit too low"
+
     def test_a_failed_turn_waits_for_its_background_sub_agent(self, hook: Hook) -> None:
         hook.all([
             event("UserPromptSubmit", prompt="explore"),

@@ -107,9 +107,16 @@ RECORDED_EVENTS: Final = (*HOOK_EVENTS, *LATER_EVENTS)
 """Every hook event the hook records."""
 
 _CONTEXT: Final = ("cwd", "permission_mode", "prompt_id", "effort", "agent_type")
-_STOP_FAILURE: Final = ("error", "error_details", "last_assistant_message")
-_API_ERROR: Final = ("error", "error_details")
-"""StopFailure's fields (Claude Code's ``StopFailureHookInput``): the kind, the details."""
+_STOP_FAILURE: Final = (
+    "error",
+    "error_details",
+    "error_type",
+    "error_message",
+    "last_assistant_message",
+)
+_API_ERROR: Final = (("error", "error_type"), ("error_details", "error_message"))
+"""StopFailure's fields (Claude Code's ``StopFailureHookInput``): the kind, the details;
+each with the name some descriptions of the event give it instead."""
 
 
 class Session(Executions):
@@ -166,7 +173,7 @@ class Session(Executions):
 
     def _on_stop_failure(self, payload: dict[str, Any], _: Verdict | None) -> None:
         turn = self.state["turn"] or self._turn(self._root(payload), payload, None)
-        said = [payload.get(key) for key in _API_ERROR]  # the kind, then the details
+        said = [payload.get(name) or payload.get(alias) for name, alias in _API_ERROR]
         message = ": ".join(str(part) for part in said if part) or "an API error"
         self._stop(turn, payload, _STOP_FAILURE, error_info("APIError", message))
 
