@@ -163,16 +163,20 @@ class TestRoundTrip:
 
     @pytest.mark.parametrize("indent", [None, 2])
     def test_a_lone_surrogate_is_written_and_reads_back(self, indent: int | None) -> None:
-        """An undecodable file name (``os.listdir`` gives ``caf\\udce9``) in any value."""
+        """An undecodable file name (``os.listdir`` gives ``caf\\udce9``) in any value or key."""
         raw = one_of_each()[1].model_dump(mode="json")
-        event = parse_event({**raw, "tool": "st\udce9t", "args": {"path": "caf\udce9.txt"}})
+        two = {"caf" + chr(0xDCE9): 1, "caf" + chr(0xDCE8): 2}  # two keys stay two
+        args = {"path": "caf\udce9.txt", **two}
+        event = parse_event({**raw, "tool": "st\udce9t", "args": args})
         text = event.model_dump_json(indent=indent)
         assert "\\udce9" in text
         text.encode("utf-8")  # written as an escape, so the text is UTF-8 as any other
         assert parse_event(text) == event
         if indent is None:
-            plain = parse_event({**raw, "tool": "stet", "args": {"path": "cafe.txt"}})
-            assert text.replace("\\udce9", "e") == plain.model_dump_json()  # pydantic's form
+            plain_args = {"path": "cafe.txt", "cafe": 1, "cafx": 2}
+            plain = parse_event({**raw, "tool": "stet", "args": plain_args})
+            written = text.replace("\\udce9", "e").replace("\\udce8", "x")
+            assert written == plain.model_dump_json()  # pydantic's form
 
     def test_a_time_with_another_offset_is_read_in_utc(self) -> None:
         """``at`` is a UTC time: one given with another offset is the same instant, in UTC."""

@@ -161,9 +161,11 @@ class JsonModel(BaseModel):
     """A model whose ``model_dump_json`` also writes a lone surrogate (as ``\\udXXX``).
 
     A program's values may hold one (``os.listdir`` on an undecodable file
-    name); pydantic's JSON encoder refuses it, so such a model is written by
-    :mod:`json` from its JSON form instead, with the same escape :mod:`json`
-    and the audit trail use: it reads back (``parse_event``) as the same string.
+    name); pydantic's JSON encoder refuses it (and its JSON mode writes a key
+    holding one as U+FFFD), so such a model is written by :mod:`json` from its
+    Python form instead, other values converted as pydantic converts them, with
+    the escape :mod:`json` and the audit trail use: it reads back
+    (``parse_event``) as the same string, in a value or a key.
     """
 
     if not TYPE_CHECKING:  # type checkers keep pydantic's own signature, keywords and all
@@ -175,16 +177,17 @@ class JsonModel(BaseModel):
                 refused = exc  # a lone surrogate, or what model_dump raises again below
             indent = options.pop("indent", None)
             ensure_ascii = options.pop("ensure_ascii", False)
-            try:
-                value = self.model_dump(mode="json", **options)
-            except PydanticSerializationError:
+            try:  # Python mode: its JSON mode writes a key holding a surrogate as U+FFFD
+                value = self.model_dump(**options)
+                text = json.dumps(
+                    value,
+                    indent=indent,
+                    ensure_ascii=ensure_ascii,
+                    separators=(",", ":") if indent is None else None,
+                    default=to_jsonable_python,  # times, enums, ... as the JSON mode writes them
+                )
+            except (PydanticSerializationError, TypeError, ValueError):
                 raise refused from None
-            text = json.dumps(
-                value,
-                indent=indent,
-                ensure_ascii=ensure_ascii,
-                separators=(",", ":") if indent is None else None,
-            )
             return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
