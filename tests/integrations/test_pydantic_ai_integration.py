@@ -631,7 +631,7 @@ class TestFrameworkFeatures:
         """The model's own invalid arguments: PydanticAI asks it again (a retry prompt)."""
         ran: list[int] = []
         script = Script(
-            ToolCallPart("double", {"x": "many"}, tool_call_id="d1"),
+            ToolCallPart("double", '{"x": "many"}', tool_call_id="d1"),  # JSON, as providers send
             ToolCallPart("double", {"x": 2}, tool_call_id="d2"),
             "ok",
         )

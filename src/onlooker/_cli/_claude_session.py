@@ -143,9 +143,8 @@ class Session(Executions):
         """The events ``payload`` stands for (in order); ``verdict`` is the deny rules' decision."""
         kind = payload["hook_event_name"]
         compact = self.state["compact"]
-        if compact is not None:  # a compaction lasts until the next event of the session
-            summary = pick(payload, ("compact_summary",)) if kind == "PostCompact" else None
-            self._finish(compact, "completed", summary or None)
+        if compact is not None and kind != "PostCompact":  # it lasts until the next event
+            self._finish(compact, "completed")
         _HANDLERS[kind](self, payload, verdict)
         return self.events
 
@@ -178,7 +177,9 @@ class Session(Executions):
         self._stop(turn, payload, _STOP_FAILURE, error_info("APIError", message))
 
     def _on_post_compact(self, payload: dict[str, Any], _: Verdict | None) -> None:
-        pass  # :meth:`handle` ended the compaction it closes
+        compact = self.state["compact"]
+        if compact is not None:
+            self._finish(compact, "completed", pick(payload, ("compact_summary",)) or None)
 
     def _on_pre_compact(self, payload: dict[str, Any], _: Verdict | None) -> None:
         parent = self.state["turn"] or self._root(payload)

@@ -9,7 +9,7 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from onlooker import HookAbortError, HookAction, Trigger
 
@@ -276,9 +276,7 @@ class Adapter:
             )
         if call.input == args:
             return {}
-        updated = json_copy(call.input)  # as recorded, in JSON: the SDK sends the CLI JSON
-        if not isinstance(updated, dict):  # never: a JSON object stays one
-            return {}
+        updated = cast("dict[str, Any]", json_copy(call.input))  # as recorded: the CLI gets JSON
         return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": updated}}
 
     async def _open_call(

@@ -213,13 +213,15 @@ def role_of(name: str, attributes: Mapping[str, object]) -> Role | None:
 def end_of(role: Role, span_id: int, span: ReadableSpan) -> End:
     attributes = span.attributes or {}
     error: str | None = None
-    kind, message = _exception_of(span)
+    interrupt: str | None = None
     if span.status.status_code is trace_api.StatusCode.ERROR:
+        kind, message = _exception_of(span)
         error = (
             span.status.description
             or text(attributes.get(ERROR_TYPE))
             or (f"{kind}: {message}" if kind and message else kind or message or "error")
         )
+        interrupt = _cancellation(kind)
     duration = None
     if span.start_time is not None and span.end_time is not None:
         duration = max(span.end_time - span.start_time, 0) / 1e6
@@ -232,7 +234,7 @@ def end_of(role: Role, span_id: int, span: ReadableSpan) -> End:
         error=error,
         result=result,
         duration_ms=duration,
-        interrupt=_cancellation(kind) if error is not None else None,
+        interrupt=interrupt,
         deferred=role == "tool" and attributes.get(DEFERRAL_NAME) is not None,
     )
 

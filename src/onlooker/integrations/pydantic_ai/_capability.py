@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, final
 
 from pydantic import JsonValue, ValidationError
@@ -174,7 +174,8 @@ class OnlookerCapability(AbstractCapability[object]):
         scope = _scope.get()
         if scope is not None and scope.engine is self.engine and not scope.run.finished:
             try:
-                given = args if isinstance(args, dict) else {"arguments": args}
+                # Read as PydanticAI reads a call's arguments (JSON text from most providers)
+                given = args if isinstance(args, dict) else replace(call, args=args).args_as_dict()
                 tracked = await scope.run.tool_started(
                     call.tool_name,
                     given,
