@@ -424,6 +424,12 @@ class TestExportNative:
         }
         assert secret not in str(attrs(span)) and secret not in str(span.status)
 
+    def test_a_redactor_of_another_type_is_named(self) -> None:
+        with pytest.raises(
+            TypeError, match=r"redactor must be an onlooker\.plugins\.audit\.Redactor"
+        ):
+            otel.plugin(redactor="strict")  # type: ignore[arg-type]  # the point of the test
+
     async def test_a_broken_tracer_never_breaks_the_execution(
         self, caplog: pytest.LogCaptureFixture
     ) -> None:

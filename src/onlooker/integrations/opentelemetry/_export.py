@@ -67,6 +67,8 @@ def plugin(
     executions alike; the extension is a :class:`TraceExport`.
     """
 
+    _redactor_of(redactor)  # a bad one is named now, not when the engine starts
+
     @asynccontextmanager
     async def extension(ctx: PluginContext) -> AsyncIterator[TraceExport]:
         tracer = trace_api.get_tracer(
@@ -114,7 +116,7 @@ class TraceExport:
         self._tracer = tracer
         self._tools = tools
         self._record_content = record_content
-        self._redactor = redactor if redactor is not None else Redactor()
+        self._redactor = _redactor_of(redactor)
         self._executions: dict[str, trace_api.Span] = {}
         # Keyed by (execution id, call id): a framework's call ids repeat across runs.
         self._tool_spans: dict[tuple[str, str], trace_api.Span] = {}
@@ -300,6 +302,14 @@ class TraceExport:
             span.set_attribute(ERROR_TYPE, utf8(error_type))
             span.set_status(trace_api.Status(trace_api.StatusCode.ERROR, self._text(message)))
         span.end(end_time=ns(event.at))
+
+
+def _redactor_of(redactor: Redactor | None) -> Redactor:
+    if redactor is None:
+        return Redactor()
+    if not isinstance(redactor, Redactor):
+        raise TypeError(f"redactor must be an onlooker.plugins.audit.Redactor, not {redactor!r}")
+    return redactor
 
 
 def _encodable(attributes: dict[str, AttributeValue]) -> dict[str, AttributeValue]:
