@@ -7,6 +7,7 @@ import dataclasses
 import enum
 import itertools
 import json
+import pathlib
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -608,6 +609,20 @@ class TestSnapshots:
         copied = snapshot_object({"level": Level.HIGH, "mode": Mode.FAST, "nested": [Level.HIGH]})
         assert copied == {"level": 3, "mode": "fast", "nested": [3]}
         assert [type(v) for v in copied.values()] == [int, str, list]  # as its JSON reads back
+
+    def test_pure_paths_are_their_text_as_paths_are(self) -> None:
+        copied = snapshot_object(
+            {
+                "posix": pathlib.PurePosixPath("/srv/data/a.csv"),
+                "windows": pathlib.PureWindowsPath(r"C:\data\a.csv"),
+                "nested": [pathlib.PurePosixPath("b.txt"), pathlib.Path("c.txt")],
+            }
+        )
+        assert copied == {
+            "posix": "/srv/data/a.csv",
+            "windows": r"C:\data\a.csv",
+            "nested": ["b.txt", "c.txt"],
+        }
 
     def test_a_model_with_an_undecodable_field_keeps_its_other_fields(self) -> None:
         @dataclasses.dataclass

@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from math import isfinite
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeAlias, TypeVar, Union, final
 
 from pydantic import (
@@ -435,7 +436,13 @@ _HUGE: Final = 10**4300  # Python's json and pydantic-core read no longer intege
 
 def _jsonable(value: object) -> JsonValue:
     """pydantic-core's JSON form of ``value``; infinity and NaN as ``None``, as JSON writes them."""
-    return to_jsonable_python(value, fallback=repr, inf_nan_mode="null")  # type: ignore[no-any-return]
+    return to_jsonable_python(value, fallback=_fallback, inf_nan_mode="null")  # type: ignore[no-any-return]
+
+
+def _fallback(value: object) -> str:
+    """A value pydantic-core has no JSON form for: a pure path (``PurePosixPath``,
+    ``PureWindowsPath``) as its text, as pydantic writes a ``Path``; anything else by its ``repr``."""
+    return str(value) if isinstance(value, PurePath) else repr(value)
 
 
 def snapshot(value: object) -> JsonValue:
@@ -444,7 +451,7 @@ def snapshot(value: object) -> JsonValue:
     Events hold snapshots: mutating the dict a tool received, or what it
     returned, after the event was emitted never changes the event. The copy
     is pydantic-core's JSON conversion (models, dataclasses, paths, ... as
-    pydantic serializes them; anything else by its ``repr``). A value it
+    pydantic serializes them; a pure path by its text; anything else by its ``repr``). A value it
     cannot convert (a cycle, a failing ``__repr__``, undecodable bytes) is
     copied part by part instead, each part that fails becoming a string
     saying so: a snapshot never fails the event that carries it. JSON has
