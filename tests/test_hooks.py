@@ -761,3 +761,135 @@ class TestArgsOfRefusedCalls:
         ]
         assert [event.status for event in finished(recorder)] == ["blocked", "skipped"]
         assert ran == []
+
+
+class TestAbortWhileHooksDecide:
+    """An ABORT refuses every later call, also one whose pre-hooks were still deciding."""
+
+    async def test_a_call_pending_its_pre_hooks_is_refused_by_an_abort_meanwhile(self) -> None:
+        async def slow_for_echo(use: ToolUseContext) -> None:
+            if use.tool_name == "echo":
+                await anyio.sleep(0.2)
+
+        def abort_writes(use: ToolUseContext) -> PreHookResult | None:
+            return PreHookResult(HookAction.ABORT, reason="stop") if use.mutating else None
+
+        refusals: list[str] = []
+
+        async def program(ctx: ExecutionContext) -> None:
+            async def in_flight() -> None:
+                try:
+                    await ctx.call("echo", text="in flight")
+                except HookAbortError as exc:
+                    refusals.append(str(exc))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(in_flight)
+                await anyio.sleep(0.05)
+                with contextlib.suppress(HookAbortError):
+                    await ctx.call("write", path="x")
+
+        hooks = [HookMatcher(pre=[abort_writes, slow_for_echo])]
+        result, recorder = await run(program, tools=TOOLS, hooks=hooks)
+        assert ran == [] and result.status == "failed"
+        assert [(e.tool, e.status) for e in finished(recorder)] == [
+            ("write", "blocked"),
+            ("echo", "blocked"),
+        ]
+        assert len(refusals) == 1 and "the execution was aborted" in refusals[0]
+
+    async def test_a_tracked_call_pending_its_pre_hooks_is_not_allowed_after_an_abort(
+        self,
+    ) -> None:
+        async def slow_for_search(use: ToolUseContext) -> None:
+            if use.tool_name == "search":
+                await anyio.sleep(0.2)
+
+        def abort_deletes(use: ToolUseContext) -> PreHookResult | None:
+            return PreHookResult(HookAction.ABORT) if use.tool_name == "delete" else None
+
+        verdicts: dict[str, HookAction] = {}
+        recorder = RecordingObserver()
+        hooks = [HookMatcher(pre=[abort_deletes, slow_for_search])]
+        async with onlooker.ExecutionEngine(hooks=hooks) as engine:
+            with onlooker.observing(recorder):
+                async with engine.track("agent") as tracked:
+
+                    async def start(tool: str) -> None:
+                        verdicts[tool] = (await tracked.tool_started(tool, {})).action
+
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(start, "search")
+                        await anyio.sleep(0.05)
+                        await start("delete")
+        assert verdicts == {"delete": HookAction.ABORT, "search": HookAction.ABORT}
+        assert [e.status for e in finished(recorder)] == ["blocked", "blocked"]
+        assert recorder.of(onlooker.ExecutionFinished)[0].status == "failed"
+
+
+async def test_a_pre_hook_that_swallows_a_cancellation_does_not_let_the_tool_run() -> None:
+    async def swallowing(use: ToolUseContext) -> None:
+        with contextlib.suppress(anyio.get_cancelled_exc_class()):
+            await anyio.sleep(5)
+
+    async def program(ctx: ExecutionContext) -> str:
+        with anyio.move_on_after(0.05):
+            await ctx.call("echo", text="after the cancel")
+        return "went on"
+
+    result, recorder = await run(program, tools=TOOLS, hooks=[HookMatcher(pre=[swallowing])])
+    assert ran == [] and result.value == "went on"
+    assert [e.status for e in finished(recorder)] == ["cancelled"]
+
+
+class TestMalformedResults:
+    """A result's fields of the wrong shape are refused when it is built, inside the hook:
+    a pre-hook then blocks (fail-closed), a post-hook is logged and the output passes."""
+
+    def test_fields_of_the_wrong_shape_are_refused_when_built(self) -> None:
+        with pytest.raises(TypeError, match=r"modified_input must be a mapping.*not list"):
+            PreHookResult(modified_input=["x"])  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"metadata must be a mapping.*not list"):
+            PreHookResult(HookAction.BLOCK, metadata=["a"])  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"metadata must be a mapping.*not int"):
+            PostHookResult(metadata=5)  # type: ignore[arg-type]
+
+    async def test_a_pre_hook_building_a_malformed_result_blocks_naming_itself(self) -> None:
+        def bad_input(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(modified_input=["x"])  # type: ignore[arg-type]
+
+        def bad_metadata(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(HookAction.BLOCK, reason="no", metadata=["a"])  # type: ignore[arg-type]
+
+        caught: list[ToolBlockedError] = []
+
+        async def program(ctx: ExecutionContext) -> None:
+            try:
+                await ctx.call("echo", text="x")
+            except ToolBlockedError as exc:
+                caught.append(exc)
+
+        for hook in (bad_input, bad_metadata):
+            caught.clear()
+            result, recorder = await run(program, tools=TOOLS, hooks=[HookMatcher(pre=[hook])])
+            assert result.status == "completed" and ran == []
+            assert len(caught) == 1 and caught[0].hook is not None
+            assert hook.__name__ in caught[0].hook and "TypeError" in str(caught[0])
+            assert [e.status for e in finished(recorder)] == ["blocked"]
+
+    async def test_a_post_hook_building_malformed_metadata_leaves_the_output(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        def bad_metadata(use: ToolUseContext, output: Any) -> PostHookResult:
+            return PostHookResult(modified_output="rewritten", metadata=["a"])  # type: ignore[arg-type]
+
+        async def program(ctx: ExecutionContext) -> Any:
+            return await ctx.call("echo", text="intact")
+
+        with caplog.at_level(logging.ERROR, logger="onlooker"):
+            result, recorder = await run(
+                program, tools=TOOLS, hooks=[HookMatcher(post=[bad_metadata])]
+            )
+        assert result.status == "completed" and result.value == "intact"
+        assert [(e.status, e.result) for e in finished(recorder)] == [("completed", "intact")]
+        assert any("bad_metadata" in record.getMessage() for record in caplog.records)

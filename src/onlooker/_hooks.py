@@ -74,6 +74,12 @@ class PreHookResult:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "action", _action(self.action, HookAction))
+        if self.modified_input is not None and not isinstance(self.modified_input, Mapping):
+            raise TypeError(
+                "modified_input must be a mapping of argument names to values, or None, "
+                f"not {type(self.modified_input).__name__}"
+            )
+        _check_metadata(self.metadata)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +94,14 @@ class PostHookResult:
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "action", _action(self.action, (HookAction.CONTINUE, HookAction.ABORT))
+        )
+        _check_metadata(self.metadata)
+
+
+def _check_metadata(metadata: object) -> None:
+    if not isinstance(metadata, Mapping):
+        raise TypeError(
+            f"metadata must be a mapping of names to JSON values, not {type(metadata).__name__}"
         )
 
 

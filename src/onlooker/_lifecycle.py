@@ -26,6 +26,7 @@ from time import perf_counter
 from types import MappingProxyType
 from typing import Any, Final, Protocol, final
 
+from anyio.lowlevel import checkpoint_if_cancelled
 from pydantic import JsonValue
 
 from ._bus import EventBus
@@ -174,11 +175,7 @@ def open_call(
     call = CallState(emitter, run, tool, tool_call_id, args)
     try:
         if run.aborted is not None:  # ABORT ended the whole execution
-            raise HookAbortError(
-                f"tool {tool!r} refused: the execution was aborted ({run.aborted})",
-                tool=tool,
-                reason=run.aborted.reason,
-            )
+            raise _aborted(tool, run.aborted)
         validated = check(args)
         call.input = validated
         hooks = runtime.hooks
@@ -232,6 +229,10 @@ async def settle_call(call: CallState, runtime: Runtime, revalidate: Revalidate)
             metadata = call.metadata
             assert metadata is not None
             use = await run_pre_hooks(call.pre_steps, call.use, metadata, revalidate)
+            # A hook may have caught a cancellation and returned: the call must not start.
+            await checkpoint_if_cancelled()
+            if call.run.aborted is not None:  # another call aborted while these hooks ran
+                raise _aborted(call.tool, call.run.aborted)
             if use.tool_input is not call.input:
                 call.input = dict(use.tool_input)
             call.use = use
@@ -251,6 +252,15 @@ async def settle_call(call: CallState, runtime: Runtime, revalidate: Revalidate)
             call.close("cancelled", None, error_info(exc))
             raise
         _refuse(call, exc)
+
+
+def _aborted(tool: str, abort: HookAbortError) -> HookAbortError:
+    """The refusal of a call of an execution an ABORT has ended."""
+    return HookAbortError(
+        f"tool {tool!r} refused: the execution was aborted ({abort})",
+        tool=tool,
+        reason=abort.reason,
+    )
 
 
 def _refuse(call: CallState, exc: Exception) -> None:

@@ -26,8 +26,8 @@ __all__ = [
 
 def tool_arguments(tool: str, args: object, hook: str | None = None) -> dict[str, Any]:
     """``args`` as the dict of a call of ``tool``: a mapping with string keys."""
+    source = f" (input modified by hook {hook!r})" if hook else ""
     if not isinstance(args, Mapping):
-        source = f" (input modified by hook {hook!r})" if hook else ""
         raise ToolInputError(
             f"arguments of tool {tool!r}{source} must be a JSON object (a mapping), "
             f"not {type(args).__name__}",
@@ -37,7 +37,9 @@ def tool_arguments(tool: str, args: object, hook: str | None = None) -> dict[str
     for key in args:
         if not isinstance(key, str):
             raise ToolInputError(
-                f"arguments of tool {tool!r} must have string keys, not {key!r}", tool=tool
+                f"arguments of tool {tool!r}{source} must have string keys, not {key!r}",
+                tool=tool,
+                hook=hook,
             )
     return dict(args)
 

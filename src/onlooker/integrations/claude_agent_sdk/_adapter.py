@@ -254,14 +254,14 @@ class Adapter:
         call_id = unused_id(turn.call_ids, tool_use_id)  # a proxy may repeat one: still governed
         call = await turn.run.tool_started(tool, args, tool_call_id=call_id)
         if not call.allowed:
+            if (aborted := self._aborted(session_id)) is not None:
+                return _after_abort(tool, aborted)  # a parallel sibling's ABORT, meanwhile
             refusal = _deny(call)
             if call.action is HookAction.ABORT:
                 try:
                     await self._abort(turn, call.reason or "refused by a hook")
                 except Exception:  # the refusal is sent whatever happens to the record
                     logger.exception("onlooker could not finish the aborted turn")
-            elif (aborted := self._aborted(session_id)) is not None:
-                return _after_abort(tool, aborted)  # a parallel sibling's ABORT, meanwhile
             return refusal
         self._calls[session_id, tool_use_id] = call, turn
         if tool in AGENT_TOOLS:  # the sub-agent gets what the pre-hooks left
