@@ -7,6 +7,7 @@ payload, a recording failure, recording switched off, unreadable rules).
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from typer.testing import CliRunner
 
 import onlooker
 from onlooker import ToolCallFinished, ToolCallStarted, ToolUseContext
+from onlooker._cli import _claude_hook
 from onlooker._cli._app import app
 from onlooker._cli._rules import RuleError, load_rules
 from onlooker.policies import DEFAULT_DENIED_COMMANDS, deny_commands
@@ -220,6 +222,29 @@ class TestFailClosed:
         printed = decision(hook(bash("t1", "ls"), "--deny-commands"))
         assert printed is not None and printed[0] == "deny"
 
+    @pytest.mark.parametrize("option", ["--audit-dir", "--history-db"])
+    def test_an_option_missing_its_value_never_takes_the_rules_option_as_one(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: str
+    ) -> None:
+        """``--audit-dir $DIR --deny-commands FILE`` with ``$DIR`` empty keeps its rules."""
+        path = tmp_path / "deny.txt"
+        path.write_text("@defaults\n")
+        monkeypatch.chdir(tmp_path)
+        out = io.StringIO()
+        monkeypatch.setattr(
+            sys,
+            "stdin",
+            io.TextIOWrapper(io.BytesIO(json.dumps(bash("t1", "sudo reboot")).encode())),
+        )
+        monkeypatch.setattr(sys, "stdout", out)
+        assert _claude_hook.run([option, "--deny-commands", str(path)]) == 0
+        printed = decision(out.getvalue())
+        assert printed is not None and printed[0] == "deny"
+        assert not (tmp_path / "--deny-commands").exists()
+        assert (
+            f"option {option} needs a value" in (tmp_path / ".onlooker/audit/audit.err").read_text()
+        )
+
     def test_malformed_input_is_denied_when_rules_are_on(self, hook: Hook, rules: Path) -> None:
         for raw in ("{not json", "[1, 2]", ""):
             printed = decision(hook(raw, "--deny-commands", str(rules)))
@@ -324,6 +349,23 @@ class TestRuleFiles:
         path.write_text("# fine\nls\n[unclosed\n")
         with pytest.raises(RuleError, match=rf"{path}, line 3: .* in the rule \[unclosed"):
             load_rules(path)
+
+    def test_a_byte_order_mark_is_not_part_of_the_first_rule(self, tmp_path: Path) -> None:
+        path = tmp_path / "deny.txt"
+        path.write_bytes("\ufeff@defaults\ntool:WebFetch\n".encode())
+        names = [rule.text for rule in load_rules(path).rules]
+        assert names == [*DEFAULT_DENIED_COMMANDS, "tool:WebFetch"]
+
+    @pytest.mark.parametrize("line", ["Tool:WebFetch", "DENY: sudo", "Read:~/.ssh"])
+    def test_a_kind_in_another_case_is_an_error_not_a_regex(
+        self, tmp_path: Path, line: str
+    ) -> None:
+        path = tmp_path / "deny.txt"
+        path.write_text(f"ls\n{line}\n")
+        with pytest.raises(RuleError, match=rf"line 2: unknown kind {line.split(':')[0]}:"):
+            load_rules(path)
+        path.write_text(f"re:{line}\n")  # spelled out, it is a regular expression
+        assert [rule.pattern for rule in load_rules(path).rules] == [line]
 
     def test_same_decisions_as_the_library_policy(self, tmp_path: Path) -> None:
         patterns = [r"\bsudo\b", r"git push .*--force", r"curl[^|]*\|\s*sh"]

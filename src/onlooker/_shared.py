@@ -294,7 +294,10 @@ _SEP: Final = (
     r"(?:(?:(?:^|[\n;&|])[ \t]*(?:" + _CASE_PATTERN + r"[ \t]+)?"
     # case WORD in PATTERN) ...: "in" after a case on that line (not in prose: "in (rare) x")
     r"|\bcase[ \t](?:(?!\bcase\b)[^\n;&|])*?\bin[ \t]+" + _CASE_PATTERN + r"[ \t]+"
-    r"|\$?\([ \t]*)"  # after "$(", a "WORD)" closes the substitution: no pattern
+    r"|\$?\([ \t]*"  # after "$(", a "WORD)" closes the substitution: no pattern
+    # the command a shell is given to run: sh -c 'CMD', bash -lc "CMD"
+    # (four options at most before -c: each start of a search then scans a bounded text)
+    r"|\b(?:ba|z|k|da)?sh(?:[ \t]+-[a-zA-Z]+){0,4}?[ \t]+-[a-zA-Z]*c[a-zA-Z]*[ \t]+[\"']?[ \t]*)"
     + _prefixes(_VALUE)
     # A backtick opens or closes a substitution, and a value may hold one: after a
     # backtick, values hold none, or each one in a row of VAR=`x` would scan to the end.
@@ -320,10 +323,20 @@ def _operands(command: str, flag: str, target: str) -> str:
     """
     flag, target = "(?:" + flag + ")" + _END, "(?:" + target + ")" + _END
     again = r"[^\s;&|]*\b" + command  # an argument where the command starts again
-    head = r"(?:\s+(?!" + again + r"\s|" + flag + "|" + target + r")[^\s;&|]+)*\s+"
-    flag_then = flag + r"(?:\s+(?!" + again + head + flag + r")[^\s;&|]+)*?\s+" + target
-    target_then = target + r"(?:\s+(?!" + again + head + target + r")[^\s;&|]+)*?\s+" + flag
+    # Arguments: words on this line (a newline ends the command; "\" + newline goes on),
+    # up to a comment ("#" starting a word).
+    word = r"(?!#)[^\s;&|]+"
+    head = r"(?:" + _BLANKS + r"(?!" + again + r"\s|" + flag + "|" + target + r")" + word
+    head += r")*" + _BLANKS
+    flag_then = flag + r"(?:" + _BLANKS + r"(?!" + again + head + flag + r")" + word
+    flag_then += r")*?" + _BLANKS + target
+    target_then = target + r"(?:" + _BLANKS + r"(?!" + again + head + target + r")" + word
+    target_then += r")*?" + _BLANKS + flag
     return r"\b" + command + head + "(?:" + flag_then + "|" + target_then + ")"
+
+
+_BLANKS: Final = r"(?:[ \t]|\\\n)+"
+"""The blanks between a command's arguments: spaces, tabs, and escaped newlines."""
 
 
 # the root or the home, as a whole argument: /, /*, //*, ~, ~/, "$HOME"/*, ${HOME}, ...
@@ -355,7 +368,13 @@ DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
     "chmod-recursive-root": _operands(
         "chmod", r"-[a-zA-QS-Z]*R[a-zA-Z]*|--recursive", r"[\"']?/[/*]*[\"']?"
     ),
-    "power": _SEP + r"(?:" + _WORD + r"/)?(?:shutdown|reboot|poweroff|halt)" + _END,
+    "power": (
+        _SEP
+        + r"(?:"
+        + _WORD
+        + r"/)?(?:systemctl[ \t]+(?:-[^\s;&|]*[ \t]+)*)?(?:shutdown|reboot|poweroff|halt)"
+        + _END
+    ),
 }
 """The built-in command rules: rule name -> regular expression (``re.search``).
 

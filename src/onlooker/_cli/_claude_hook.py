@@ -54,6 +54,7 @@ _STATE: Final = ".claude-hook-state.json"
 _LOCK: Final = ".claude-hook.lock"
 _OPTIONS: Final = ("--audit-dir", "--deny-commands", "--history-db")
 _FLAGS: Final = ("--history", "--shorten-paths")
+_OPTION_NAMES: Final = frozenset(_OPTIONS + _FLAGS)
 _REPLAY_ON: Final = frozenset({"Stop", "StopFailure", "SubagentStop", "SessionEnd"})
 LOCK_WAIT_SECONDS: Final = 5.0
 """The longest a hook process waits for its session's lock; then that event is not recorded."""
@@ -102,11 +103,15 @@ def _parse_args(args: list[str], problems: list[Exception]) -> dict[str, str]:
     """The options; anything unknown is reported and ignored.
 
     A ``--deny-commands`` without a value is kept as ``""``: an unreadable
-    rule file, which denies (fail-closed).
+    rule file, which denies (fail-closed). An option's value is never another
+    option's name: ``--audit-dir $DIR --deny-commands FILE`` with ``$DIR``
+    empty keeps its rules.
     """
     options: dict[str, str] = {}
-    rest = iter(args)
-    for arg in rest:
+    at = 0
+    while at < len(args):
+        arg = args[at]
+        at += 1
         name, eq, value = arg.partition("=")
         if name in _FLAGS and not eq:
             options[name] = ""
@@ -114,8 +119,9 @@ def _parse_args(args: list[str], problems: list[Exception]) -> dict[str, str]:
         if name not in _OPTIONS:
             problems.append(_HookError(f"ignored unknown option {arg}"))
             continue
-        if not eq:
-            value = next(rest, "")
+        if not eq and at < len(args) and args[at].partition("=")[0] not in _OPTION_NAMES:
+            value = args[at]
+            at += 1
         if not value and name != "--deny-commands":
             problems.append(_HookError(f"option {name} needs a value"))
             continue

@@ -214,7 +214,7 @@ def load_rules(path: str | os.PathLike[str]) -> RuleSet:
     """The rules of a rule file; :class:`RuleError` naming the file and line when it is bad."""
     name = os.fspath(path)
     try:
-        with open(name, encoding="utf-8") as handle:
+        with open(name, encoding="utf-8-sig") as handle:  # a BOM is not part of the first rule
             text = handle.read()
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -241,6 +241,11 @@ def _parse(path: str, number: int, line: str) -> list[Rule]:
             for rule_name, pattern in DEFAULT_DENIED_COMMANDS.items()
         ]
     kind, colon, rest = line.partition(":")
+    if colon and kind not in _KINDS and kind.lower() in (*_KINDS, "ask", "deny"):
+        raise RuleError(  # a typo that would otherwise be a regex matching no command
+            f"{path}, line {number}: unknown kind {kind}: in the rule {line} "
+            f"(kinds are lower case: {kind.lower()}:; write re:{line} for a regular expression)"
+        )
     if not colon or kind not in _KINDS:
         kind, rest = "re", line  # a regular expression (which may hold a colon)
     pattern = rest.strip()
