@@ -110,6 +110,8 @@ class TestRequireIntent:
         assert result.status == "completed" and executed == []
         with pytest.raises(ValueError, match="non-empty"):
             policies.require_intent(intents=[""])
+        with pytest.raises(TypeError, match="not the string 'deploy'"):
+            policies.require_intent(intents="deploy")
 
     async def test_narrowed_by_pattern(self) -> None:
         async def program(ctx: ExecutionContext) -> None:

@@ -40,6 +40,8 @@ def require_intent(
     ``phases`` narrow the matcher as in :class:`~onlooker.HookMatcher`.
     The selected intent id rides the attribution of every later event.
     """
+    if isinstance(intents, str):  # its letters would be the intents
+        raise TypeError(f"intents must be a collection of intent ids, not the string {intents!r}")
     allowed = None if intents is None else frozenset(intents)
     if allowed is not None and any(not isinstance(i, str) or not i for i in allowed):
         raise ValueError("intents must be non-empty strings")
