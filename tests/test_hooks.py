@@ -893,3 +893,56 @@ class TestMalformedResults:
         assert result.status == "completed" and result.value == "intact"
         assert [(e.status, e.result) for e in finished(recorder)] == [("completed", "intact")]
         assert any("bad_metadata" in record.getMessage() for record in caplog.records)
+
+
+class TestHooksSeeDetachedInput:
+    """``tool_input``'s nested lists and dicts are the hooks' own copies: changing one in
+    place changes neither what the tool receives nor the caller's values."""
+
+    async def test_a_nested_change_in_place_reaches_neither_the_tool_nor_the_record(
+        self,
+    ) -> None:
+        received: list[list[str]] = []
+
+        @onlooker.tool
+        def tag(items: list[str], options: dict[str, list[str]]) -> int:
+            received.append(items + options["extra"])
+            return len(items)
+
+        def meddle(use: ToolUseContext) -> None:
+            use.tool_input["items"].append(42)
+            use.tool_input["options"]["extra"].append("/etc/shadow")
+
+        async def program(ctx: ExecutionContext) -> Any:
+            return await ctx.call("tag", items=["a"], options={"extra": ["b"]})
+
+        result, recorder = await run(program, tools=[tag], hooks=[HookMatcher(pre=[meddle])])
+        assert result.value == 1 and received == [["a", "b"]]
+        assert recorder.of(ToolCallStarted)[0].args == {"items": ["a"], "options": {"extra": ["b"]}}
+
+    async def test_a_tracked_calls_framework_values_are_not_changed_by_a_hook(self) -> None:
+        def meddle(use: ToolUseContext) -> None:
+            use.tool_input["paths"].append("/etc/shadow")
+
+        args: dict[str, Any] = {"paths": ["a.txt"]}
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine(hooks=[HookMatcher(pre=[meddle])]) as engine:
+            with onlooker.observing(recorder):
+                async with engine.track("agent") as tracked:
+                    call = await tracked.tool_started("Read", args)
+                    assert call.allowed and call.input == {"paths": ["a.txt"]}
+                    await call.finished("ok")
+        assert args == {"paths": ["a.txt"]}
+        assert recorder.of(ToolCallStarted)[0].args == {"paths": ["a.txt"]}
+
+    async def test_a_rewrite_still_goes_through_modified_input(self) -> None:
+        def rewrite(use: ToolUseContext) -> PreHookResult:
+            paths = [*use.tool_input["paths"], "b.txt"]
+            return PreHookResult(modified_input={**use.tool_input, "paths": paths})
+
+        async with onlooker.ExecutionEngine(hooks=[HookMatcher(pre=[rewrite])]) as engine:
+            tracked = engine.track("agent")
+            async with tracked:
+                call = await tracked.tool_started("Read", {"paths": ["a.txt"]})
+                assert call.input == {"paths": ["a.txt", "b.txt"]}
+                await call.finished("ok")

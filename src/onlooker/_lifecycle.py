@@ -186,7 +186,7 @@ def open_call(
                 call.metadata = {}
                 call.use = use_context(
                     tool,
-                    MappingProxyType(validated),
+                    _detached(validated),
                     tool_call_id,
                     attribution,
                     emitter.execution_id,
@@ -233,7 +233,7 @@ async def settle_call(call: CallState, runtime: Runtime, revalidate: Revalidate)
             await checkpoint_if_cancelled()
             if call.run.aborted is not None:  # another call aborted while these hooks ran
                 raise _aborted(call.tool, call.run.aborted)
-            if use.tool_input is not call.input:
+            if use is not call.use:  # a hook's modified_input (a context of its own)
                 call.input = dict(use.tool_input)
             call.use = use
             call.pre_steps = ()
@@ -252,6 +252,28 @@ async def settle_call(call: CallState, runtime: Runtime, revalidate: Revalidate)
             call.close("cancelled", None, error_info(exc))
             raise
         _refuse(call, exc)
+
+
+def _detached(args: dict[str, Any]) -> Mapping[str, Any]:
+    """What hooks see of a call's arguments: a read-only view whose nested lists and dicts
+    are copies, so a hook changing one in place changes neither what the tool receives nor
+    the caller's (a framework's) own values; a hook rewrites through ``modified_input``."""
+    for value in args.values():
+        if type(value) is dict or type(value) is list:
+            return MappingProxyType({key: _copied(value, 0) for key, value in args.items()})
+    return MappingProxyType(args)
+
+
+def _copied(value: Any, depth: int) -> Any:
+    kind = type(value)
+    if depth == _DETACHED_LEVELS or (kind is not dict and kind is not list):
+        return value  # deeper (or a cycle's repeats): shared, as other objects are
+    if kind is dict:
+        return {key: _copied(item, depth + 1) for key, item in value.items()}
+    return [_copied(item, depth + 1) for item in value]
+
+
+_DETACHED_LEVELS: Final = 100
 
 
 def _aborted(tool: str, abort: HookAbortError) -> HookAbortError:
