@@ -822,6 +822,74 @@ class TestEndToEnd:
         )
         assert verify.returncode == 0, verify.stdout + verify.stderr
 
+    @pytest.mark.parametrize("as_json", [False, True])
+    def test_what_run_prints_keeps_no_secret_the_stores_would_not(
+        self, tmp_path: Path, as_json: bool
+    ) -> None:
+        """Progress lines, the summary's errors, the result and ``--json`` are redacted as
+        history and the trail are: a log of the run is no leak."""
+        assert EXECUTABLE is not None
+        program = tmp_path / "leaky.py"
+        program.write_text(
+            "import onlooker\n\n"
+            "@onlooker.tool\n"
+            "def connect(dsn: str, password: str) -> str:\n"
+            '    raise ConnectionError(f"auth failed for {dsn} with password {password}")\n\n'
+            "async def main(ctx: onlooker.ExecutionContext) -> dict[str, str]:\n"
+            "    try:\n"
+            '        await ctx.call(connect, dsn="postgresql://bob:pa55w0rd-xyz@db/x",'
+            ' password="hunter2-secret-pw")\n'
+            "    except ConnectionError:\n"
+            "        pass\n"
+            '    return {"api_key": "sk-live-1234567890abcdef1234", "note": "ok"}\n'
+        )
+        result = subprocess.run(
+            [EXECUTABLE, "run", str(program), *(["--json"] if as_json else [])],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "COLUMNS": "200"},
+            check=False,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        printed = result.stdout + result.stderr
+        assert "connect" in result.stderr and "[REDACTED:" in result.stdout
+        for secret in ("pa55w0rd-xyz", "hunter2-secret-pw", "sk-live-1234567890abcdef1234"):
+            assert secret not in printed
+        if as_json:
+            outcome = json.loads(result.stdout)
+            assert outcome["result"] == {"api_key": "[REDACTED:secret_field]", "note": "ok"}
+            (error,) = outcome["summary"]["errors"]
+            assert "[REDACTED:url_credentials]" in error["message"]
+
+    def test_run_as_json_keeps_what_subprocesses_print_off_stdout(self, tmp_path: Path) -> None:
+        assert EXECUTABLE is not None
+        program = tmp_path / "shell.py"
+        program.write_text(
+            "import os, subprocess, sys\n"
+            "import onlooker\n\n"
+            "@onlooker.tool\n"
+            "def sh(cmd: str) -> int:\n"
+            "    return subprocess.run(cmd, shell=True).returncode\n\n"
+            "async def main(ctx: onlooker.ExecutionContext) -> str:\n"
+            '    await ctx.call(sh, cmd="echo from-subprocess")\n'
+            '    os.write(1, b"from-fd-1\\n")\n'
+            '    print("from-print")\n'
+            '    return "ok"\n'
+        )
+        result = subprocess.run(
+            [EXECUTABLE, "run", str(program), "--json", "--quiet"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["result"] == "ok"
+        assert result.stderr.split() == ["from-subprocess", "from-fd-1", "from-print"]
+
     def test_ctrl_c_at_an_interactive_prompt_ends_the_run(self, tmp_path: Path) -> None:
         """The prompt waits in a thread for a person who never answers; Ctrl-C cancels the
         run, records it, and the process exits (it used to wait for that thread for ever)."""

@@ -8,8 +8,8 @@ import shlex
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
-from contextlib import nullcontext, redirect_stdout, suppress
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager, nullcontext, redirect_stdout, suppress
 from pathlib import Path
 from typing import Any, Final, NoReturn, TypeVar
 
@@ -22,6 +22,7 @@ import onlooker
 from onlooker import Elicitation, ExecutionEvent, InteractionResponse
 from onlooker._events import snapshot
 from onlooker._results import error_info
+from onlooker.plugins.audit import Redactor
 from onlooker.plugins.audit._secrets import truncate
 from onlooker.plugins.history._db import mask_url
 
@@ -52,13 +53,18 @@ async def run_program(
 
     summaries = summary.plugin()
     plugins: list[onlooker.Plugin[Any]] = [history.plugin(url), metrics.plugin(), summaries]
+    # What the terminal shows goes through the stores' redaction policy: a log of it keeps
+    # no more secrets than history and the trail do.
+    redactor = Redactor()
     trail = None
     if audit_dir is not None:
         trail = audit.plugin(directory=audit_dir, session_id=session)
         plugins.append(trail)
     if not quiet:
         plugins.append(
-            onlooker.define_plugin(id="cli-progress", observer=lambda _: _Progress(stderr))
+            onlooker.define_plugin(
+                id="cli-progress", observer=lambda _: _Progress(stderr, redactor)
+            )
         )
 
     lines = StdinLines() if interactive else None  # one reader: it may read ahead
@@ -73,7 +79,7 @@ async def run_program(
     trigger = onlooker.Trigger(kind="cli", metadata={"program": program.name})
     owner = os.environ.get("USER") or os.environ.get("USERNAME")
     # With --json, stdout holds the one JSON object: what the program prints goes to stderr.
-    printed = redirect_stdout(sys.stderr) if as_json else nullcontext()
+    printed = _stdout_to_stderr() if as_json else nullcontext()
     async with onlooker.ExecutionEngine(tools=program.tools, plugins=plugins) as engine:
         started: list[str] = []  # the run's execution id, from its first event
         engine.bus.subscribe(
@@ -82,14 +88,36 @@ async def run_program(
         with printed:
             result = await _executed(engine, program, answer, trigger, owner, started)
         report = engine.extension(summaries).get(result.execution_id)
+        if report is not None:
+            report = type(report).model_validate(redactor.redact(report.model_dump(mode="json")))
         trail_path = None
         if trail is not None and engine.extension(trail).enabled:
             trail_path = engine.extension(trail).session_dir
+    value = redactor.redact(snapshot(result.value))  # as the event holds it: any value prints
     if as_json:
-        _print_json(result, report, url, trail_path)
+        _print_json(result, value, redactor, report, url, trail_path)
         return result.status
-    await _print_tree(result, report, url, trail_path)
+    await _print_tree(result, value, report, url, trail_path)
     return result.status
+
+
+@contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """``sys.stdout`` and file descriptor 1 (what a subprocess inherits) go to stderr."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # a standard stream closed: Python's own redirection only
+        saved = None
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            sys.stderr.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 async def _executed(
@@ -115,7 +143,11 @@ async def _executed(
 
 
 async def _print_tree(
-    result: onlooker.ExecutionResult[Any], report: Any, url: str | None, trail_path: Path | None
+    result: onlooker.ExecutionResult[Any],
+    value: Any,
+    report: Any,
+    url: str | None,
+    trail_path: Path | None,
 ) -> None:
     """The tree (read back from history), the summary, the result, and where to look next."""
     from onlooker.plugins import history
@@ -130,8 +162,8 @@ async def _print_tree(
         stdout.print(summary_table(report))
     # The result and the paths are the program's and the user's text, never markup.
     if result.status == "completed":
-        # As the event holds it (any value prints), and cut as the trail cuts a value.
-        shown = json.dumps(snapshot(result.value), ensure_ascii=False)
+        # Cut as the trail cuts a value.
+        shown = json.dumps(value, ensure_ascii=False)
         value = printable(truncate(shown, _SHOWN))
         stdout.print(Text.assemble("\n", ("result", "green"), ": ", value))
     stdout.print(
@@ -194,6 +226,8 @@ def _raise(error: BaseException) -> NoReturn:
 
 def _print_json(
     result: onlooker.ExecutionResult[Any],
+    value: Any,
+    redactor: Redactor,
     report: Any,
     url: str | None,
     trail_path: Path | None,
@@ -203,8 +237,10 @@ def _print_json(
     outcome = {
         "execution_id": result.execution_id,
         "status": result.status,
-        "result": snapshot(result.value),  # as the event holds it: NaN and Infinity are null
-        "error": None if result.error is None else result.error.model_dump(mode="json"),
+        "result": value,  # as the event holds it: NaN and Infinity are null
+        "error": None
+        if result.error is None
+        else redactor.redact(result.error.model_dump(mode="json")),
         "summary": None if report is None else report.model_dump(mode="json"),
         "history": mask_url(url) if url else str(Path(".onlooker/history.db").resolve()),
         "audit": None if trail_path is None else str(trail_path),
@@ -215,8 +251,10 @@ def _print_json(
 class _Progress:
     """Prints one line per event while the program runs."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, redactor: Redactor) -> None:
         self.console = console
+        self.redactor = redactor
 
     def handle(self, event: ExecutionEvent) -> None:
-        self.console.print(event_line(event))
+        shown = self.redactor.redact_event(event.model_dump(mode="json"))
+        self.console.print(event_line(onlooker.parse_event(shown)))
