@@ -980,6 +980,30 @@ class TestOddFailures:
         assert recorder.of(ToolCallFinished)[0].status == "failed"
         check_stream(recorder.events)
 
+    async def test_a_failed_task_group_names_what_failed_inside_it(self) -> None:
+        async def program(ctx: ExecutionContext) -> None:
+            async def broken() -> None:
+                raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(broken)
+
+        result, _ = await run(program)
+        assert result.status == "failed" and result.error is not None
+        assert result.error.type == "ExceptionGroup"
+        assert result.error.message.endswith(
+            "(1 sub-exception): TypeError: unsupported operand type(s) for +: 'int' and 'str'"
+        )
+
+    def test_a_large_group_names_its_first_errors_nested_ones_opened(self) -> None:
+        from onlooker._results import error_info
+
+        nested = ExceptionGroup("inner", [KeyError("k"), OSError("disk")])
+        group = ExceptionGroup("outer", [ValueError("v"), nested, Oops("x"), Oops("y")])
+        assert error_info(group).message == (
+            "outer (4 sub-exceptions): ValueError: v; KeyError: 'k'; OSError: disk; and 2 more"
+        )
+
 
 class TestProgramOwnScopes:
     async def test_concurrent_calls_in_one_execution(self, check_stream: Check) -> None:

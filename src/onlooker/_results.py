@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeAlias, TypeVar, final
+from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar, final
 
 from pydantic import JsonValue
 
@@ -119,8 +119,29 @@ def error_info(exc: BaseException) -> ErrorInfo:
         cause = "failure"
     else:
         cause = "defect"
-    try:
-        message = str(exc) or type(exc).__name__
-    except Exception:  # a broken __str__ must not cost the closing event
-        message = type(exc).__name__
+    message = _message(exc)
+    if isinstance(exc, BaseExceptionGroup):  # what went wrong is inside: name it
+        leaves = list(_leaves(exc))
+        inner = "; ".join(f"{type(e).__name__}: {_message(e)}" for e in leaves[:_LEAVES_SHOWN])
+        more = len(leaves) - _LEAVES_SHOWN
+        message += f": {inner}" + (f"; and {more} more" if more > 0 else "")
     return _build(ErrorInfo, {"type": type(exc).__name__, "message": message, "cause": cause})
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc) or type(exc).__name__
+    except Exception:  # a broken __str__ must not cost the closing event
+        return type(exc).__name__
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    """The exceptions a group holds, nested groups opened, in order."""
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
+
+
+_LEAVES_SHOWN: Final = 3
