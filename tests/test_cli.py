@@ -1028,6 +1028,21 @@ class TestReadOnlyCommands:
         listed = [json.loads(line) for line in result.stdout.splitlines()]
         assert listed == recorded["records"]
 
+    def test_a_path_option_written_with_equals_and_tilde_is_the_home(
+        self, workdir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The shell expands no ``~`` in ``--audit-dir=~/x``: onlooker does, as for ``~/x``."""
+        from onlooker._cli import main
+
+        monkeypatch.setenv("HOME", str(workdir / "home"))
+        args = ["run", str(EXAMPLE), "--answer", ANSWER, "--quiet", "--session", "t"]
+        with pytest.raises(SystemExit) as exit_:
+            main([*args, "--audit-dir=~/trails", "--db=~/history.db"])
+        assert exit_.value.code in (0, None)
+        assert (workdir / "home" / "trails" / "t").is_dir()
+        assert (workdir / "home" / "history.db").is_file()
+        assert not (workdir / "~").exists()
+
     def test_run_names_a_database_it_cannot_use(self, workdir: Path) -> None:
         """DESIGN section 9: a clear error that names the problem, not a traceback."""
         (workdir / "junk.db").write_text("not a database")

@@ -34,4 +34,20 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(run(args[2:]))
     from ._app import app
 
-    app(args=args, prog_name="onlooker")
+    app(args=[_tilde_expanded(arg) for arg in args], prog_name="onlooker")
+
+
+_PATH_OPTIONS = frozenset(
+    {"--audit", "--audit-dir", "--db", "--deny-commands", "--history-db", "--settings", "--tools"}
+)
+
+
+def _tilde_expanded(arg: str) -> str:
+    """``--audit-dir=~/x`` as ``--audit-dir ~/x`` is: the shell expands no ``~`` after ``=``,
+    and a path option's value would be a directory named ``~``."""
+    name, eq, value = arg.partition("=")
+    if eq and name in _PATH_OPTIONS and value.startswith("~"):
+        import os.path
+
+        return f"{name}={os.path.expanduser(value)}"
+    return arg
