@@ -245,6 +245,22 @@ class TestFailClosed:
             f"option {option} needs a value" in (tmp_path / ".onlooker/audit/audit.err").read_text()
         )
 
+    def test_option_values_starting_with_a_tilde_are_in_the_home(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A settings command holding ``--deny-commands=~/deny.txt``: no shell expands it."""
+        (tmp_path / "deny.txt").write_text("@defaults\n")
+        monkeypatch.setenv("HOME", str(tmp_path))
+        monkeypatch.chdir(tmp_path)
+        payload = json.dumps(bash("t1", "sudo reboot")).encode()
+        out = io.StringIO()
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(payload)))
+        monkeypatch.setattr(sys, "stdout", out)
+        assert _claude_hook.run(["--audit-dir=~/trails", "--deny-commands=~/deny.txt"]) == 0
+        printed = decision(out.getvalue())
+        assert printed is not None and "rule sudo" in printed[1]
+        assert (tmp_path / "trails").is_dir() and not (tmp_path / "~").exists()
+
     def test_malformed_input_is_denied_when_rules_are_on(self, hook: Hook, rules: Path) -> None:
         for raw in ("{not json", "[1, 2]", ""):
             printed = decision(hook(raw, "--deny-commands", str(rules)))

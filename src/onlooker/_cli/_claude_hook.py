@@ -125,7 +125,7 @@ def _parse_args(args: list[str], problems: list[Exception]) -> dict[str, str]:
         if not value and name != "--deny-commands":
             problems.append(_HookError(f"option {name} needs a value"))
             continue
-        options[name] = value
+        options[name] = os.path.expanduser(value) if value.startswith("~") else value
         if name == "--history-db":
             options["--history"] = ""
     return options
