@@ -695,6 +695,28 @@ class TestAudit:
         assert {e.execution_id for e in events} >= {recorded["root"]}
         assert events[0].kind == "ExecutionStarted"
 
+    def test_tail_of_the_audit_directory_names_a_session_to_tail(
+        self, recorded: dict[str, Any]
+    ) -> None:
+        result = invoke("audit", "tail", ".onlooker/audit")
+        assert result.exit_code == 2
+        assert "holds the trails of 1 session(s)" in result.output
+        words = " ".join(result.output.replace("│", " ").split())
+        assert "onlooker audit tail .onlooker/audit/demo" in words
+
+    @pytest.mark.parametrize(
+        "signature", ["async def main():", "async def main(ctx, extra):", "async def main(*, ctx):"]
+    )
+    def test_a_program_that_cannot_take_the_context_is_a_usage_error(
+        self, workdir: Path, signature: str
+    ) -> None:
+        (workdir / "prog.py").write_text(f"{signature}\n    return 1\n")
+        result = invoke("run", "prog.py", "--quiet")
+        assert result.exit_code == 2
+        words = " ".join(result.output.replace("│", " ").split())
+        assert "must be an async function taking the ExecutionContext" in words
+        assert not (workdir / ".onlooker").exists()  # nothing recorded for a program never run
+
     def test_replay_rebuilds_history_idempotently(
         self, recorded: dict[str, Any], workdir: Path
     ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Sequence
 from fnmatch import fnmatch
 from pathlib import Path
@@ -138,6 +139,13 @@ def tail(
 
     _exists(path)
     _holds_a_trail(path)
+    if path.is_dir() and not any(path.glob("events*.jsonl")):  # the audit directory
+        sessions = sorted(session.name for session in _sessions(path))
+        raise typer.BadParameter(
+            f"{str(path)!r} holds the trails of {len(sessions)} session(s); tail one of them: "
+            f"onlooker audit tail {shlex.quote(str(path / sessions[-1]))}",
+            param_hint="PATH",
+        )
     try:
         for event in audit.tail(path, follow=follow):
             if as_json:

@@ -53,12 +53,22 @@ def load_program(target: str) -> LoadedProgram:
     function = getattr(module, function_name, None)
     if function is None:
         raise LoadError(f"{path} has no function {function_name!r}")
-    if not inspect.iscoroutinefunction(function):
+    if not inspect.iscoroutinefunction(function) or not _takes_one_argument(function):
         raise LoadError(
             f"{path}:{function_name} must be an async function taking the ExecutionContext "
             "(async def main(ctx: onlooker.ExecutionContext) -> ...)"
         )
     return LoadedProgram(f"{path.stem}:{function_name}", function, _tools_of(module, path))
+
+
+def _takes_one_argument(function: Any) -> bool:
+    try:
+        inspect.signature(function).bind(None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read: let the call say
+        return True
+    return True
 
 
 def _import(path: Path) -> ModuleType:
