@@ -1065,6 +1065,24 @@ class TestReadOnlyCommands:
         assert (workdir / "home" / "history.db").is_file()
         assert not (workdir / "~").exists()
 
+    def test_a_history_lost_during_the_run_still_shows_the_summary_and_result(
+        self, workdir: Path
+    ) -> None:
+        """The tree cannot be read back; the run completed, so it says so and exits 0."""
+        (workdir / "prog.py").write_text(
+            "import glob, os\n"
+            "import onlooker\n\n"
+            "async def main(ctx: onlooker.ExecutionContext) -> str:\n"
+            "    for name in glob.glob('.onlooker/history.db*'):\n"
+            "        os.remove(name)\n"
+            "    os.mkdir('.onlooker/history.db')  # no database can be opened there\n"
+            "    return 'finished'\n"
+        )
+        result = invoke("run", "prog.py", "--quiet", "--no-audit")
+        assert result.exit_code == 0, result.output
+        assert "the tree cannot be read back" in result.output
+        assert "success rate" in result.output and '"finished"' in result.output
+
     def test_run_names_a_database_it_cannot_use(self, workdir: Path) -> None:
         """DESIGN section 9: a clear error that names the problem, not a traceback."""
         (workdir / "junk.db").write_text("not a database")

@@ -457,11 +457,16 @@ class TestRefusingDisks:
             assert (statistics.spilled, statistics.in_memory, statistics.dropped) == (16, 0, 0)
             assert fallback.is_file()
             assert any(str(spill) in r.getMessage() for r in caplog.records)
+            assert any(  # the error that says what was not written says where it waits
+                "could not be written" in r.getMessage()
+                and f"they wait in {fallback}" in r.getMessage()
+                for r in caplog.records
+            )
         outage.end()
         assert await stored(outage.url, spill_path=spill, spill_fallback=fallback) == (4, 4, 16)
 
     async def test_no_spill_location_at_all_holds_events_in_memory(
-        self, outage: Outage, tmp_path: Path
+        self, outage: Outage, tmp_path: Path, caplog: pytest.LogCaptureFixture
     ) -> None:
         (tmp_path / "blocked").write_text("a file where a directory should be")
         plugin = history.plugin(
@@ -480,6 +485,7 @@ class TestRefusingDisks:
             await store.flush()
             statistics = store.statistics()
             assert statistics is not None and statistics.in_memory == 16
+            assert any("they wait in memory" in r.getMessage() for r in caplog.records)
             outage.end()
             clock.advance(MAX_COOLDOWN)  # the writer's cool-down after a failed batch is over
             await engine.execute(one_call)

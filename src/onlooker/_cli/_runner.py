@@ -26,7 +26,7 @@ from onlooker.plugins.audit import Redactor
 from onlooker.plugins.audit._secrets import truncate
 from onlooker.plugins.history._db import mask_url
 
-from ._common import printable, stderr, stdout
+from ._common import escape, printable, stderr, stdout
 from ._program import LoadedProgram
 from ._prompt import GaveUp, StdinLines, ask
 from ._render import event_line, execution_tree, summary_table
@@ -152,8 +152,15 @@ async def _print_tree(
     """The tree (read back from history), the summary, the result, and where to look next."""
     from onlooker.plugins import history
 
-    async with history.open(url) as store:
-        tree = await store.get_execution(result.execution_id)
+    try:
+        async with history.open(url) as store:
+            tree = await store.get_execution(result.execution_id)
+    except onlooker.OnlookerError as exc:  # lost during the run: what history kept is spilled
+        tree = None
+        stderr.print(
+            f"[red]error[/]: the tree cannot be read back: {escape(str(exc))}; "
+            "what history could not write waits in its spill file (see above)"
+        )
     stdout.print()
     if tree is not None:
         stdout.print(execution_tree(tree))

@@ -157,6 +157,8 @@ class Spill:
         self._lock = threading.Lock()
         self._failing: set[Path] = set()  # files whose last append failed: said once
         self.dropped = 0
+        self.place = str(self.path)
+        """Where the last batch went: a spill file's path, or memory."""
 
     @property
     def path(self) -> Path:
@@ -197,7 +199,9 @@ class Spill:
                 if file.path in self._failing:
                     self._failing.discard(file.path)
                     self.logger.warning("history: spill file %s takes writes again", file.path)
+                self.place = str(file.path)
                 return len(batch)
+            self.place = "memory (no spill file can be written)"
             return len(batch) - self._hold(batch)
 
     def _hold(self, batch: Sequence[Stored]) -> int:

@@ -304,11 +304,14 @@ class BatchWriter:
             pending = outcome.refused
             error = describe(outcome.error) if outcome.error is not None else "?"
             if delay is None:
+                self._to_spill(list(pending))
                 self._logger.error(
-                    "history: %d events could not be written to %s: %s",
+                    "history: %d events could not be written to %s: %s; they wait in %s, "
+                    "for the next write that reaches the database",
                     len(pending),
                     self._db.masked_url,
                     error,
+                    self._spill.place,
                 )
                 break
             self._retries += 1
@@ -319,7 +322,6 @@ class BatchWriter:
                 error,
             )
             time.sleep(delay)
-        self._to_spill(list(pending))
         self._cooldown = min(max(self._cooldown * 2, FIRST_COOLDOWN), MAX_COOLDOWN)
         self._degraded_until = self.clock() + self._cooldown
 
