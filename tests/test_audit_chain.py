@@ -324,6 +324,17 @@ class TestHeadTruncation:
             assert report.records == 0  # none before the first bad line, the first
             assert f"the {12 - deleted} records kept after them chain" in report.detail
 
+    @pytest.mark.parametrize("later", [b"\n", b"not json\n"])
+    def test_a_cut_head_is_the_first_bad_line_even_with_a_later_one(
+        self, tmp_path: Path, later: bytes
+    ) -> None:
+        session = write_trail(tmp_path, tool_events(5))
+        live = session / "events.jsonl"
+        live.write_bytes(b"".join(lines_of(live)[1:]) + later)
+        report = audit.verify(session)
+        assert not report.ok and report.reason == "head_truncated"
+        assert report.first_bad == audit.BadLine(live, 1) and report.records == 0
+
     def test_deleting_the_oldest_retained_segment_is_found(self, tmp_path: Path) -> None:
         session = write_trail(tmp_path, tool_events(30), max_bytes=2000, keep=3)
         assert audit.verify(session).ok

@@ -187,6 +187,9 @@ def verify(path: str | os.PathLike[str]) -> VerifyReport:
                         record = _parse(body)
                         state.link(record)
                     except _Bad as bad:
+                        head = _head_truncated(state, files, from_genesis)
+                        if head is not None:  # the first bad line is the trail's first
+                            return head
                         if not whole and last_file and bad.reason == "malformed":
                             return state.report(
                                 files,
@@ -198,6 +201,12 @@ def verify(path: str | os.PathLike[str]) -> VerifyReport:
                         return state.report(files, BadLine(file, line_no), bad.reason, bad.detail)
         except OSError as exc:
             raise AuditError(f"cannot read audit trail {str(file)!r}: {exc}") from exc
+    head = _head_truncated(state, files, from_genesis)
+    return head if head is not None else state.report(files, None, None, "")
+
+
+def _head_truncated(state: _Chain, files: list[Path], from_genesis: bool) -> VerifyReport | None:
+    """The report of a trail whose head was cut (by what was read so far), else ``None``."""
     first = state.first_seq
     if from_genesis and first is not None and first > 0 and first - 1 not in state.retired:
         detail = (
@@ -210,7 +219,7 @@ def verify(path: str | os.PathLike[str]) -> VerifyReport:
         detail += f" (the {state.records} records kept after them chain)"
         # Nothing comes before the first bad line, the trail's first: no record counts.
         return state.report(files, BadLine(files[0], 1), "head_truncated", detail, records=0)
-    return state.report(files, None, None, "")
+    return None
 
 
 def _only_segment(file: Path) -> bool:
