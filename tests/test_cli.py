@@ -393,6 +393,47 @@ class TestRun:
         assert "Please enter" not in result.stdout and "not JSON" not in result.stdout
         assert '"result": "accept {}"' in result.stdout
 
+    def test_enter_at_a_property_takes_its_default_or_leaves_an_optional_one_out(
+        self, workdir: Path
+    ) -> None:
+        schema = {
+            "type": "object",
+            "properties": {
+                "approve": {"type": "boolean", "default": True},
+                "count": {"type": "integer", "default": 5},
+                "ratio": {"type": "number"},
+                "comment": {"type": "string"},
+                "color": {"type": "string", "enum": ["red", "blue"]},
+                "tags": {"type": "array", "default": ["a"]},
+                "extra": {"type": "object"},
+            },
+            "required": ["approve", "ratio"],
+        }
+        (workdir / "form.py").write_text(
+            "import json\n"
+            "import onlooker\n\n"
+            "async def main(ctx: onlooker.ExecutionContext) -> str:\n"
+            f"    answer = await ctx.elicit('Fill it in', schema={schema!r})\n"
+            "    return json.dumps(answer.content, sort_keys=True)\n"
+        )
+        # Answer it; approve, count: defaults; ratio: nan is asked again, then 0.5;
+        # comment, color: left out; tags: default; extra: left out.
+        lines = ["", "", "", "nan", "0.5", "", "", "", ""]
+        result = runner.invoke(
+            app,
+            ["run", "form.py", "--interactive", "--no-audit", "--json"],
+            input="\n".join(lines) + "\n",
+        )
+        assert result.exit_code == 0, result.output
+        assert "Please enter a finite number" in result.output
+        outcome = json.loads(result.stdout[result.stdout.index("{") :])
+        assert json.loads(outcome["result"]) == {
+            "approve": True,
+            "count": 5,
+            "ratio": 0.5,
+            "tags": ["a"],
+        }
+
     def test_json_output_is_json_with_nan_and_infinity_as_null(self, workdir: Path) -> None:
         (workdir / "floats.py").write_text(FLOATS)
         result = invoke("run", "floats.py", "--quiet", "--no-audit", "--json")

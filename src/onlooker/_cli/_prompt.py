@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import threading
 from collections import deque
-from typing import Any, TextIO, cast
+from typing import Any, Final, TextIO, cast
 
 from rich.console import Console
-from rich.prompt import Confirm, FloatPrompt, IntPrompt, Prompt
+from rich.prompt import Confirm, FloatPrompt, IntPrompt, InvalidResponse, Prompt, PromptBase
 
 from onlooker import Elicitation, InteractionResponse
 
@@ -112,13 +113,18 @@ def ask(
     console.print(f"\n[magenta bold]?[/] {escape(question.message)}")
     if not Confirm.ask("Answer it?", default=True, console=console, stream=stream):
         return InteractionResponse.decline()
-    properties = (question.requested_schema or {}).get("properties")
+    schema = question.requested_schema or {}
+    properties = schema.get("properties")
     if isinstance(properties, dict) and properties:
+        required = schema.get("required")
+        needed = set(required) if isinstance(required, list) else set()
         content: dict[str, Any] = {}
         for name, spec in properties.items():
-            content[name] = _ask_field(
-                name, spec if isinstance(spec, dict) else {}, console, stream
+            value = _ask_field(
+                name, spec if isinstance(spec, dict) else {}, name in needed, console, stream
             )
+            if value is not _LEFT_OUT:
+                content[name] = value
         return InteractionResponse.accept(content)
     while True:
         raw = Prompt.ask("Answer (a JSON object)", default="{}", console=console, stream=stream)
@@ -132,22 +138,60 @@ def ask(
         console.print("[red]the answer must be a JSON object[/]")
 
 
-def _ask_field(name: str, spec: dict[str, Any], console: Console, stream: TextIO) -> object:
+_LEFT_OUT: Final = object()
+"""An optional property answered with an empty line: not in the answer."""
+
+
+class _FinitePrompt(FloatPrompt):
+    """A number JSON can hold: ``nan`` and ``inf`` are asked again."""
+
+    def process_response(self, value: str) -> float:
+        number = super().process_response(value)
+        if not math.isfinite(number):
+            raise InvalidResponse("[prompt.invalid]Please enter a finite number")
+        return number
+
+
+_PROMPTS: Final[dict[str, tuple[type[PromptBase[Any]], tuple[type, ...]]]] = {
+    "boolean": (Confirm, (bool,)),
+    "integer": (IntPrompt, (int,)),
+    "number": (_FinitePrompt, (int, float)),
+    "string": (Prompt, (str,)),
+}
+"""A JSON Schema type: its prompt, and the types of a default it can offer."""
+
+
+def _ask_field(
+    name: str, spec: dict[str, Any], required: bool, console: Console, stream: TextIO
+) -> object:
+    """One property's answer. An empty line takes the schema's ``default``, or leaves an
+    optional property out (:data:`_LEFT_OUT`); a required one without a default is asked
+    again."""
     label = name + (f" ({spec['description']})" if isinstance(spec.get("description"), str) else "")
     kind = spec.get("type")
-    if kind == "boolean":
-        return Confirm.ask(escape(label), console=console, stream=stream)
-    if kind == "integer":
-        return IntPrompt.ask(escape(label), console=console, stream=stream)
-    if kind == "number":
-        return FloatPrompt.ask(escape(label), console=console, stream=stream)
-    if kind == "string":
-        choices = spec.get("enum")
-        if isinstance(choices, list) and all(isinstance(c, str) for c in choices):
-            return Prompt.ask(escape(label), choices=choices, console=console, stream=stream)
-        return Prompt.ask(escape(label), console=console, stream=stream)
+    prompt, offered = _PROMPTS.get(kind, (None, ())) if isinstance(kind, str) else (None, ())
+    default = spec.get("default", _LEFT_OUT)
+    if prompt is None and default is not _LEFT_OUT:
+        default = json.dumps(default)  # typed as JSON, offered as JSON
+    elif default is not _LEFT_OUT and (
+        type(default) not in offered or (kind != "boolean" and type(default) is bool)
+    ):
+        default = _LEFT_OUT  # a default of another type than the property's: not offered
+    options: dict[str, Any] = {"console": console, "stream": stream}
+    if default is not _LEFT_OUT:
+        options["default"] = default
+    elif not required:
+        label += " (optional: an empty answer leaves it out)"
+        options |= {"default": _LEFT_OUT, "show_default": False}
+    choices = spec.get("enum")
+    if kind == "string" and isinstance(choices, list) and all(isinstance(c, str) for c in choices):
+        options["choices"] = choices
+    if prompt is not None:
+        return prompt.ask(escape(label), **options)
     while True:
-        raw = Prompt.ask(f"{escape(label)} (JSON)", console=console, stream=stream)
+        raw = Prompt.ask(f"{escape(label)} (JSON)", **options)
+        if raw is _LEFT_OUT:
+            return _LEFT_OUT
         try:
             return json.loads(raw)
         except ValueError as exc:
