@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any, Final, TypeAlias
 
 import anyio
+from anyio.lowlevel import checkpoint_if_cancelled
 from pydantic import JsonValue
 
 from ._bus import check_timeout
@@ -294,6 +295,8 @@ async def run_pre_hooks(
                 reason=f"pre-hook {name!r} {problem}",
                 hook=name,
             ) from exc
+        if is_async:  # one that caught its caller's cancellation and returned: the call stops
+            await checkpoint_if_cancelled()
         if decision is None:
             continue
         if not isinstance(decision, PreHookResult):

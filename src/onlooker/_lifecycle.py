@@ -26,7 +26,6 @@ from time import perf_counter
 from types import MappingProxyType
 from typing import Any, Final, Protocol, final
 
-from anyio.lowlevel import checkpoint_if_cancelled
 from pydantic import JsonValue
 
 from ._bus import EventBus
@@ -229,8 +228,6 @@ async def settle_call(call: CallState, runtime: Runtime, revalidate: Revalidate)
             metadata = call.metadata
             assert metadata is not None
             use = await run_pre_hooks(call.pre_steps, call.use, metadata, revalidate)
-            # A hook may have caught a cancellation and returned: the call must not start.
-            await checkpoint_if_cancelled()
             if call.run.aborted is not None:  # another call aborted while these hooks ran
                 raise _aborted(call.tool, call.run.aborted)
             if use is not call.use:  # a hook's modified_input (a context of its own)
