@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,6 +167,15 @@ async def test_http_endpoint_on_loopback() -> None:
     # closed with the engine: the port no longer answers
     with pytest.raises(OSError):
         await anyio.to_thread.run_sync(scrape)
+
+
+async def test_a_port_in_use_is_named_in_the_error() -> None:
+    plugin = metrics.plugin()
+    async with onlooker.ExecutionEngine(plugins=[plugin]) as engine:
+        first = engine.extension(plugin).serve(0)
+        with pytest.raises(OSError, match=rf"cannot serve on 127.0.0.1:{first.port}: ") as raised:
+            engine.extension(plugin).serve(first.port)
+        assert raised.value.errno == errno.EADDRINUSE
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

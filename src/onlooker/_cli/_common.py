@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -25,6 +26,7 @@ __all__ = [
     "escape",
     "existing_db",
     "flag",
+    "is_loopback",
     "ms",
     "parse_time",
     "printable",
@@ -197,3 +199,13 @@ async def reading(url: str | None) -> AsyncIterator[HistoryStore]:
                 raise
             store = await stack.enter_async_context(history.open(url))
         yield store
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a server listening on ``host`` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

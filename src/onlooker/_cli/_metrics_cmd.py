@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import escape, existing_db, reading, stderr
+from ._common import escape, existing_db, is_loopback, reading, stderr
 
 __all__ = ["metrics_app"]
 
@@ -67,6 +67,11 @@ async def _serve(url: str | None, port: int, host: str, interval: float) -> None
         exposed = await metrics.metrics_from_history(store)
         with exposed.serve(port, host) as server:
             stderr.print(f"serving the metrics of {escape(store.url)} at {server.url}")
+            if not is_loopback(host):
+                stderr.print(
+                    "[yellow]warning[/]: listening beyond this machine: anyone who can reach "
+                    "it can read the metrics (tool names and counts)"
+                )
             failing = False
             while True:
                 await anyio.sleep(interval)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from ._common import db_url, escape, stderr
+from ._common import db_url, escape, is_loopback, stderr
 
 if TYPE_CHECKING:
     from onlooker import Tool
@@ -72,7 +71,7 @@ def ui(
     url = db_url(db)
     label = _readable(url)
     declared = _load_tools(tools or [])
-    loopback = _is_loopback(host)
+    loopback = is_loopback(host)
     app = create_app(
         url,
         audit_dir=audit,
@@ -136,15 +135,6 @@ def _importable(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _load_tools(paths: list[Path]) -> list[Tool[..., Any]]:

@@ -78,7 +78,10 @@ class Exposed:
         Loopback by default; pass ``host="0.0.0.0"`` to listen on every
         interface. The server is closed when the engine (or this object) is.
         """
-        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            server, thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:  # name the address: "Address already in use" says not which
+            raise OSError(exc.errno, f"cannot serve on {host}:{port}: {exc.strerror}") from exc
         endpoint = MetricsServer(server, thread, host)
         self._servers.append(endpoint)
         return endpoint
