@@ -898,7 +898,11 @@ class TestEndToEnd:
             "@onlooker.tool\n"
             "def connect(dsn: str, password: str) -> str:\n"
             '    raise ConnectionError(f"auth failed for {dsn} with password {password}")\n\n'
+            "@onlooker.tool\n"
+            "def get_password() -> str:\n"
+            '    return "a tool whose name holds a secret word"\n\n'
             "async def main(ctx: onlooker.ExecutionContext) -> dict[str, str]:\n"
+            "    await ctx.call(get_password)\n"
             "    try:\n"
             '        await ctx.call(connect, dsn="postgresql://bob:pa55w0rd-xyz@db/x",'
             ' password="hunter2-secret-pw")\n'
@@ -925,6 +929,7 @@ class TestEndToEnd:
             assert outcome["result"] == {"api_key": "[REDACTED:secret_field]", "note": "ok"}
             (error,) = outcome["summary"]["errors"]
             assert "[REDACTED:url_credentials]" in error["message"]
+            assert outcome["summary"]["tool_usage"] == {"connect": 1, "get_password": 1}
 
     def test_run_as_json_keeps_what_subprocesses_print_off_stdout(self, tmp_path: Path) -> None:
         assert EXECUTABLE is not None

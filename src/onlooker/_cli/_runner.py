@@ -24,6 +24,7 @@ from onlooker._events import snapshot
 from onlooker._results import error_info
 from onlooker.plugins.audit import Redactor
 from onlooker.plugins.audit._secrets import truncate
+from onlooker.plugins.summary import ExecutionSummary
 from onlooker.plugins.history._db import mask_url
 
 from ._common import escape, printable, stderr, stdout
@@ -89,7 +90,7 @@ async def run_program(
             result = await _executed(engine, program, answer, trigger, owner, started)
         report = engine.extension(summaries).get(result.execution_id)
         if report is not None:
-            report = type(report).model_validate(redactor.redact(report.model_dump(mode="json")))
+            report = _redacted(report, redactor)
         trail_path = None
         if trail is not None and engine.extension(trail).enabled:
             trail_path = engine.extension(trail).session_dir
@@ -120,6 +121,25 @@ def _stdout_to_stderr() -> Iterator[None]:
             os.close(saved)
 
 
+def _redacted(report: ExecutionSummary, redactor: Redactor) -> ExecutionSummary:
+    """The summary with its texts (errors, paths) redacted; its counts and names as they are."""
+    text = redactor.redact_text
+    error = report.error
+    return report.model_copy(
+        update={
+            "error": None
+            if error is None
+            else error.model_copy(update={"message": text(error.message)}),
+            "errors": [e.model_copy(update={"message": text(e.message)}) for e in report.errors],
+            "children": [_redacted(child, redactor) for child in report.children],
+        }
+        | {
+            field: [text(path) for path in getattr(report, field)]
+            for field in ("files_read", "files_written", "files_edited", "files_modified")
+        }
+    )
+
+
 async def _executed(
     engine: onlooker.ExecutionEngine,
     program: LoadedProgram,
@@ -145,7 +165,7 @@ async def _executed(
 async def _print_tree(
     result: onlooker.ExecutionResult[Any],
     value: Any,
-    report: Any,
+    report: ExecutionSummary | None,
     url: str | None,
     trail_path: Path | None,
 ) -> None:
@@ -235,7 +255,7 @@ def _print_json(
     result: onlooker.ExecutionResult[Any],
     value: Any,
     redactor: Redactor,
-    report: Any,
+    report: ExecutionSummary | None,
     url: str | None,
     trail_path: Path | None,
 ) -> None:
