@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.text import Text
 
 import onlooker
-from onlooker import Elicitation, ExecutionEvent, InteractionResponse
+from onlooker import Elicitation, ErrorInfo, ExecutionEvent, InteractionResponse
 from onlooker._events import snapshot
 from onlooker._results import error_info
 from onlooker.plugins.audit import Redactor
@@ -124,12 +124,9 @@ def _stdout_to_stderr() -> Iterator[None]:
 def _redacted(report: ExecutionSummary, redactor: Redactor) -> ExecutionSummary:
     """The summary with its texts (errors, paths) redacted; its counts and names as they are."""
     text = redactor.redact_text
-    error = report.error
     return report.model_copy(
         update={
-            "error": None
-            if error is None
-            else error.model_copy(update={"message": text(error.message)}),
+            "error": _redacted_error(report.error, redactor),
             "errors": [e.model_copy(update={"message": text(e.message)}) for e in report.errors],
             "children": [_redacted(child, redactor) for child in report.children],
         }
@@ -137,6 +134,14 @@ def _redacted(report: ExecutionSummary, redactor: Redactor) -> ExecutionSummary:
             field: [text(path) for path in getattr(report, field)]
             for field in ("files_read", "files_written", "files_edited", "files_modified")
         }
+    )
+
+
+def _redacted_error(error: ErrorInfo | None, redactor: Redactor) -> ErrorInfo | None:
+    return (
+        None
+        if error is None
+        else error.model_copy(update={"message": redactor.redact_text(error.message)})
     )
 
 
@@ -191,8 +196,8 @@ async def _print_tree(
     if result.status == "completed":
         # Cut as the trail cuts a value.
         shown = json.dumps(value, ensure_ascii=False)
-        value = printable(truncate(shown, _SHOWN))
-        stdout.print(Text.assemble("\n", ("result", "green"), ": ", value))
+        line = printable(truncate(shown, _SHOWN))
+        stdout.print(Text.assemble("\n", ("result", "green"), ": ", line))
     stdout.print(
         f"\nhistory: onlooker history show {result.execution_id}"
         + (f" --db {shlex.quote(mask_url(url))}" if url else ""),  # no password on screen
@@ -261,13 +266,12 @@ def _print_json(
 ) -> None:
     if trail_path is not None and not _trail_written(trail_path):
         trail_path = None  # never written: nothing there to verify
+    error = _redacted_error(result.error, redactor)
     outcome = {
         "execution_id": result.execution_id,
         "status": result.status,
         "result": value,  # as the event holds it: NaN and Infinity are null
-        "error": None
-        if result.error is None
-        else redactor.redact(result.error.model_dump(mode="json")),
+        "error": None if error is None else error.model_dump(mode="json"),
         "summary": None if report is None else report.model_dump(mode="json"),
         "history": mask_url(url) if url else str(Path(".onlooker/history.db").resolve()),
         "audit": None if trail_path is None else str(trail_path),
