@@ -109,8 +109,9 @@ def run(
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, taken as Ctrl-C is (anyio cancels the run on a KeyboardInterrupt); its name
-    is the error type the run is recorded with."""
+    """SIGTERM, taken as Ctrl-C is: anyio cancels the run on a KeyboardInterrupt, which is
+    recorded ``cancelled`` (the cancellation's ``CancelledError``, as for Ctrl-C); this type
+    tells the two apart for the exit code."""
 
 
 def _terminated(signum: int, frame: object) -> None:
