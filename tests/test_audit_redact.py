@@ -65,6 +65,54 @@ SHAPES: list[tuple[str, str, str]] = [
     ("secret_assignment", "x db_password=p@(ss)w0rd y", "(ss)w0rd"),
     ("secret_assignment", "db_password=p@(ss)w0rd\nport=5432", "(ss)w0rd"),
     ("secret_assignment", "connect(password=p@(ss)w0rd)", "(ss)w0rd"),
+    # JSON text held in a JSON string: its quotes are escaped
+    ("secret_assignment", '{"config": "{\\"password\\": \\"JsonInStr-3344\\"}"}', "JsonInStr"),
+    # INI and credentials files: name = value to the end of the line
+    (
+        "secret_assignment",
+        "[default]\naws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCY\nregion = eu",
+        "wJalrXUtnFEMI",
+    ),
+    ("secret_assignment", "[client]\npassword = MyCnfPw-4455\n", "MyCnfPw-4455"),
+    ("gitlab_token", "git clone https://x/ with glpat-abcdefghij1234567890AB", "abcdefghij12345"),
+    ("stripe_key", "charge with sk_live_51Habcdefghijklmnop now", "51Habcdefghijklmnop"),
+    ("stripe_key", "rk_test_abcdefghijklmnop1234", "abcdefghijklmnop1234"),
+    ("huggingface_token", "HF_TOKEN hf_abcdefghijklmnopqrstuvwxyzABCDEFGH", "abcdefghijklmnopqrst"),
+    ("pypi_token", "twine upload -p pypi-AgEIcHlwaS5vcmcCJGFiY2RlZmdo", "AgEIcHlwaS5vcmcCJGFiY2"),
+    (
+        "sendgrid_key",
+        "key SG.abcdefghijklmnopqrstuv.abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQ ok",
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQ",
+    ),
+    (
+        "private_key",  # read from line 2 on, numbered as Claude Code's Read numbers it
+        "".join(f"     {n}\t{'MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOE' * 2}\n" for n in (2, 3))
+        + "     4\t-----END RSA PRIVATE KEY-----\n",
+        "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOE",
+    ),
+    (
+        "connection_string",
+        "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=abc123+/xyz==;Endpoint",
+        "abc123+/xyz==",
+    ),
+    (
+        "url_signature",
+        "https://a.blob.core.windows.net/c/b?sv=2020&sig=abcDEF%2B123&se=x",
+        "abcDEF",
+    ),
+    ("cookie", "< Set-Cookie: session=abc123def; Path=/; HttpOnly", "abc123def"),
+    ("cookie", "curl -H 'Cookie: sessionid=zz9zz9zz9' https://x", "zz9zz9zz9"),
+    ("password_option", "curl -u alice:S3cretPw https://api.example/", "S3cretPw"),
+    ("password_option", "mysqldump -u root -pS3cretPw app > dump.sql", "S3cretPw"),
+    ("password_option", "sshpass -p 'Pw 123' ssh host", "Pw 123"),
+    ("password_option", "docker login -u me -p Pw123456 registry.example", "Pw123456"),
+    (
+        "password_option",
+        "aws configure set aws_secret_access_key wJalrXUtnFEMI/K7",
+        "wJalrXUtnFEMI",
+    ),
+    ("env", "export my_pass=Pg$ecret-02; ./deploy", "Pg$ecret-02"),
+    ("env", "export my_pass=Pg$ecret-03\n./deploy", "Pg$ecret-03"),
 ]
 
 
@@ -107,6 +155,11 @@ class TestShapes:
             "secret_key: ${SECRET_KEY}",
             "cat /etc/shadow && rm -rf /var/lib/postgresql",
             "eyJhbGciOiJIUzI1NiJ9 is a header alone",
+            "password = pw",  # code: a name, not a value
+            "password = user.password\n",
+            "docker run -u 1000:1000 image",
+            "hf_hub_download(repo_id)",
+            "msg.content and SG.short",
         ],
     )
     def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:

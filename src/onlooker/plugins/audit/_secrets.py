@@ -195,7 +195,11 @@ _NOT_A_VALUE = (
     r"|number|any|Any|SecretStr|Optional)(?![\w.]))(?![$%<{=])"
     r"(?![A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?![\w.-]))"
 )
-_QUOTED = r"\"(?P<dq>(?:[^\"\\\n]|\\.)+)\"|'(?P<sq>(?:[^'\\\n]|\\.)+)'"
+_QUOTED = (
+    r"\"(?P<dq>(?:[^\"\\\n]|\\.)+)\"|'(?P<sq>(?:[^'\\\n]|\\.)+)'"
+    # quoted inside a JSON string (JSON text held in a JSON value): \"api_key\": \"...\"
+    r"|\\\"(?P<edq>[^\"\\\n]+)\\\""
+)
 _BARE = _NOT_A_VALUE + r"[^\s,;'\"`(){}\[\]#]+(?![(\[.\w])"
 # After YAML's `: `, a value with round brackets in it (Xk9(2)aZ!, p@(ss)w0rd) is
 # one value, unless it is a call and nothing more (make_password(8)).
@@ -215,24 +219,30 @@ _PARENTHESIZED = (
 _SECRET_ASSIGNMENT = (
     # A name starts after a character no name holds: scanning from inside one (each "-" of
     # "a-a-...-token") would read it again from every such start, in quadratic time.
-    r"(?<![A-Za-z0-9_.-])[\"']?" + _SECRET_NAME + r"[\"']?"
+    r"(?<![A-Za-z0-9_.-])(?:\\?[\"'])?" + _SECRET_NAME + r"(?:\\?[\"'])?"
     r"(?::[ \t]+(?P<bracketed>" + _BRACKETED + r")"
     r"|=(?P<parenthesized>" + _PARENTHESIZED + r")"
-    r"|(?:=|:[ \t]+|[ \t]*(?::=|=>|[:=])[ \t]*(?=[\"']))"
+    # INI and credentials files: name = value to the end of the line, a value that is not
+    # a word of code (it holds a digit or a symbol): aws_secret_access_key = wJalr/K7MD...
+    r"|[ \t]+=[ \t]+(?P<ini>" + _NOT_A_VALUE + r"(?=\S*[0-9/+=!@#$%^&*~-])"
+    r"[^\s,;'\"`(){}\[\]#]+)(?=[ \t]*(?:\r?\n|$))"
+    r"|(?:=|:[ \t]+|[ \t]*(?::=|=>|[:=])[ \t]*(?=\\?[\"']))"
     r"(?:" + _QUOTED + r"|(?P<bare>" + _BARE + r")))"
 )
 
 
 def _redact_assignment(match: re.Match[str]) -> str:
     """The assignment with its value (inside its quotes, when quoted) replaced."""
-    group = next(
-        name
-        for name in ("dq", "sq", "bare", "bracketed", "parenthesized")
-        if match.group(name) is not None
-    )
+    groups = ("dq", "sq", "edq", "bare", "bracketed", "parenthesized", "ini")
+    return _redact_group(match, "secret_assignment", groups)
+
+
+def _redact_group(match: re.Match[str], rule: str, groups: tuple[str, ...]) -> str:
+    """The match with the first of ``groups`` that took part replaced by ``rule``'s marker."""
+    group = next(name for name in groups if match.group(name) is not None)
     start, end = match.start(group) - match.start(), match.end(group) - match.start()
     whole = match.group(0)
-    return whole[:start] + marker("secret_assignment") + whole[end:]
+    return whole[:start] + marker(rule) + whole[end:]
 
 
 _NAME_HINTS = (
@@ -258,6 +268,59 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule("aws_access_key", r"(?:AKIA|ASIA)[0-9A-Z]{16}", hints=["akia", "asia"]),
     Rule("google_api_key", r"AIza[0-9A-Za-z_-]{30,}", hints=["aiza"]),
     Rule("npm_token", r"npm_[A-Za-z0-9]{20,}", hints=["npm_"]),
+    Rule("gitlab_token", r"glpat-[A-Za-z0-9_-]{20,}", hints=["glpat-"]),
+    Rule(
+        "stripe_key",
+        r"[sr]k_(?:live|test)_[A-Za-z0-9]{16,}",
+        hints=["sk_live_", "sk_test_", "rk_live_", "rk_test_"],
+    ),
+    Rule("huggingface_token", r"hf_[A-Za-z]{30,}", hints=["hf_"]),
+    Rule("pypi_token", r"pypi-AgE[A-Za-z0-9_-]{20,}", hints=["pypi-age"]),
+    Rule("sendgrid_key", r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}", hints=["sg."]),
+    # The body of a private key whose BEGIN line was not read (a read from line 2 on), its
+    # lines numbered or not (cat -n, Claude Code's Read). A body starts a line (the
+    # lookbehind): each line is one start, not each character.
+    Rule(
+        "private_key",
+        r"(?<![A-Za-z0-9+/=])(?:(?:[ \t]*[0-9]+\t)?[A-Za-z0-9+/=]{40,}\r?\n)++"
+        r"(?:[ \t]*[0-9]+\t)?[A-Za-z0-9+/=]{0,80}\r?\n?(?:[ \t]*[0-9]+\t)?"
+        r"-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----",
+        hints=["private key-----", "private key block-----"],
+    ),
+    # Azure storage and service-bus connection strings: AccountKey=...;
+    Rule(
+        "connection_string",
+        r"(?i:AccountKey|SharedAccessKey|SharedAccessSignature)=(?P<secret>[^;\s\"']+)",
+        hints=["accountkey=", "sharedaccesskey=", "sharedaccesssignature="],
+    ),
+    # The signature of a signed URL (Azure SAS, S3 presigned): ?sig=..., &X-Amz-Signature=...
+    Rule(
+        "url_signature",
+        r"[?&](?i:sig|x-amz-signature|signature)=(?P<secret>[^&\s\"'#]+)",
+        hints=["sig=", "signature="],
+    ),
+    Rule(
+        "cookie",
+        r"(?i:\b(?:set-)?cookie)[ \t]*:[ \t]*(?P<secret>[^\r\n\"']+)",
+        hints=["cookie"],
+    ),
+    # Passwords given as options: curl -u user:pass, mysql -pPASS, sshpass -p PASS,
+    # docker login -p PASS, aws configure set aws_secret_access_key VALUE. Each command
+    # is read up to where it starts again at most (a later search starts there): linear
+    # on "curl curl ...".
+    Rule(
+        "password_option",
+        r"\b(?:curl\b(?:(?!\bcurl\b)[^\n;&|])*?[ \t](?:-u|--user)(?:[ \t]+|=)[\"']?[^\s:\"']*:"
+        r"(?P<curl>[^\s\"']+)"
+        r"|mysql(?:dump|admin|import|show|check|sh)?\b(?:(?!\bmysql)[^\n;&|])*?[ \t]-p"
+        r"(?P<mysql>[^\s\"']+)"
+        r"|(?:sshpass[ \t]+|docker[ \t]+login\b(?:(?!\bdocker\b)[^\n;&|])*?[ \t])-p[ \t]*"
+        r"(?P<p>\"[^\"]*\"|'[^']*'|[^\s\"']+)"
+        r"|aws[ \t]+configure[ \t]+set[ \t]+\S*(?i:secret|key|token|password)\S*[ \t]+"
+        r"(?P<aws>[^\s\"']+))",
+        lambda match: _redact_group(match, "password_option", ("curl", "mysql", "p", "aws")),
+        hints=["curl", "mysql", "sshpass", "docker", "configure"],
+    ),
     # A JSON Web Token: base64url JSON header, payload and (maybe no) signature.
     Rule("jwt", r"eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]*)?", hints=["eyj"]),
     Rule("slack_token", r"xox[a-z]-[A-Za-z0-9-]{6,}", hints=["xox"]),
@@ -317,6 +380,17 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         + ")?+",
         _redact_env_run,
         hints=["="],
+    ),
+    # After export, an assignment is the environment's whatever ends it: export x=y; cmd.
+    # The literal first (a fast search for it), then the word before it checked.
+    Rule(
+        "env",
+        r"""export(?<![^\s;|&(`]export)[ \t]+(?P<run>(?:[A-Za-z_][A-Za-z0-9_]*="""
+        r"""(?:"(?:[^"\\]|\\.)*"|'[^']*'|"""
+        + _UNQUOTED
+        + r""")(?:[ \t]+|$|(?=[;&|\n])))++)(?P<tail>)""",
+        _redact_env_run,
+        hints=["export"],
     ),
     # An environment-style assignment (upper-case name) anywhere, as when a
     # command is quoted inside a message or a result.
