@@ -24,8 +24,8 @@ from onlooker._events import snapshot
 from onlooker._results import error_info
 from onlooker.plugins.audit import Redactor
 from onlooker.plugins.audit._secrets import truncate
-from onlooker.plugins.summary import ExecutionSummary
 from onlooker.plugins.history._db import mask_url
+from onlooker.plugins.summary import ExecutionSummary
 
 from ._common import escape, printable, stderr, stdout
 from ._program import LoadedProgram
