@@ -476,11 +476,34 @@ class TestWriterErrors:
 
     @pytest.mark.parametrize(
         ("option", "value"),
-        [("max_bytes", 0), ("keep", -1), ("fsync", "sometimes"), ("max_value_chars", 0)],
+        [
+            ("max_bytes", 0),
+            ("keep", -1),
+            ("fsync", "sometimes"),
+            ("max_value_chars", 0),
+            ("lock_timeout", -1),
+            ("lock_timeout", float("nan")),
+        ],
     )
     def test_bad_options(self, tmp_path: Path, option: str, value: Any) -> None:
         with pytest.raises(ValueError, match=option):
             TrailWriter(tmp_path, "s1", **{option: value})
+
+    def test_a_lock_held_by_another_writer_is_waited_for_at_most_lock_timeout(
+        self, tmp_path: Path
+    ) -> None:
+        from onlooker._shared import lock_file
+
+        writer = TrailWriter(tmp_path, "s1", lock_timeout=0.1)
+        writer.write(tool_events(1))
+        with open(tmp_path / "s1" / ".lock", "a+b") as held:
+            lock_file(held.fileno())  # another writer of the session, stuck
+            with pytest.raises(audit.AuditWriteError, match=r"stayed taken for 0\.1 s") as caught:
+                writer.write(tool_events(1))
+        assert caught.value.written == 0
+        writer.write(tool_events(1))  # free again: the next write goes through
+        writer.close()
+        assert audit.verify(tmp_path / "s1").ok
 
     def test_a_refused_write_raises_reports_and_resumes(self, tmp_path: Path) -> None:
         writer = TrailWriter(tmp_path, "s1")

@@ -741,6 +741,76 @@ class TestFailSafe:
         hook(post("toolu_1", "Bash", BASH, "ok"))  # the lock is free again: recorded
         assert [e.kind for e in hook.events()][1:] == ["ToolCallStarted", "ToolCallFinished"]
 
+    @pytest.mark.parametrize("written", [0, 1, 2])
+    def test_a_process_that_died_mid_record_leaves_no_duplicate(
+        self, hook: Hook, monkeypatch: pytest.MonkeyPatch, written: int
+    ) -> None:
+        """Killed after appending ``written`` of its batch's records, before saving the state:
+        the next process appends the rest once and goes on from the state they lead to."""
+        hook(event("UserPromptSubmit", prompt="list files"))
+        hook(bash("toolu_1", "ls"))
+        hook(bash("toolu_2", "pwd"))
+        append = _claude_hook._append
+
+        def dies(audit_dir: str, session: str, texts: list[str], redactor: Any) -> None:
+            append(audit_dir, session, texts[:written], redactor)
+            raise SystemExit(137)  # SIGKILL: nothing after this line runs
+
+        monkeypatch.setattr(_claude_hook, "_append", dies)
+        with pytest.raises(SystemExit):
+            hook(event("Stop"))  # closes both open calls and the turn: three records
+        monkeypatch.setattr(_claude_hook, "_append", append)
+        hook(event("UserPromptSubmit", prompt="and now?"))
+        events = hook.events()
+        assert audit.verify(hook.audit_dir / SESSION).ok
+        for call in ("toolu_1", "toolu_2"):  # each pair once
+            kinds = [e.kind for e in events if getattr(e, "tool_call_id", None) == call]
+            assert kinds == ["ToolCallStarted", "ToolCallFinished"], call
+        turns = [e for e in events if isinstance(e, onlooker.ExecutionFinished)]
+        assert [e.status for e in turns if e.execution_id.endswith("turn-1")] == ["completed"]
+        for execution in {e.execution_id for e in events}:
+            seqs = [e.seq for e in events if e.execution_id == execution]
+            assert seqs == list(range(len(seqs))), execution
+
+    def test_a_state_that_cannot_be_saved_leaves_no_duplicate(self, hook: Hook) -> None:
+        hook(event("UserPromptSubmit", prompt="list files"))
+        blocker = hook.audit_dir / SESSION / ".claude-hook-state.json.tmp"
+        blocker.mkdir()  # a full disk, for the small state file alone
+        hook(event("Stop"))
+        assert "IsADirectoryError" in hook.errors()
+        blocker.rmdir()
+        hook(event("UserPromptSubmit", prompt="and now?"))
+        events = hook.events()
+        finished = [e for e in events if isinstance(e, onlooker.ExecutionFinished)]
+        assert [(e.execution_id.rsplit(".", 1)[1], e.status) for e in finished] == [
+            ("turn-1", "completed")
+        ]
+        for execution in {e.execution_id for e in events}:
+            seqs = [e.seq for e in events if e.execution_id == execution]
+            assert seqs == list(range(len(seqs))), execution
+
+    def test_state_and_lock_files_are_this_users_alone(self, hook: Hook) -> None:
+        hook(event("SessionStart", source="startup"))
+        for name in (".claude-hook-state.json", ".claude-hook.lock", "events.jsonl"):
+            assert (hook.audit_dir / SESSION / name).stat().st_mode & 0o077 == 0, name
+
+    def test_a_trail_lock_held_for_good_delays_the_event_not_the_agent(
+        self, hook: Hook, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Another writer of the session's trail holds its lock: the hook waits no longer
+        than for its own lock, and the event is appended by the next process."""
+        monkeypatch.setattr(_claude_hook, "LOCK_WAIT_SECONDS", 0.3)
+        hook(event("SessionStart", source="startup"))
+        with open(hook.audit_dir / SESSION / ".lock", "a+b") as held:
+            _shared.lock_file(held.fileno())
+            started = time.monotonic()
+            hook(bash("toolu_1", "ls"))
+            assert time.monotonic() - started < 5
+        assert "stayed taken for 0.3 s" in hook.errors()
+        hook(post("toolu_1", "Bash", BASH, "ok"))
+        kinds = [e.kind for e in hook.events()]
+        assert kinds == ["ExecutionStarted", "ToolCallStarted", "ToolCallFinished"]
+
     def test_concurrent_processes_number_events_without_gaps(self, tmp_path: Path) -> None:
         hook_process(tmp_path, event("SessionStart", source="startup"))
         calls = [bash(f"toolu_{i}", f"echo {i}") for i in range(8)]

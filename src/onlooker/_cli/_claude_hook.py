@@ -51,6 +51,9 @@ MAX_RECORD_CHARS: Final = 65536
 MAX_VALUE_CHARS: Final = 2000
 """Strings longer than this are cut (the audit plugin's default)."""
 _STATE: Final = ".claude-hook-state.json"
+_PENDING: Final = ".claude-hook-pending.json"
+"""A batch on its way to the trail, with the state it leads to: what a process that died
+between the two left for the next one to finish (see :func:`_record`)."""
 _LOCK: Final = ".claude-hook.lock"
 _OPTIONS: Final = ("--audit-dir", "--deny-commands", "--history-db")
 _FLAGS: Final = ("--history", "--shorten-paths")
@@ -266,27 +269,70 @@ def _record(
     # seq has no gaps or duplicates and the hash chain stays linear. A holder
     # that never lets go (a hung or stopped process) costs this event, never the agent.
     lock_path = os.path.join(session_dir, _LOCK)
-    with open(lock_path, "a+b") as lock:
+    with os.fdopen(os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600), "r+b") as lock:
         if not lock_file_within(lock.fileno(), LOCK_WAIT_SECONDS):
             raise _HookError(
                 f"{payload['hook_event_name']} of session {session} not recorded: its lock "
                 f"{lock_path} stayed taken for {LOCK_WAIT_SECONDS:g} s (a hook process hung?)"
             )
-        state = _load_state(state_path)
+        # The trail and the state move together: the batch and the state it leads to are
+        # saved first, then the batch appended, then the state. A process that died on the
+        # way (killed, a full disk) left the pending batch, which is finished here, its
+        # records appended once: the next event never writes them again.
+        pending_path = os.path.join(session_dir, _PENDING)
+        _finish_pending(audit_dir, session, pending_path, state_path, redactor)
         session_state = Session(
             session,
-            state,
+            _load_state(state_path),
             time.time(),
             safe_id=lambda raw: safe_id(raw, redactor.redact_text),
             keep=lambda value: redactor.redact(value, max_chars=MAX_VALUE_CHARS),
         )
         events = session_state.handle(payload, verdict)
-        _write(audit_dir, session, events, redactor)
-        _save_state(state_path, session_state.state)
+        texts = _serialized(events, redactor)
+        _save_json(pending_path, {"state": session_state.state, "texts": texts})
+        _append(audit_dir, session, texts, redactor)
+        _save_json(state_path, session_state.state)
+        os.unlink(pending_path)
     return session
 
 
+def _finish_pending(
+    audit_dir: str, session: str, pending_path: str, state_path: str, redactor: Redactor
+) -> None:
+    """Finish the batch a process left pending: append what of it the trail lacks, save its
+    state, drop it. A batch this process cannot finish raises, as an unwritable trail does."""
+    pending = _load_json(pending_path)
+    if pending is None:
+        return
+    state, texts = pending.get("state"), pending.get("texts")
+    if not isinstance(state, dict) or not isinstance(texts, list):
+        raise _HookError(f"hook state {pending_path} is malformed")
+    written = _event_ids_in_trail(os.path.join(audit_dir, session))
+    missing = [text for text in texts if json_loads(text).get("event_id") not in written]
+    _append(audit_dir, session, missing, redactor)
+    _save_json(state_path, state)
+    os.unlink(pending_path)
+
+
+def _event_ids_in_trail(session_dir: str) -> set[object]:
+    """The event ids a session's trail holds (read only after a process died mid-record)."""
+    from onlooker._errors import AuditError
+    from onlooker.plugins.audit._verify import iter_records
+
+    try:
+        return {record["event"].get("event_id") for _, _, record in iter_records(session_dir)}
+    except AuditError as exc:
+        if not any(name.startswith("events") for name in os.listdir(session_dir)):
+            return set()  # the process died before the session's first record
+        raise _HookError(f"cannot read the trail to finish a pending batch: {exc}") from None
+
+
 def _load_state(path: str) -> dict[str, Any] | None:
+    return _load_json(path)
+
+
+def _load_json(path: str) -> dict[str, Any] | None:
     try:
         with open(path, "rb") as handle:
             state = json_loads(handle.read())
@@ -299,18 +345,19 @@ def _load_state(path: str) -> dict[str, Any] | None:
     return state
 
 
-def _save_state(path: str, state: dict[str, Any]) -> None:
+def _save_json(path: str, value: dict[str, Any]) -> None:
+    """Write ``value`` whole or not at all (readable by this user alone, as the trail is)."""
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(json_dumps(state))
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+        handle.write(json_dumps(value))
     os.replace(tmp, path)
 
 
-def _write(audit_dir: str, session: str, events: list[dict[str, Any]], redactor: Redactor) -> None:
-    """Redact, cap and append ``events``: each record at most :data:`MAX_RECORD_CHARS`."""
+def _serialized(events: list[dict[str, Any]], redactor: Redactor) -> list[str]:
+    """``events`` redacted, capped and serialized: each record at most :data:`MAX_RECORD_CHARS`."""
     from onlooker.plugins.audit._cap import cap_depth
     from onlooker.plugins.audit._redact import cap_record
-    from onlooker.plugins.audit._writer import AuditWriteError, TrailWriter, compact_json
+    from onlooker.plugins.audit._writer import compact_json
 
     texts = []
     for event in events:
@@ -321,12 +368,24 @@ def _write(audit_dir: str, session: str, events: list[dict[str, Any]], redactor:
         if len(text) > MAX_RECORD_CHARS:
             text = compact_json(cap_record(redacted, MAX_RECORD_CHARS))
         texts.append(text)
-    writer = TrailWriter(audit_dir, session, redactor=redactor, max_value_chars=MAX_VALUE_CHARS)
+    return texts
+
+
+def _append(audit_dir: str, session: str, texts: list[str], redactor: Redactor) -> None:
+    """Append ``texts`` to the session's trail; raises if any of them did not reach it."""
+    if not texts:
+        return
+    from onlooker.plugins.audit._writer import TrailWriter
+
+    writer = TrailWriter(
+        audit_dir,
+        session,
+        redactor=redactor,
+        max_value_chars=MAX_VALUE_CHARS,
+        lock_timeout=LOCK_WAIT_SECONDS,
+    )
     try:
         writer.write_serialized(texts)
-    except AuditWriteError as exc:
-        if exc.written == 0:  # nothing reached the trail: keep the state as it was
-            raise
     finally:
         writer.close()
 

@@ -15,7 +15,14 @@ import os
 import time
 
 from onlooker._errors import AuditError
-from onlooker._shared import SESSION_ID_RULE, is_session_id, json_loads, lock_file, unlock_file
+from onlooker._shared import (
+    SESSION_ID_RULE,
+    is_session_id,
+    json_loads,
+    lock_file,
+    lock_file_within,
+    unlock_file,
+)
 
 from ._record import GENESIS, LIVE_NAME, first_seq, record_state, segment_name
 
@@ -60,13 +67,20 @@ class Segments:
     """
 
     def __init__(
-        self, session_dir: str, *, keep: int, durable: bool, report: Callable[..., bool]
+        self,
+        session_dir: str,
+        *,
+        keep: int,
+        durable: bool,
+        report: Callable[..., bool],
+        lock_timeout: float | None = None,
     ) -> None:
         self.session_dir: Final = session_dir
         self.path: Final = os.path.join(session_dir, LIVE_NAME)
         self.keep: Final = keep
         self.durable: Final = durable  # fsync the directory after a rotation
         self._report: Final = report
+        self.lock_timeout: Final = lock_timeout  # None: wait as long as the holder keeps it
         self.fd = -1  # the live segment, open for appending
         self._lock_fd = -1
         self._ino = -1
@@ -85,7 +99,12 @@ class Segments:
             if self._lock_fd < 0:
                 os.makedirs(self.session_dir, mode=0o700, exist_ok=True)
                 self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-            lock_file(self._lock_fd)
+            if self.lock_timeout is None:
+                lock_file(self._lock_fd)
+            elif not lock_file_within(self._lock_fd, self.lock_timeout):
+                raise TimeoutError(
+                    f"the session's lock {lock} stayed taken for {self.lock_timeout:g} s"
+                )
             if _same_file(self._lock_fd, lock):
                 break
             unlock_file(self._lock_fd)  # the directory was replaced meanwhile

@@ -141,7 +141,9 @@ class WriterStatistics:
         )
 
 
-def _check_options(max_bytes: int, keep: int, fsync: str, max_value_chars: int) -> None:
+def _check_options(
+    max_bytes: int, keep: int, fsync: str, max_value_chars: int, lock_timeout: float | None
+) -> None:
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
         raise ValueError(f"max_bytes must be a positive integer, not {max_bytes!r}")
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
@@ -154,6 +156,15 @@ def _check_options(max_bytes: int, keep: int, fsync: str, max_value_chars: int) 
         or max_value_chars < 1
     ):
         raise ValueError(f"max_value_chars must be a positive integer, not {max_value_chars!r}")
+    if lock_timeout is not None and (
+        isinstance(lock_timeout, bool)
+        or not isinstance(lock_timeout, int | float)
+        or not 0 <= lock_timeout < float("inf")
+    ):
+        raise ValueError(
+            f"lock_timeout must be a non-negative, finite number of seconds or None, "
+            f"not {lock_timeout!r}"
+        )
 
 
 @final
@@ -166,7 +177,10 @@ class TrailWriter:
     file into ``events.1.jsonl`` ... ``events.<keep>.jsonl`` when it would
     exceed ``max_bytes``. It raises :class:`AuditWriteError` when the disk
     refuses (after noting the failure in ``audit.err``); nothing is ever
-    half-written.
+    half-written. A write waits for the session's lock (another writer of
+    the same session holds it meanwhile) at most ``lock_timeout`` seconds,
+    then raises :class:`AuditWriteError` as well; ``None`` waits as long as
+    the holder keeps it.
     """
 
     def __init__(
@@ -179,9 +193,10 @@ class TrailWriter:
         fsync: FsyncMode = "batch",
         redactor: Redactor | None = None,
         max_value_chars: int = 2000,
+        lock_timeout: float | None = None,
     ) -> None:
         self.session_id: Final = validate_session_id(session_id)
-        _check_options(max_bytes, keep, fsync, max_value_chars)
+        _check_options(max_bytes, keep, fsync, max_value_chars, lock_timeout)
         self.directory: Final = os.fspath(directory)
         self.session_dir: Final = os.path.join(self.directory, session_id)
         self.path: Final = os.path.join(self.session_dir, LIVE_NAME)
@@ -194,7 +209,11 @@ class TrailWriter:
         self.redactor: Final = redactor if redactor is not None else Redactor()
         self.max_value_chars: Final = max_value_chars
         self._files: Final = Segments(
-            self.session_dir, keep=keep, durable=fsync != "never", report=self.report
+            self.session_dir,
+            keep=keep,
+            durable=fsync != "never",
+            report=self.report,
+            lock_timeout=lock_timeout,
         )
         self._mutex = allocate_lock()
         self._written = self._errors = self._batches = self._bytes = self._reopened = 0
