@@ -1234,3 +1234,20 @@ class TestInteractiveAndLayout:
         (more,) = [line for line in lines if line.startswith("more: --cursor ")]
         token = more.removeprefix("more: --cursor ")
         assert invoke("history", "list", "--cursor", token, "--json").exit_code == 0
+
+    @pytest.mark.parametrize("width", [77, 60, 40])
+    def test_history_list_narrower_than_the_table_cuts_off_no_column(
+        self, recorded: dict[str, Any], width: int
+    ) -> None:
+        result = runner.invoke(
+            app, ["history", "list", "--limit", "1"], env={"COLUMNS": str(width)}
+        )
+        assert result.exit_code == 0
+        listed = json.loads(
+            invoke("history", "list", "--limit", "1", "--json").stdout.split("\n")[0]
+        )
+        shown = " ".join(result.stdout.split())
+        assert f"{listed['execution_id']} {listed['status']}" in shown
+        assert f"{listed['program']} {listed['trigger']}" in shown and " ms" in shown
+        lines = result.stdout.splitlines()
+        assert all(len(line) <= width for line in lines if not line.startswith("more:"))

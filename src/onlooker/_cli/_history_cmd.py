@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 
 import anyio
 import typer
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
-from ._common import STYLES, escape, existing_db, flag, ms, parse_time, reading, stderr, stdout
+from ._common import (
+    STYLES,
+    escape,
+    existing_db,
+    flag,
+    ms,
+    parse_time,
+    printable,
+    reading,
+    stderr,
+    stdout,
+)
 
 if TYPE_CHECKING:
     from onlooker.plugins.history import ExecutionList, ExecutionTree, HistoryStats
@@ -92,9 +104,31 @@ def list_(
         if page.next_cursor is not None:
             typer.echo(json.dumps({"next_cursor": page.next_cursor}))
         return
-    stdout.print(_table(page))
+    stdout.print(_table(page) if stdout.width >= _TABLE_WIDTH else _blocks(page))
     if page.next_cursor is not None:  # one line, whatever the width: it is copied whole
         stdout.print(f"more: --cursor {page.next_cursor}", soft_wrap=True)
+
+
+_TABLE_WIDTH: Final = 78
+"""The narrowest terminal the table fits (its columns' least widths); narrower, each
+execution is a block of lines, so no column is cut off."""
+
+
+def _blocks(page: ExecutionList) -> Text:
+    """The executions for a narrow terminal: the id and status, then the rest, wrapping."""
+    text = Text()
+    for record in page:
+        started = record.started_at.strftime("%m-%d %H:%M:%S") if record.started_at else ""
+        duration = ms(record.duration_ms) if record.duration_ms is not None else ""
+        details = "  ".join(
+            part
+            for part in (record.program or "?", record.trigger or "", started, duration)
+            if part
+        )
+        text.append(printable(record.execution_id))  # a Text: no markup, control characters
+        text.append(f"  {record.status}\n", style=STYLES.get(record.status, "white"))
+        text.append(f"  {printable(details)}\n")
+    return text
 
 
 def _table(page: ExecutionList) -> Table:
