@@ -827,6 +827,65 @@ class TestAbortWhileHooksDecide:
         assert recorder.of(onlooker.ExecutionFinished)[0].status == "failed"
 
 
+class TestAbortWhileHooksDecideMore:
+    async def test_hooks_after_the_abort_do_not_run_and_their_skip_does_not_win(self) -> None:
+        later: list[str] = []
+
+        async def slow_for_echo(use: ToolUseContext) -> None:
+            if use.tool_name == "echo":
+                await anyio.sleep(0.2)
+
+        def skip_echo(use: ToolUseContext) -> PreHookResult | None:
+            later.append(use.tool_name)
+            return PreHookResult(HookAction.SKIP) if use.tool_name == "echo" else None
+
+        def abort_writes(use: ToolUseContext) -> PreHookResult | None:
+            return PreHookResult(HookAction.ABORT, reason="stop") if use.mutating else None
+
+        outcomes: list[str] = []
+
+        async def program(ctx: ExecutionContext) -> None:
+            async def in_flight() -> None:
+                try:
+                    outcomes.append(repr(await ctx.call("echo", text="x")))
+                except HookAbortError:
+                    outcomes.append("HookAbortError")
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(in_flight)
+                await anyio.sleep(0.05)
+                with contextlib.suppress(HookAbortError):
+                    await ctx.call("write", path="x")
+
+        hooks = [HookMatcher(pre=[abort_writes, slow_for_echo, skip_echo])]
+        _, recorder = await run(program, tools=TOOLS, hooks=hooks)
+        assert later == [] and outcomes == ["HookAbortError"]
+        assert [(e.tool, e.status) for e in finished(recorder)] == [
+            ("write", "blocked"),
+            ("echo", "blocked"),
+        ]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_pre_hook_swallowing_a_native_asyncio_cancellation_stops_the_call() -> None:
+    """``asyncio.timeout`` cancels the task itself, not through an anyio scope."""
+    import asyncio
+
+    async def swallowing(use: ToolUseContext) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(5)
+
+    async def program(ctx: ExecutionContext) -> str:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.05):
+                await ctx.call("echo", text="after the cancel")
+        return "went on"
+
+    result, recorder = await run(program, tools=TOOLS, hooks=[HookMatcher(pre=[swallowing])])
+    assert ran == [] and result.value == "went on"
+    assert [e.status for e in finished(recorder)] == ["cancelled"]
+
+
 async def test_a_pre_hook_that_swallows_a_cancellation_does_not_let_the_tool_run() -> None:
     async def swallowing(use: ToolUseContext) -> None:
         with contextlib.suppress(anyio.get_cancelled_exc_class()):
@@ -934,6 +993,44 @@ class TestHooksSeeDetachedInput:
                     await call.finished("ok")
         assert args == {"paths": ["a.txt"]}
         assert recorder.of(ToolCallStarted)[0].args == {"paths": ["a.txt"]}
+
+    async def test_a_value_holding_itself_is_copied_once(self) -> None:
+        @onlooker.tool
+        def take(data: Any) -> str:
+            return "ran"
+
+        shared: dict[str, Any] = {}
+        shared["a"] = shared["b"] = shared  # a cycle, reached twice per level
+
+        def look(use: ToolUseContext) -> None:
+            copy = use.tool_input["data"]
+            assert copy is not shared and copy["a"] is copy and copy["b"] is copy
+
+        async def program(ctx: ExecutionContext) -> Any:
+            with anyio.fail_after(5):
+                return await ctx.call("take", data=shared)
+
+        result, _ = await run(program, tools=[take], hooks=[HookMatcher(pre=[look])])
+        assert result.value == "ran"
+
+    async def test_the_input_a_hook_rewrote_is_detached_from_the_next_hooks(self) -> None:
+        received: list[list[str]] = []
+
+        @onlooker.tool
+        def tag(items: list[str]) -> None:
+            received.append(items)
+
+        def rewrite(use: ToolUseContext) -> PreHookResult:
+            return PreHookResult(modified_input={"items": [*use.tool_input["items"], "b"]})
+
+        def meddle(use: ToolUseContext) -> None:
+            use.tool_input["items"].append(42)
+
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.call("tag", items=["a"])
+
+        result, _ = await run(program, tools=[tag], hooks=[HookMatcher(pre=[rewrite, meddle])])
+        assert result.status == "completed" and received == [["a", "b"]]
 
     async def test_a_rewrite_still_goes_through_modified_input(self) -> None:
         def rewrite(use: ToolUseContext) -> PreHookResult:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import enum
 import inspect
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from time import perf_counter
 from types import MappingProxyType
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, Protocol, TypeAlias
 
 import anyio
 from anyio.lowlevel import checkpoint_if_cancelled
@@ -270,21 +271,42 @@ Revalidate: TypeAlias = Callable[[Mapping[str, Any], str], dict[str, Any]]
 logger: Final = logging.getLogger("onlooker")
 
 
+class AbortState(Protocol):
+    """The state an ABORT leaves for every later call of a run (root and children)."""
+
+    aborted: HookAbortError | None
+
+
+def aborted_refusal(tool: str, abort: HookAbortError) -> HookAbortError:
+    """The refusal of a call of an execution an ABORT has ended."""
+    return HookAbortError(
+        f"tool {tool!r} refused: the execution was aborted ({abort})",
+        tool=tool,
+        reason=abort.reason,
+    )
+
+
 async def run_pre_hooks(
     steps: tuple[_Step, ...],
     use: ToolUseContext,
     metadata: dict[str, JsonValue],
     revalidate: Revalidate,
-) -> ToolUseContext:
-    """Run the pre-hooks in order; the context they leave (``tool_input`` is the final input).
+    run: AbortState,
+) -> tuple[ToolUseContext, dict[str, Any] | None]:
+    """Run the pre-hooks in order: the context they leave, and the input the tool gets
+    when one of them rewrote it (``None`` when none did).
 
     Fail-closed: a hook that raises, times out or returns something else than
     a ``PreHookResult`` blocks the call (``ToolBlockedError``). ``SKIP`` raises
     :class:`SkipCall`, ``BLOCK`` ``ToolBlockedError``, ``ABORT``
-    ``HookAbortError``. Hook metadata is merged into ``metadata``.
+    ``HookAbortError``; so does an ABORT of another call of ``run`` that came
+    meanwhile, whatever the hooks said. Hook metadata is merged into ``metadata``.
     """
     tool = use.tool_name
+    rewritten: dict[str, Any] | None = None
     for hook, timeout, name, is_async in steps:
+        if run.aborted is not None:
+            raise aborted_refusal(tool, run.aborted)
         try:
             decision = await _call_hook(hook, timeout, is_async, use)
         except Exception as exc:  # fail-closed: a broken governance hook blocks
@@ -295,8 +317,8 @@ async def run_pre_hooks(
                 reason=f"pre-hook {name!r} {problem}",
                 hook=name,
             ) from exc
-        if is_async:  # one that caught its caller's cancellation and returned: the call stops
-            await checkpoint_if_cancelled()
+        if run.aborted is not None:  # another call aborted the run while this hook decided
+            raise aborted_refusal(tool, run.aborted)
         if decision is None:
             continue
         if not isinstance(decision, PreHookResult):
@@ -309,21 +331,27 @@ async def run_pre_hooks(
             )
         if decision.metadata:
             metadata.update(decision.metadata)
-        use = _follow(decision, use, name, revalidate)
-    return use
+        use, rewritten = _follow(decision, use, name, revalidate, rewritten)
+    return use, rewritten
 
 
 def _follow(
-    decision: PreHookResult, use: ToolUseContext, name: str, revalidate: Revalidate
-) -> ToolUseContext:
-    """What one pre-hook's verdict does: the context the call goes on with, or the refusal."""
+    decision: PreHookResult,
+    use: ToolUseContext,
+    name: str,
+    revalidate: Revalidate,
+    rewritten: dict[str, Any] | None,
+) -> tuple[ToolUseContext, dict[str, Any] | None]:
+    """What one pre-hook's verdict does: the context and input the call goes on with, or
+    the refusal. The next hooks see the rewritten input detached, as the first saw its own."""
     tool = use.tool_name
     action = decision.action
     if action is HookAction.CONTINUE:
         if decision.modified_input is not None:
+            rewritten = revalidate(decision.modified_input, name)
             use = use_context(
                 tool,
-                MappingProxyType(revalidate(decision.modified_input, name)),
+                detached(rewritten),
                 use.tool_call_id,
                 use.attribution,
                 use.execution_id,
@@ -343,7 +371,43 @@ def _follow(
             tool=tool,
             reason=reason,
         )
-    return use
+    return use, rewritten
+
+
+def detached(args: dict[str, Any]) -> Mapping[str, Any]:
+    """What hooks see of a call's arguments: a read-only view whose nested lists and dicts
+    are copies, so a hook changing one in place changes neither what the tool receives nor
+    the caller's (a framework's) own values; a hook rewrites through ``modified_input``."""
+    for value in args.values():
+        if type(value) is dict or type(value) is list:
+            copies: dict[int, Any] = {}
+            return MappingProxyType({key: _copied(item, copies, 0) for key, item in args.items()})
+    return MappingProxyType(args)
+
+
+def _copied(value: Any, copies: dict[int, Any], depth: int) -> Any:
+    """``value``'s lists and dicts copied, each once (``copies``: by the original's id, so a
+    value that holds itself, or one list in many places, is copied as it is shared)."""
+    kind = type(value)
+    if kind is not dict and kind is not list:
+        return value
+    copy = copies.get(id(value))
+    if copy is not None:
+        return copy
+    if depth == _DETACHED_LEVELS:
+        return value  # deeper still: shared, as other objects are
+    if kind is dict:
+        copy = copies[id(value)] = {}
+        for key, item in value.items():
+            copy[key] = _copied(item, copies, depth + 1)
+    else:
+        copy = copies[id(value)] = []
+        for item in value:
+            copy.append(_copied(item, copies, depth + 1))
+    return copy
+
+
+_DETACHED_LEVELS: Final = 100
 
 
 async def run_post_hooks(
@@ -393,11 +457,30 @@ async def run_post_hooks(
 _RESULT_TYPES: Final = (PreHookResult, PostHookResult)
 
 
+async def _cancelled_meanwhile() -> None:
+    """Raise the cancellation a hook caught and swallowed (it returned as if none came).
+
+    An anyio cancel scope still cancelled raises at this checkpoint; a native
+    asyncio cancellation (``task.cancel()``, ``asyncio.timeout``) is still
+    counted by the task, and is raised again here.
+    """
+    await checkpoint_if_cancelled()
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is not None:
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no asyncio loop: trio
+            return
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError("cancelled while a hook ran")
+
+
 async def _call_hook(hook: Callable[..., Any], timeout: float, is_async: bool, *args: Any) -> Any:  # noqa: ASYNC109  # per-matcher timeout
     began = perf_counter()
     if is_async:
         with anyio.fail_after(timeout):
             decision = await hook(*args)
+        await _cancelled_meanwhile()
     else:
         decision = hook(*args)
         if (
@@ -407,6 +490,7 @@ async def _call_hook(hook: Callable[..., Any], timeout: float, is_async: bool, *
         ):
             with anyio.fail_after(max(timeout - (perf_counter() - began), 0.0)):
                 decision = await decision
+            await _cancelled_meanwhile()
     # Late all the same: a sync hook cannot be interrupted, and an async one may have
     # shielded itself from the cancellation, or caught it and returned.
     if perf_counter() - began > timeout:

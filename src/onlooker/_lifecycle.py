@@ -23,8 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from time import perf_counter
-from types import MappingProxyType
-from typing import Any, Final, Protocol, final
+from typing import Any, Final, final
 
 from pydantic import JsonValue
 
@@ -33,10 +32,13 @@ from ._emitter import Emitter
 from ._errors import HookAbortError, ToolBlockedError
 from ._events import ErrorInfo, ToolCallStatus
 from ._hooks import (
+    AbortState,
     HookAction,
     HookPlans,
     Revalidate,
     SkipCall,
+    aborted_refusal,
+    detached,
     run_post_hooks,
     run_pre_hooks,
     use_context,
@@ -44,7 +46,15 @@ from ._hooks import (
 from ._results import error_info
 from ._tools import ToolRegistry
 
-__all__ = ["CallState", "Runtime", "fail_call", "finish_call", "open_call", "settle_call"]
+__all__ = [
+    "AbortState",
+    "CallState",
+    "Runtime",
+    "fail_call",
+    "finish_call",
+    "open_call",
+    "settle_call",
+]
 
 
 @final
@@ -57,12 +67,6 @@ class Runtime:
     hooks: HookPlans
     extension: Callable[[Any], Any]
     """``engine.extension``: a plugin's extension by its ``Plugin``."""
-
-
-class AbortState(Protocol):
-    """The state an ABORT leaves for every later call of a run (root and children)."""
-
-    aborted: HookAbortError | None
 
 
 Check = Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -174,7 +178,7 @@ def open_call(
     call = CallState(emitter, run, tool, tool_call_id, args)
     try:
         if run.aborted is not None:  # ABORT ended the whole execution
-            raise _aborted(tool, run.aborted)
+            raise aborted_refusal(tool, run.aborted)
         validated = check(args)
         call.input = validated
         hooks = runtime.hooks
@@ -185,7 +189,7 @@ def open_call(
                 call.metadata = {}
                 call.use = use_context(
                     tool,
-                    _detached(validated),
+                    detached(validated),
                     tool_call_id,
                     attribution,
                     emitter.execution_id,
@@ -227,11 +231,11 @@ async def settle_call(call: CallState, runtime: Runtime, revalidate: Revalidate)
         if call.pre_steps:
             metadata = call.metadata
             assert metadata is not None
-            use = await run_pre_hooks(call.pre_steps, call.use, metadata, revalidate)
-            if call.run.aborted is not None:  # another call aborted while these hooks ran
-                raise _aborted(call.tool, call.run.aborted)
-            if use is not call.use:  # a hook's modified_input (a context of its own)
-                call.input = dict(use.tool_input)
+            use, rewritten = await run_pre_hooks(
+                call.pre_steps, call.use, metadata, revalidate, call.run
+            )
+            if rewritten is not None:  # a hook's modified_input, validated
+                call.input = rewritten
             call.use = use
             call.pre_steps = ()
             _start(call)
@@ -249,37 +253,6 @@ async def settle_call(call: CallState, runtime: Runtime, revalidate: Revalidate)
             call.close("cancelled", None, error_info(exc))
             raise
         _refuse(call, exc)
-
-
-def _detached(args: dict[str, Any]) -> Mapping[str, Any]:
-    """What hooks see of a call's arguments: a read-only view whose nested lists and dicts
-    are copies, so a hook changing one in place changes neither what the tool receives nor
-    the caller's (a framework's) own values; a hook rewrites through ``modified_input``."""
-    for value in args.values():
-        if type(value) is dict or type(value) is list:
-            return MappingProxyType({key: _copied(value, 0) for key, value in args.items()})
-    return MappingProxyType(args)
-
-
-def _copied(value: Any, depth: int) -> Any:
-    kind = type(value)
-    if depth == _DETACHED_LEVELS or (kind is not dict and kind is not list):
-        return value  # deeper (or a cycle's repeats): shared, as other objects are
-    if kind is dict:
-        return {key: _copied(item, depth + 1) for key, item in value.items()}
-    return [_copied(item, depth + 1) for item in value]
-
-
-_DETACHED_LEVELS: Final = 100
-
-
-def _aborted(tool: str, abort: HookAbortError) -> HookAbortError:
-    """The refusal of a call of an execution an ABORT has ended."""
-    return HookAbortError(
-        f"tool {tool!r} refused: the execution was aborted ({abort})",
-        tool=tool,
-        reason=abort.reason,
-    )
 
 
 def _refuse(call: CallState, exc: Exception) -> None:
