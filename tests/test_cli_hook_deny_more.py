@@ -74,6 +74,11 @@ DENIED: list[tuple[str, str]] = [
     ("power", "systemctl reboot"),
     ("power", "systemctl --force poweroff"),
     ("rm-recursive-root", "rm -rf build \\\n  /"),
+    # a quoted "#" or newline is part of its word: no comment, no end of the command
+    ("rm-recursive-root", 'rm -rf "build #1" /*'),
+    ("rm-recursive-root", "rm -rf 'x #' ~"),
+    ("rm-recursive-root", 'rm -rf "old\nbuild" /*'),
+    ("chmod-recursive-root", 'chmod -R 777 "a #" /'),
 ]
 
 ALLOWED: list[str] = [
@@ -173,6 +178,9 @@ class TestLongCommands:
             "exec -a  " * 30 + "x",  # a run of blanks after -a: exponential before
             "exec -a \t\t" * 40,
             repeat("sh -"),
+            "sh -" + "c" * N,
+            repeat('rm -r "a" '),
+            repeat("rm -r 'a "),
             repeat("sh -c "),
             "sh" + repeat(" -x") + " -c 'x",
             repeat("rm -r \\\n"),

@@ -297,7 +297,8 @@ _SEP: Final = (
     r"|\$?\([ \t]*"  # after "$(", a "WORD)" closes the substitution: no pattern
     # the command a shell is given to run: sh -c 'CMD', bash -lc "CMD"
     # (four options at most before -c: each start of a search then scans a bounded text)
-    r"|\b(?:ba|z|k|da)?sh(?:[ \t]+-[a-zA-Z]+){0,4}?[ \t]+-[a-zA-Z]*c[a-zA-Z]*[ \t]+[\"']?[ \t]*)"
+    # (the -c option's letters read one way only: before the c, none is a c)
+    r"|\b(?:ba|z|k|da)?sh(?:[ \t]+-[a-zA-Z]+){0,4}?[ \t]+-[abd-zA-Z]*c[a-zA-Z]*[ \t]+[\"']?[ \t]*)"
     + _prefixes(_VALUE)
     # A backtick opens or closes a substitution, and a value may hold one: after a
     # backtick, values hold none, or each one in a row of VAR=`x` would scan to the end.
@@ -324,8 +325,9 @@ def _operands(command: str, flag: str, target: str) -> str:
     flag, target = "(?:" + flag + ")" + _END, "(?:" + target + ")" + _END
     again = r"[^\s;&|]*\b" + command  # an argument where the command starts again
     # Arguments: words on this line (a newline ends the command; "\" + newline goes on),
-    # up to a comment ("#" starting a word).
-    word = r"(?!#)[^\s;&|]+"
+    # up to a comment ("#" starting a word). A quoted text is part of its word, blanks,
+    # "#" and newlines in it too ("build #1"); possessive, so a word is read one way only.
+    word = r"""(?!#)(?:"[^"]*+"|'[^']*+'|[^\s;&|])++"""
     head = r"(?:" + _BLANKS + r"(?!" + again + r"\s|" + flag + "|" + target + r")" + word
     head += r")*" + _BLANKS
     flag_then = flag + r"(?:" + _BLANKS + r"(?!" + again + head + flag + r")" + word
