@@ -67,6 +67,13 @@ SHAPES: list[tuple[str, str, str]] = [
     ("secret_assignment", "connect(password=p@(ss)w0rd)", "(ss)w0rd"),
     # JSON text held in a JSON string: its quotes are escaped
     ("secret_assignment", '{"config": "{\\"password\\": \\"JsonInStr-3344\\"}"}', "JsonInStr"),
+    # ... its own escapes doubled: a backslash, a quote, a \u escape in the secret
+    (
+        "secret_assignment",
+        json.dumps({"stdout": json.dumps({"api_key": 'p\\ss"w0rd-9'})}),
+        "w0rd-9",
+    ),
+    ("secret_assignment", json.dumps({"stdout": json.dumps({"api_key": "pässwört1"})}), "rt1"),
     # INI and credentials files: name = value to the end of the line
     (
         "secret_assignment",
@@ -160,6 +167,11 @@ class TestShapes:
             "docker run -u 1000:1000 image",
             "hf_hub_download(repo_id)",
             "msg.content and SG.short",
+            "find /var/lib/mysql -print -perm 644",
+            "def set_cookie(self, cookie: str, max_age: int = 3600) -> None:",
+            "Note on cookie: the session is kept for a day",
+            "token = -1\n",
+            "password_min_length = 12\n",
         ],
     )
     def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:

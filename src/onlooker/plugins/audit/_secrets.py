@@ -198,9 +198,10 @@ _NOT_A_VALUE = (
 _QUOTED = (
     r"\"(?P<dq>(?:[^\"\\\n]|\\.)+)\"|'(?P<sq>(?:[^'\\\n]|\\.)+)'"
     # quoted inside a JSON string (JSON text held in a JSON value): \"api_key\": \"...\"
-    r"|\\\"(?P<edq>[^\"\\\n]+)\\\""
+    # (its own escapes doubled: \\\\ for a backslash, \\\" for a quote, \\u00e4 ...)
+    r"|\\\"(?P<edq>(?:[^\"\\\n]|\\\\(?:\\\\|\\\"|[^\"\\\n]))+)\\\""
 )
-_BARE = _NOT_A_VALUE + r"[^\s,;'\"`(){}\[\]#]+(?![(\[.\w])"
+_BARE = _NOT_A_VALUE + r"(?!\\)[^\s,;'\"`(){}\[\]#]+(?![(\[.\w])"
 # After YAML's `: `, a value with round brackets in it (Xk9(2)aZ!, p@(ss)w0rd) is
 # one value, unless it is a call and nothing more (make_password(8)).
 _BRACKETED = (
@@ -225,6 +226,7 @@ _SECRET_ASSIGNMENT = (
     # INI and credentials files: name = value to the end of the line, a value that is not
     # a word of code (it holds a digit or a symbol): aws_secret_access_key = wJalr/K7MD...
     r"|[ \t]+=[ \t]+(?P<ini>" + _NOT_A_VALUE + r"(?=\S*[0-9/+=!@#$%^&*~-])"
+    r"(?![-+]?[0-9]+(?:\.[0-9]+)?[ \t]*(?:\r?\n|$))"  # a number: a setting, not a secret
     r"[^\s,;'\"`(){}\[\]#]+)(?=[ \t]*(?:\r?\n|$))"
     r"|(?:=|:[ \t]+|[ \t]*(?::=|=>|[:=])[ \t]*(?=\\?[\"']))"
     r"(?:" + _QUOTED + r"|(?P<bare>" + _BARE + r")))"
@@ -278,11 +280,11 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule("pypi_token", r"pypi-AgE[A-Za-z0-9_-]{20,}", hints=["pypi-age"]),
     Rule("sendgrid_key", r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}", hints=["sg."]),
     # The body of a private key whose BEGIN line was not read (a read from line 2 on), its
-    # lines numbered or not (cat -n, Claude Code's Read). A body starts a line (the
-    # lookbehind): each line is one start, not each character.
+    # lines numbered or not (cat -n, Claude Code's Read). A body starts a line that does not
+    # follow one of its lines (the lookbehinds): each block is read once, not once a line.
     Rule(
         "private_key",
-        r"(?<![A-Za-z0-9+/=])(?:(?:[ \t]*[0-9]+\t)?[A-Za-z0-9+/=]{40,}\r?\n)++"
+        r"(?<![A-Za-z0-9+/=])(?<![A-Za-z0-9+/=]\n)(?:(?:[ \t]*[0-9]+\t)?[A-Za-z0-9+/=]{40,}\r?\n)++"
         r"(?:[ \t]*[0-9]+\t)?[A-Za-z0-9+/=]{0,80}\r?\n?(?:[ \t]*[0-9]+\t)?"
         r"-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----",
         hints=["private key-----", "private key block-----"],
@@ -301,7 +303,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     ),
     Rule(
         "cookie",
-        r"(?i:\b(?:set-)?cookie)[ \t]*:[ \t]*(?P<secret>[^\r\n\"']+)",
+        # (a cookie's name, then =: "cookie: str" in code, and prose, are no header)
+        r"(?i:\b(?:set-)?cookie)[ \t]*:[ \t]*"
+        r"(?P<secret>[A-Za-z0-9_.!#$%&*+^`|~-]+=[^\r\n\"']*)",
         hints=["cookie"],
     ),
     # Passwords given as options: curl -u user:pass, mysql -pPASS, sshpass -p PASS,
@@ -312,11 +316,12 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "password_option",
         r"\b(?:curl\b(?:(?!\bcurl\b)[^\n;&|])*?[ \t](?:-u|--user)(?:[ \t]+|=)[\"']?[^\s:\"']*:"
         r"(?P<curl>[^\s\"']+)"
-        r"|mysql(?:dump|admin|import|show|check|sh)?\b(?:(?!\bmysql)[^\n;&|])*?[ \t]-p"
+        r"|mysql(?<![\w/.-]mysql)(?:dump|admin|import|show|check|sh)?\b"  # the command, no path
+        r"(?:(?!\bmysql)[^\n;&|])*?[ \t]-p"
         r"(?P<mysql>[^\s\"']+)"
         r"|(?:sshpass[ \t]+|docker[ \t]+login\b(?:(?!\bdocker\b)[^\n;&|])*?[ \t])-p[ \t]*"
         r"(?P<p>\"[^\"]*\"|'[^']*'|[^\s\"']+)"
-        r"|aws[ \t]+configure[ \t]+set[ \t]+\S*(?i:secret|key|token|password)\S*[ \t]+"
+        r"|aws[ \t]+configure[ \t]+set[ \t]+(?=\S*?(?i:secret|key|token|password))\S++[ \t]+"
         r"(?P<aws>[^\s\"']+))",
         lambda match: _redact_group(match, "password_option", ("curl", "mysql", "p", "aws")),
         hints=["curl", "mysql", "sshpass", "docker", "configure"],
