@@ -789,6 +789,22 @@ class TestFailSafe:
             seqs = [e.seq for e in events if e.execution_id == execution]
             assert seqs == list(range(len(seqs))), execution
 
+    @pytest.mark.parametrize("content", [b"", b"{not json", b'{"state": 1}'])
+    def test_a_pending_batch_that_cannot_be_read_is_set_aside(
+        self, hook: Hook, content: bytes
+    ) -> None:
+        """Cut short by a crash of the machine: said, kept aside, and the session goes on."""
+        hook(event("UserPromptSubmit", prompt="list files"))
+        pending = hook.audit_dir / SESSION / ".claude-hook-pending.json"
+        pending.write_bytes(content)
+        hook(bash("toolu_1", "ls"))
+        hook(post("toolu_1", "Bash", BASH, "ok"))
+        assert not pending.exists()
+        assert len(list(pending.parent.glob(".claude-hook-pending.json.unreadable-*"))) == 1
+        assert "a pending batch of records could not be read" in hook.errors()
+        kinds = [e.kind for e in hook.events() if getattr(e, "tool_call_id", None) == "toolu_1"]
+        assert kinds == ["ToolCallStarted", "ToolCallFinished"]
+
     def test_state_and_lock_files_are_this_users_alone(self, hook: Hook) -> None:
         hook(event("SessionStart", source="startup"))
         for name in (".claude-hook-state.json", ".claude-hook.lock", "events.jsonl"):

@@ -136,10 +136,12 @@ def _message(exc: BaseException) -> str:
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
-    """The exceptions a group holds, nested groups opened, in order."""
-    for exc in group.exceptions:
+    """The exceptions a group holds, nested groups opened, in order (however deep: a loop)."""
+    pending: list[BaseException] = list(reversed(group.exceptions))
+    while pending:
+        exc = pending.pop()
         if isinstance(exc, BaseExceptionGroup):
-            yield from _leaves(exc)
+            pending.extend(reversed(exc.exceptions))
         else:
             yield exc
 

@@ -86,7 +86,11 @@ def run(args: list[str]) -> int:
         event = _check(payload)
         if not audit_disabled():
             session = _record(
-                audit_dir, payload, verdict, shorten_paths="--shorten-paths" in options
+                audit_dir,
+                payload,
+                verdict,
+                shorten_paths="--shorten-paths" in options,
+                problems=problems,
             )
             if "--history" in options and event in _REPLAY_ON:
                 _replay_later(audit_dir, session, options.get("--history-db"))
@@ -248,9 +252,17 @@ _INPUT_NOT_RECORDED: Final = frozenset({"PostToolUse", "PostToolUseFailure"})
 
 
 def _record(
-    audit_dir: str, payload: dict[str, Any], verdict: Verdict | None, *, shorten_paths: bool
+    audit_dir: str,
+    payload: dict[str, Any],
+    verdict: Verdict | None,
+    *,
+    shorten_paths: bool,
+    problems: list[Exception],
 ) -> str:
-    """Record ``payload``'s events; returns the session's id as recorded (its directory)."""
+    """Record ``payload``'s events; returns the session's id as recorded (its directory).
+
+    A problem that costs this event nothing (a pending batch that cannot be read) is
+    added to ``problems``; one that does is raised."""
     redactor = _redactor(shorten_paths)
     if payload["hook_event_name"] in _INPUT_NOT_RECORDED:
         # The call's input rides the payload, not the event recorded: read it once, so a
@@ -280,10 +292,10 @@ def _record(
         # way (killed, a full disk) left the pending batch, which is finished here, its
         # records appended once: the next event never writes them again.
         pending_path = os.path.join(session_dir, _PENDING)
-        _finish_pending(audit_dir, session, pending_path, state_path, redactor)
+        _finish_pending(audit_dir, session, pending_path, state_path, redactor, problems)
         session_state = Session(
             session,
-            _load_state(state_path),
+            _load_json(state_path),
             time.time(),
             safe_id=lambda raw: safe_id(raw, redactor.redact_text),
             keep=lambda value: redactor.redact(value, max_chars=MAX_VALUE_CHARS),
@@ -298,16 +310,35 @@ def _record(
 
 
 def _finish_pending(
-    audit_dir: str, session: str, pending_path: str, state_path: str, redactor: Redactor
+    audit_dir: str,
+    session: str,
+    pending_path: str,
+    state_path: str,
+    redactor: Redactor,
+    problems: list[Exception],
 ) -> None:
     """Finish the batch a process left pending: append what of it the trail lacks, save its
-    state, drop it. A batch this process cannot finish raises, as an unwritable trail does."""
-    pending = _load_json(pending_path)
+    state, drop it. A batch this process cannot finish raises, as an unwritable trail does;
+    one it cannot read is set aside (in ``problems``), and the session goes on."""
+    try:
+        pending = _load_json(pending_path)
+        state, texts = (None, None) if pending is None else (pending["state"], pending["texts"])
+        if pending is not None and (not isinstance(state, dict) or not isinstance(texts, list)):
+            raise _HookError(f"hook state {pending_path} is malformed")
+    except (_HookError, KeyError) as exc:
+        # A crash of the machine can leave it cut short (it is not synced): what it held may
+        # or may not be in the trail. The session goes on from the state before it.
+        aside = f"{pending_path}.unreadable-{time.time_ns()}"
+        os.replace(pending_path, aside)
+        problems.append(
+            _HookError(
+                f"a pending batch of records could not be read ({exc}); kept as {aside}; "
+                "the session goes on from the state before it"
+            )
+        )
+        return
     if pending is None:
         return
-    state, texts = pending.get("state"), pending.get("texts")
-    if not isinstance(state, dict) or not isinstance(texts, list):
-        raise _HookError(f"hook state {pending_path} is malformed")
     written = _event_ids_in_trail(os.path.join(audit_dir, session))
     missing = [text for text in texts if json_loads(text).get("event_id") not in written]
     _append(audit_dir, session, missing, redactor)
@@ -326,10 +357,6 @@ def _event_ids_in_trail(session_dir: str) -> set[object]:
         if not any(name.startswith("events") for name in os.listdir(session_dir)):
             return set()  # the process died before the session's first record
         raise _HookError(f"cannot read the trail to finish a pending batch: {exc}") from None
-
-
-def _load_state(path: str) -> dict[str, Any] | None:
-    return _load_json(path)
 
 
 def _load_json(path: str) -> dict[str, Any] | None:

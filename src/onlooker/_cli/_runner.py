@@ -106,11 +106,14 @@ async def run_program(
 def _stdout_to_stderr() -> Iterator[None]:
     """``sys.stdout`` and file descriptor 1 (what a subprocess inherits) go to stderr."""
     sys.stdout.flush()
+    saved: int | None = None
     try:
         saved = os.dup(1)
         os.dup2(2, 1)
     except OSError:  # a standard stream closed: Python's own redirection only
-        saved = None
+        if saved is not None:
+            os.close(saved)
+            saved = None
     try:
         with redirect_stdout(sys.stderr):
             yield
