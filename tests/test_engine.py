@@ -1003,7 +1003,7 @@ class TestOddFailures:
         assert error_info(group).message == (
             "outer (4 sub-exceptions): ValueError: v; KeyError: 'k'; OSError: disk; and 2 more"
         )
-        deep: BaseExceptionGroup[BaseException] = ExceptionGroup("leaf", [Oops("deepest")])
+        deep: ExceptionGroup[Exception] = ExceptionGroup("leaf", [Oops("deepest")])
         for level in range(3000):  # deeper than Python's recursion limit
             deep = ExceptionGroup(f"level {level}", [deep])
         assert error_info(deep).message.endswith("(1 sub-exception): Oops: deepest")

@@ -789,7 +789,9 @@ class TestFailSafe:
             seqs = [e.seq for e in events if e.execution_id == execution]
             assert seqs == list(range(len(seqs))), execution
 
-    @pytest.mark.parametrize("content", [b"", b"{not json", b'{"state": 1}'])
+    @pytest.mark.parametrize(
+        "content", [b"", b"{not json", b'{"state": 1}', b'{"state": {}, "texts": [1]}']
+    )
     def test_a_pending_batch_that_cannot_be_read_is_set_aside(
         self, hook: Hook, content: bytes
     ) -> None:

@@ -322,10 +322,15 @@ def _finish_pending(
     one it cannot read is set aside (in ``problems``), and the session goes on."""
     try:
         pending = _load_json(pending_path)
-        state, texts = (None, None) if pending is None else (pending["state"], pending["texts"])
-        if pending is not None and (not isinstance(state, dict) or not isinstance(texts, list)):
+        if pending is None:
+            return
+        state, texts = pending.get("state"), pending.get("texts")
+        if not isinstance(state, dict) or not isinstance(texts, list):
             raise _HookError(f"hook state {pending_path} is malformed")
-    except (_HookError, KeyError) as exc:
+        ids = [json_loads(text)["event_id"] if type(text) is str else None for text in texts]
+        if None in ids:
+            raise _HookError(f"hook state {pending_path} holds a record without an event id")
+    except (_HookError, ValueError, TypeError, KeyError) as exc:
         # A crash of the machine can leave it cut short (it is not synced): what it held may
         # or may not be in the trail. The session goes on from the state before it.
         aside = f"{pending_path}.unreadable-{time.time_ns()}"
@@ -337,10 +342,8 @@ def _finish_pending(
             )
         )
         return
-    if pending is None:
-        return
     written = _event_ids_in_trail(os.path.join(audit_dir, session))
-    missing = [text for text in texts if json_loads(text).get("event_id") not in written]
+    missing = [text for text, id_ in zip(texts, ids, strict=True) if id_ not in written]
     _append(audit_dir, session, missing, redactor)
     _save_json(state_path, state)
     os.unlink(pending_path)
