@@ -886,6 +886,27 @@ async def test_a_pre_hook_swallowing_a_native_asyncio_cancellation_stops_the_cal
     assert [e.status for e in finished(recorder)] == ["cancelled"]
 
 
+async def test_a_hooked_call_in_shielded_clean_up_code_still_runs() -> None:
+    """A cancellation pending from before the hook ran is no swallowed one."""
+
+    async def slow(use: ToolUseContext) -> None:
+        await anyio.sleep(0.05)
+
+    async def program(ctx: ExecutionContext) -> str:
+        done = "not run"
+        with anyio.move_on_after(0.01):
+            try:
+                await anyio.sleep(5)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    done = await ctx.call("echo", text="cleaned up")
+        return done
+
+    result, recorder = await run(program, tools=TOOLS, hooks=[HookMatcher(pre=[slow])])
+    assert result.value == "cleaned up" and ran == ["echo:cleaned up"]
+    assert [e.status for e in finished(recorder)] == ["completed"]
+
+
 async def test_a_pre_hook_that_swallows_a_cancellation_does_not_let_the_tool_run() -> None:
     async def swallowing(use: ToolUseContext) -> None:
         with contextlib.suppress(anyio.get_cancelled_exc_class()):

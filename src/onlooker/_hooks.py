@@ -457,30 +457,40 @@ async def run_post_hooks(
 _RESULT_TYPES: Final = (PreHookResult, PostHookResult)
 
 
-async def _cancelled_meanwhile() -> None:
+def _cancel_requests() -> int:
+    """How many cancellations of the running asyncio task are pending (0 on trio)."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return 0
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no asyncio loop: trio
+        return 0
+    return 0 if task is None else task.cancelling()
+
+
+async def _cancelled_meanwhile(requests_before: int) -> None:
     """Raise the cancellation a hook caught and swallowed (it returned as if none came).
 
     An anyio cancel scope still cancelled raises at this checkpoint; a native
-    asyncio cancellation (``task.cancel()``, ``asyncio.timeout``) is still
-    counted by the task, and is raised again here.
+    asyncio cancellation (``task.cancel()``, ``asyncio.timeout``) requested
+    while the hook ran is still counted by the task, and is raised again here
+    (one pending from before, as in shielded clean-up code, is not).
     """
     await checkpoint_if_cancelled()
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is not None:
-        try:
-            task = asyncio.current_task()
-        except RuntimeError:  # no asyncio loop: trio
-            return
-        if task is not None and task.cancelling():
-            raise asyncio.CancelledError("cancelled while a hook ran")
+    if _cancel_requests() > requests_before:
+        import asyncio
+
+        raise asyncio.CancelledError("cancelled while a hook ran")
 
 
 async def _call_hook(hook: Callable[..., Any], timeout: float, is_async: bool, *args: Any) -> Any:  # noqa: ASYNC109  # per-matcher timeout
     began = perf_counter()
     if is_async:
+        requests = _cancel_requests()
         with anyio.fail_after(timeout):
             decision = await hook(*args)
-        await _cancelled_meanwhile()
+        await _cancelled_meanwhile(requests)
     else:
         decision = hook(*args)
         if (
@@ -488,9 +498,10 @@ async def _call_hook(hook: Callable[..., Any], timeout: float, is_async: bool, *
             and type(decision) not in _RESULT_TYPES
             and inspect.isawaitable(decision)  # a sync callable that returned an awaitable
         ):
+            requests = _cancel_requests()
             with anyio.fail_after(max(timeout - (perf_counter() - began), 0.0)):
                 decision = await decision
-            await _cancelled_meanwhile()
+            await _cancelled_meanwhile(requests)
     # Late all the same: a sync hook cannot be interrupted, and an async one may have
     # shielded itself from the cancellation, or caught it and returned.
     if perf_counter() - began > timeout:
