@@ -268,6 +268,15 @@ class TestTampering:
         assert report.reason == "missing_segment"
         assert report.first_bad == audit.BadLine(session / "events.1.jsonl", 1)
 
+    def test_a_missing_live_file_is_a_missing_segment(self, tmp_path: Path) -> None:
+        """A rotation always leaves a live file: without it, the newest records were removed."""
+        session = write_trail(tmp_path, tool_events(20), max_bytes=1500, keep=50)
+        (session / "events.jsonl").unlink()
+        report = audit.verify(session)
+        assert not report.ok and report.reason == "missing_segment"
+        assert report.first_bad == audit.BadLine(session / "events.jsonl", 1)
+        assert "events.jsonl is missing" in report.detail and report.records > 0
+
 
 class TestTornTail:
     def test_a_torn_last_line_is_told_apart_and_repaired(self, tmp_path: Path) -> None:

@@ -202,7 +202,13 @@ def verify(path: str | os.PathLike[str]) -> VerifyReport:
         except OSError as exc:
             raise AuditError(f"cannot read audit trail {str(file)!r}: {exc}") from exc
     head = _head_truncated(state, files, from_genesis)
-    return head if head is not None else state.report(files, None, None, "")
+    if head is not None:
+        return head
+    if Path(path).is_dir() and numbers[-1] != 0:  # a writer always leaves a live file
+        live = files[-1].with_name(LIVE_NAME)
+        detail = f"{LIVE_NAME} is missing: the newest records were removed"
+        return state.report(files, BadLine(live, 1), "missing_segment", detail)
+    return state.report(files, None, None, "")
 
 
 def _head_truncated(state: _Chain, files: list[Path], from_genesis: bool) -> VerifyReport | None:
