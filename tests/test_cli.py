@@ -648,6 +648,8 @@ class TestHistory:
         result = invoke("history", "show", "no-such-execution")
         assert result.exit_code == 1
         assert "no-such-execution" in result.output
+        escaped = invoke("history", "show", "\x1b[2Jx")  # written out once, not twice
+        assert "no execution '\\x1b[2Jx' in the history" in escaped.output
 
     def test_stats(self, recorded: dict[str, Any]) -> None:
         result = invoke("history", "stats")

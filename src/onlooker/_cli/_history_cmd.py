@@ -182,7 +182,7 @@ def show(
 
     tree = _call(read)
     if tree is None:
-        stderr.print(f"[red]error[/]: no execution {escape(execution_id)!r} in the history")
+        stderr.print(f"[red]error[/]: no execution {escape(repr(execution_id))} in the history")
         raise typer.Exit(1)
     if as_json:
         typer.echo(tree.model_dump_json(indent=2))
