@@ -315,6 +315,7 @@ class TestHelpAndUsage:
             ["history", "list", "--status", "exploded"],
             ["history", "list", "--since", "last tuesday"],
             ["history", "list", "--limit", "0"],
+            ["history", "list", "--limit", "10001"],
             ["history", "list", "--cursor", "garbage"],
             ["audit", "verify", "no/such/trail"],
         ],

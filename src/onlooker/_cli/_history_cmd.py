@@ -70,7 +70,9 @@ def list_(
     until: Annotated[
         str | None, typer.Option(help="Started before: ISO 8601 time or an age (30m, 2d).")
     ] = None,
-    limit: Annotated[int, typer.Option(min=1, help="At most this many (newest first).")] = 50,
+    limit: Annotated[
+        int, typer.Option(min=1, max=10_000, help="At most this many (newest first).")  # MAX_LIMIT
+    ] = 50,
     cursor: Annotated[
         str | None, typer.Option(help="Continue after a previous page (its next cursor).")
     ] = None,
