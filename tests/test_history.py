@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import random
 import re
+import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -492,6 +493,16 @@ class TestUnreachable:
         (tmp_path / "file").write_text("")
         with pytest.raises(onlooker.HistoryError, match="cannot use history database"):
             async with history.open(f"sqlite:///{tmp_path / 'file' / 'sub' / 'h.db'}"):
+                pass
+
+    async def test_postgresql_without_its_driver_names_the_extra(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setitem(sys.modules, "psycopg", None)  # as if not installed
+        with pytest.raises(
+            onlooker.HistoryError, match=re.escape('pip install "onlooker[postgres]"')
+        ):
+            async with history.open("postgresql+psycopg://u:pw@127.0.0.1:1/x"):
                 pass
 
     async def test_not_a_database_url(self) -> None:

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Final, NoReturn, TypeVar
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import typer
 from rich.console import Console
 from rich.text import Text

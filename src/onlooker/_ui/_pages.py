@@ -12,6 +12,7 @@ from typing import Any, Final
 from urllib.parse import urlencode
 
 import anyio
+import anyio.to_thread
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, StatementError
 from starlette.exceptions import HTTPException

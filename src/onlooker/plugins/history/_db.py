@@ -232,7 +232,14 @@ class Database:
         try:
             self.engine = _create_engine(self.url, read_only)
         except (ArgumentError, NoSuchModuleError, ImportError, OSError) as exc:
-            raise HistoryError(f"cannot use history database {self.masked_url}: {exc}") from None
+            extra = (
+                ' (pip install "onlooker[postgres]")'
+                if isinstance(exc, ImportError) and self.backend == "postgresql"
+                else ""
+            )
+            raise HistoryError(
+                f"cannot use history database {self.masked_url}: {exc}{extra}"
+            ) from None
         # PostgreSQL writes take connections that are not pinged first: a ping is one more
         # round trip per batch, and each round trip can wait for the GIL for a switch
         # interval (5 ms) while the program runs. A connection the server dropped while

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import anyio
+import anyio.to_thread
 from sqlalchemy.engine import Connection
 
 from onlooker import ExecutionEvent, HistoryError

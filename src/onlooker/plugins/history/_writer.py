@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import anyio
+import anyio.to_thread
 
 from onlooker import ExecutionEvent
 
