@@ -224,6 +224,20 @@ async def go(ctx: onlooker.ExecutionContext) -> list[str]:
 '''
 
 
+def process(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``onlooker ARGS`` as a real process in ``cwd`` (its output captured, 200 columns)."""
+    assert EXECUTABLE is not None
+    return subprocess.run(
+        [EXECUTABLE, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        check=False,
+        timeout=60,
+    )
+
+
 def invoke(*args: str, input: str | None = None) -> Any:
     return runner.invoke(app, list(args), input=input)
 
@@ -864,28 +878,13 @@ class TestMetrics:
 
 class TestEndToEnd:
     def test_run_as_a_real_process_on_a_fresh_database(self, tmp_path: Path) -> None:
-        assert EXECUTABLE is not None
-        result = subprocess.run(
-            [EXECUTABLE, "run", str(EXAMPLE), "--answer", ANSWER],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "COLUMNS": "200"},
-            check=False,
-            timeout=60,
-        )
+        result = process("run", str(EXAMPLE), "--answer", ANSWER, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         assert "fetch" in result.stdout and "unreachable" in result.stdout
         assert "report written" in result.stdout
         assert (tmp_path / ".onlooker" / "history.db").is_file()
         (trail,) = (tmp_path / ".onlooker" / "audit").iterdir()
-        verify = subprocess.run(
-            [EXECUTABLE, "audit", "verify", str(trail)],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=60,
-        )
+        verify = process("audit", "verify", str(trail), cwd=tmp_path)
         assert verify.returncode == 0, verify.stdout + verify.stderr
 
     @pytest.mark.parametrize("as_json", [False, True])
@@ -894,7 +893,6 @@ class TestEndToEnd:
     ) -> None:
         """Progress lines, the summary's errors, the result and ``--json`` are redacted as
         history and the trail are: a log of the run is no leak."""
-        assert EXECUTABLE is not None
         program = tmp_path / "leaky.py"
         program.write_text(
             "import onlooker\n\n"
@@ -913,15 +911,7 @@ class TestEndToEnd:
             "        pass\n"
             '    return {"api_key": "sk-live-1234567890abcdef1234", "note": "ok"}\n'
         )
-        result = subprocess.run(
-            [EXECUTABLE, "run", str(program), *(["--json"] if as_json else [])],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "COLUMNS": "200"},
-            check=False,
-            timeout=60,
-        )
+        result = process("run", str(program), *(["--json"] if as_json else []), cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         printed = result.stdout + result.stderr
         assert "connect" in result.stderr and "[REDACTED:" in result.stdout
@@ -935,7 +925,6 @@ class TestEndToEnd:
             assert outcome["summary"]["tool_usage"] == {"connect": 1, "get_password": 1}
 
     def test_run_as_json_keeps_what_subprocesses_print_off_stdout(self, tmp_path: Path) -> None:
-        assert EXECUTABLE is not None
         program = tmp_path / "shell.py"
         program.write_text(
             "import os, subprocess, sys\n"
@@ -949,14 +938,7 @@ class TestEndToEnd:
             '    print("from-print")\n'
             '    return "ok"\n'
         )
-        result = subprocess.run(
-            [EXECUTABLE, "run", str(program), "--json", "--quiet"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=60,
-        )
+        result = process("run", str(program), "--json", "--quiet", cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["result"] == "ok"
         assert result.stderr.split() == ["from-subprocess", "from-fd-1", "from-print"]

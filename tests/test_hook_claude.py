@@ -66,6 +66,20 @@ def of(
     return [e for e in events if isinstance(e, kind) and execution in (None, e.execution_id)]
 
 
+BACKGROUND_LAUNCH = [
+    event("UserPromptSubmit", prompt="explore"),
+    pre("toolu_1", "Agent", {**EXPLORE, "run_in_background": True}),
+    event("SubagentStart", agent_id="bg-1", agent_type="Explore"),
+    post("toolu_1", "Agent", EXPLORE, {"agentId": "bg-1", "status": "async_launched"}),
+]
+"""A prompt launching a background sub-agent (``bg-1``), which goes on after the launch."""
+BACKGROUND_READS = [
+    pre("toolu_2", "Read", {"file_path": "a.py"}, agent_id="bg-1", agent_type="Explore"),
+    post("toolu_2", "Read", {"file_path": "a.py"}, "code", agent_id="bg-1", agent_type="Explore"),
+    event("SubagentStop", agent_id="bg-1", agent_type="Explore", stop_hook_active=False),
+]
+"""The background sub-agent reads a file and stops."""
+
 WHOLE_SESSION = [
     event("SessionStart", source="startup", model="claude-sonnet-4-5"),
     event("UserPromptSubmit", prompt="run the tests", prompt_id="prompt-1"),
@@ -342,15 +356,9 @@ class TestLaterEvents:
 
     def test_a_failed_turn_waits_for_its_background_sub_agent(self, hook: Hook) -> None:
         hook.all([
-            event("UserPromptSubmit", prompt="explore"),
-            pre("toolu_1", "Agent", {**EXPLORE, "run_in_background": True}),
-            event("SubagentStart", agent_id="bg-1", agent_type="Explore"),
-            post("toolu_1", "Agent", EXPLORE, {"agentId": "bg-1", "status": "async_launched"}),
+            *BACKGROUND_LAUNCH,
             event("StopFailure", error="server_error"),
-            pre("toolu_2", "Read", {"file_path": "a.py"}, agent_id="bg-1", agent_type="Explore"),
-            post("toolu_2", "Read", {"file_path": "a.py"}, "code", agent_id="bg-1",
-                 agent_type="Explore"),
-            event("SubagentStop", agent_id="bg-1", agent_type="Explore", stop_hook_active=False),
+            *BACKGROUND_READS,
             event("SessionEnd", reason="other"),
         ])  # fmt: skip
         events = hook.events()
@@ -369,15 +377,9 @@ class TestLaterEvents:
         turn and the sub-agent end ``cancelled``; the sub-agent's later events open another
         execution, never a second ``ExecutionStarted`` under the same id."""
         hook.all([
-            event("UserPromptSubmit", prompt="explore"),
-            pre("toolu_1", "Agent", {**EXPLORE, "run_in_background": True}),
-            event("SubagentStart", agent_id="bg-1", agent_type="Explore"),
-            post("toolu_1", "Agent", EXPLORE, {"agentId": "bg-1", "status": "async_launched"}),
+            *BACKGROUND_LAUNCH,
             event("UserPromptSubmit", prompt="something else"),
-            pre("toolu_2", "Read", {"file_path": "a.py"}, agent_id="bg-1", agent_type="Explore"),
-            post("toolu_2", "Read", {"file_path": "a.py"}, "code", agent_id="bg-1",
-                 agent_type="Explore"),
-            event("SubagentStop", agent_id="bg-1", agent_type="Explore", stop_hook_active=False),
+            *BACKGROUND_READS,
             event("Stop", stop_hook_active=False),
             event("SessionEnd", reason="other"),
         ])  # fmt: skip

@@ -763,40 +763,65 @@ class TestArgsOfRefusedCalls:
         assert ran == []
 
 
+async def slow_for_echo(use: ToolUseContext) -> None:
+    if use.tool_name == "echo":
+        await anyio.sleep(0.2)
+
+
+def abort_writes(use: ToolUseContext) -> PreHookResult | None:
+    return PreHookResult(HookAction.ABORT, reason="stop") if use.mutating else None
+
+
+def echo_while_a_write_aborts(outcomes: list[str]) -> Callable[[ExecutionContext], Any]:
+    """A program calling ``echo`` in a task, and ``write`` (which aborts) while echo's hooks
+    decide; ``outcomes`` gets what the echo call returned, or the refusal it raised."""
+
+    async def program(ctx: ExecutionContext) -> None:
+        async def in_flight() -> None:
+            try:
+                outcomes.append(repr(await ctx.call("echo", text="in flight")))
+            except HookAbortError as exc:
+                outcomes.append(str(exc))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(in_flight)
+            await anyio.sleep(0.05)
+            with contextlib.suppress(HookAbortError):
+                await ctx.call("write", path="x")
+
+    return program
+
+
 class TestAbortWhileHooksDecide:
     """An ABORT refuses every later call, also one whose pre-hooks were still deciding."""
 
     async def test_a_call_pending_its_pre_hooks_is_refused_by_an_abort_meanwhile(self) -> None:
-        async def slow_for_echo(use: ToolUseContext) -> None:
-            if use.tool_name == "echo":
-                await anyio.sleep(0.2)
-
-        def abort_writes(use: ToolUseContext) -> PreHookResult | None:
-            return PreHookResult(HookAction.ABORT, reason="stop") if use.mutating else None
-
         refusals: list[str] = []
-
-        async def program(ctx: ExecutionContext) -> None:
-            async def in_flight() -> None:
-                try:
-                    await ctx.call("echo", text="in flight")
-                except HookAbortError as exc:
-                    refusals.append(str(exc))
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(in_flight)
-                await anyio.sleep(0.05)
-                with contextlib.suppress(HookAbortError):
-                    await ctx.call("write", path="x")
-
         hooks = [HookMatcher(pre=[abort_writes, slow_for_echo])]
-        result, recorder = await run(program, tools=TOOLS, hooks=hooks)
+        result, recorder = await run(echo_while_a_write_aborts(refusals), tools=TOOLS, hooks=hooks)
         assert ran == [] and result.status == "failed"
         assert [(e.tool, e.status) for e in finished(recorder)] == [
             ("write", "blocked"),
             ("echo", "blocked"),
         ]
         assert len(refusals) == 1 and "the execution was aborted" in refusals[0]
+
+    async def test_hooks_after_the_abort_do_not_run_and_their_skip_does_not_win(self) -> None:
+        later: list[str] = []
+
+        def skip_echo(use: ToolUseContext) -> PreHookResult | None:
+            later.append(use.tool_name)
+            return PreHookResult(HookAction.SKIP) if use.tool_name == "echo" else None
+
+        outcomes: list[str] = []
+        hooks = [HookMatcher(pre=[abort_writes, slow_for_echo, skip_echo])]
+        _, recorder = await run(echo_while_a_write_aborts(outcomes), tools=TOOLS, hooks=hooks)
+        assert later == [] and len(outcomes) == 1
+        assert "the execution was aborted" in outcomes[0]  # a HookAbortError, not a skip's None
+        assert [(e.tool, e.status) for e in finished(recorder)] == [
+            ("write", "blocked"),
+            ("echo", "blocked"),
+        ]
 
     async def test_a_tracked_call_pending_its_pre_hooks_is_not_allowed_after_an_abort(
         self,
@@ -825,45 +850,6 @@ class TestAbortWhileHooksDecide:
         assert verdicts == {"delete": HookAction.ABORT, "search": HookAction.ABORT}
         assert [e.status for e in finished(recorder)] == ["blocked", "blocked"]
         assert recorder.of(onlooker.ExecutionFinished)[0].status == "failed"
-
-
-class TestAbortWhileHooksDecideMore:
-    async def test_hooks_after_the_abort_do_not_run_and_their_skip_does_not_win(self) -> None:
-        later: list[str] = []
-
-        async def slow_for_echo(use: ToolUseContext) -> None:
-            if use.tool_name == "echo":
-                await anyio.sleep(0.2)
-
-        def skip_echo(use: ToolUseContext) -> PreHookResult | None:
-            later.append(use.tool_name)
-            return PreHookResult(HookAction.SKIP) if use.tool_name == "echo" else None
-
-        def abort_writes(use: ToolUseContext) -> PreHookResult | None:
-            return PreHookResult(HookAction.ABORT, reason="stop") if use.mutating else None
-
-        outcomes: list[str] = []
-
-        async def program(ctx: ExecutionContext) -> None:
-            async def in_flight() -> None:
-                try:
-                    outcomes.append(repr(await ctx.call("echo", text="x")))
-                except HookAbortError:
-                    outcomes.append("HookAbortError")
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(in_flight)
-                await anyio.sleep(0.05)
-                with contextlib.suppress(HookAbortError):
-                    await ctx.call("write", path="x")
-
-        hooks = [HookMatcher(pre=[abort_writes, slow_for_echo, skip_echo])]
-        _, recorder = await run(program, tools=TOOLS, hooks=hooks)
-        assert later == [] and outcomes == ["HookAbortError"]
-        assert [(e.tool, e.status) for e in finished(recorder)] == [
-            ("write", "blocked"),
-            ("echo", "blocked"),
-        ]
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])

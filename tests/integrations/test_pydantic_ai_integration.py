@@ -84,6 +84,28 @@ def deny(use: ToolUseContext) -> PreHookResult:
     return PreHookResult(action=HookAction.BLOCK, reason=f"{use.tool_name} is never allowed")
 
 
+async def run_doubler(
+    script: Script, hooks: Sequence[HookMatcher] = ()
+) -> tuple[list[int], RecordingObserver, str]:
+    """An agent with one tool, ``double(x: int)``, run on ``script`` under the capability:
+    the arguments the tool ran with, the events, the run's output."""
+    ran: list[int] = []
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine(hooks=hooks) as engine:
+        engine.bus.subscribe(recorder, name="recorder")
+        agent: Agent[None, str] = Agent(
+            script.model(), name="doubler", capabilities=[OnlookerCapability(engine)]
+        )
+
+        @agent.tool_plain
+        def double(x: int) -> int:
+            ran.append(x)
+            return 2 * x
+
+        output = (await agent.run("go")).output
+    return ran, recorder, output
+
+
 def shape(events: Sequence[onlooker.ExecutionEvent]) -> list[tuple[str, ...]]:
     """Each event as (kind, tool, status) — enough to pin the exact sequence."""
     rows: list[tuple[str, ...]] = []
@@ -596,22 +618,8 @@ class TestFrameworkFeatures:
         def garble(use: ToolUseContext) -> PreHookResult:
             return PreHookResult(modified_input={"x": "not a number"})
 
-        ran: list[int] = []
         script = Script(ToolCallPart("double", {"x": 2}, tool_call_id="d1"), "ok")
-        recorder = RecordingObserver()
-        async with onlooker.ExecutionEngine(hooks=[HookMatcher(pre=(garble,))]) as engine:
-            engine.bus.subscribe(recorder, name="recorder")
-            agent: Agent[None, str] = Agent(
-                script.model(), name="doubler", capabilities=[OnlookerCapability(engine)]
-            )
-
-            @agent.tool_plain
-            def double(x: int) -> int:
-                ran.append(x)
-                return 2 * x
-
-            await agent.run("go")
-
+        ran, recorder, _ = await run_doubler(script, [HookMatcher(pre=(garble,))])
         assert ran == []
         check_stream(recorder.events)
         (started,) = recorder.of(ToolCallStarted)
@@ -629,27 +637,13 @@ class TestFrameworkFeatures:
 
     async def test_arguments_the_tool_refuses_are_a_failed_call(self, check_stream: Check) -> None:
         """The model's own invalid arguments: PydanticAI asks it again (a retry prompt)."""
-        ran: list[int] = []
         script = Script(
             ToolCallPart("double", '{"x": "many"}', tool_call_id="d1"),  # JSON, as providers send
             ToolCallPart("double", {"x": 2}, tool_call_id="d2"),
             "ok",
         )
-        recorder = RecordingObserver()
-        async with onlooker.ExecutionEngine() as engine:
-            engine.bus.subscribe(recorder)
-            agent: Agent[None, str] = Agent(
-                script.model(), name="doubler", capabilities=[OnlookerCapability(engine)]
-            )
-
-            @agent.tool_plain
-            def double(x: int) -> int:
-                ran.append(x)
-                return 2 * x
-
-            assert (await agent.run("go")).output == "ok"
-
-        assert ran == [2]
+        ran, recorder, output = await run_doubler(script)
+        assert output == "ok" and ran == [2]
         check_stream(recorder.events)
         first, second = recorder.of(ToolCallFinished)
         assert (first.tool_call_id, first.status, second.status) == ("d1", "failed", "completed")
