@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import onlooker
 from onlooker import ToolCallFinished, ToolCallStarted, ToolUseContext
-from onlooker._cli import _claude_hook
+from onlooker._cli import _claude_hook, main
 from onlooker._cli._app import app
 from onlooker._cli._rules import RuleError, load_rules
 from onlooker.policies import DEFAULT_DENIED_COMMANDS, deny_commands
@@ -256,7 +256,9 @@ class TestFailClosed:
         out = io.StringIO()
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(payload)))
         monkeypatch.setattr(sys, "stdout", out)
-        assert _claude_hook.run(["--audit-dir=~/trails", "--deny-commands=~/deny.txt"]) == 0
+        with pytest.raises(SystemExit) as exit_:  # the console script's entry point
+            main(["hook", "claude-code", "--audit-dir=~/trails", "--deny-commands=~/deny.txt"])
+        assert exit_.value.code == 0
         printed = decision(out.getvalue())
         assert printed is not None and "rule sudo" in printed[1]
         assert (tmp_path / "trails").is_dir() and not (tmp_path / "~").exists()

@@ -14,7 +14,7 @@ __all__ = ["main"]
 
 def main(argv: list[str] | None = None) -> None:
     """Run the ``onlooker`` command line (the console script's entry point)."""
-    args = sys.argv[1:] if argv is None else argv
+    args = [_tilde_expanded(arg) for arg in (sys.argv[1:] if argv is None else argv)]
     if args[:2] == ["hook", "claude-code"] and not {"-h", "--help"} & set(args[2:]):
         try:
             from ._claude_hook import run
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(run(args[2:]))
     from ._app import app
 
-    app(args=[_tilde_expanded(arg) for arg in args], prog_name="onlooker")
+    app(args=args, prog_name="onlooker")
 
 
 _PATH_OPTIONS = frozenset(
@@ -44,9 +44,10 @@ _PATH_OPTIONS = frozenset(
 
 def _tilde_expanded(arg: str) -> str:
     """``--audit-dir=~/x`` as ``--audit-dir ~/x`` is: the shell expands no ``~`` after ``=``,
-    and a path option's value would be a directory named ``~``."""
+    and a path option's value would be a directory named ``~`` (for every command, the
+    hook's too)."""
     name, eq, value = arg.partition("=")
-    if eq and name in _PATH_OPTIONS and value.startswith("~"):
+    if eq and value.startswith("~") and name in _PATH_OPTIONS:
         import os.path
 
         return f"{name}={os.path.expanduser(value)}"

@@ -132,7 +132,7 @@ def _parse_args(args: list[str], problems: list[Exception]) -> dict[str, str]:
         if not value and name != "--deny-commands":
             problems.append(_HookError(f"option {name} needs a value"))
             continue
-        options[name] = os.path.expanduser(value) if value.startswith("~") else value
+        options[name] = value
         if name == "--history-db":
             options["--history"] = ""
     return options
@@ -302,10 +302,12 @@ def _record(
         )
         events = session_state.handle(payload, verdict)
         texts = _serialized(events, redactor)
-        _save_json(pending_path, {"state": session_state.state, "texts": texts})
-        _append(audit_dir, session, texts, redactor)
+        if texts:
+            _save_json(pending_path, {"state": session_state.state, "texts": texts})
+            _append(audit_dir, session, texts, redactor)
         _save_json(state_path, session_state.state)
-        os.unlink(pending_path)
+        if texts:
+            os.unlink(pending_path)
     return session
 
 

@@ -26,7 +26,12 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    from onlooker.plugins.history import ExecutionList, ExecutionTree, HistoryStats
+    from onlooker.plugins.history import (
+        ExecutionList,
+        ExecutionRecord,
+        ExecutionTree,
+        HistoryStats,
+    )
 
 __all__ = ["history_app"]
 
@@ -116,12 +121,17 @@ _TABLE_WIDTH: Final = 78
 execution is a block of lines, so no column is cut off."""
 
 
+def _times(record: ExecutionRecord) -> tuple[str, str]:
+    """An execution's start (UTC, to the second) and duration, as the list shows them."""
+    started = record.started_at.strftime("%m-%d %H:%M:%S") if record.started_at else ""
+    return started, ms(record.duration_ms) if record.duration_ms is not None else ""
+
+
 def _blocks(page: ExecutionList) -> Text:
     """The executions for a narrow terminal: the id and status, then the rest, wrapping."""
     text = Text()
     for record in page:
-        started = record.started_at.strftime("%m-%d %H:%M:%S") if record.started_at else ""
-        duration = ms(record.duration_ms) if record.duration_ms is not None else ""
+        started, duration = _times(record)
         details = "  ".join(
             part
             for part in (record.program or "?", record.trigger or "", started, duration)
@@ -144,8 +154,7 @@ def _table(page: ExecutionList) -> Table:
     table.add_column("started (UTC)", no_wrap=True, min_width=14)
     table.add_column("duration", justify="right", no_wrap=True, min_width=8)
     for record in page:
-        started = record.started_at.strftime("%m-%d %H:%M:%S") if record.started_at else ""
-        duration = ms(record.duration_ms) if record.duration_ms is not None else ""
+        started, duration = _times(record)
         style = STYLES.get(record.status, "white")
         table.add_row(
             escape(record.execution_id),

@@ -292,5 +292,8 @@ class _Progress:
         self.redactor = redactor
 
     def handle(self, event: ExecutionEvent) -> None:
-        shown = self.redactor.redact_event(event.model_dump(mode="json"))
-        self.console.print(event_line(onlooker.parse_event(shown)))
+        form = event.model_dump(mode="json")
+        redacted = self.redactor.redact_event(form)
+        # (redact_event gives its argument back when nothing needed redacting)
+        shown = event if redacted is form else onlooker.parse_event(redacted)
+        self.console.print(event_line(shown))
