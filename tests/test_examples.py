@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import onlooker
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -53,3 +55,40 @@ def test_tracked_agent() -> None:
 def test_integration_examples(example: str, expected: str) -> None:
     """Each framework's example runs offline and shows the refused call."""
     assert expected in run_example(f"examples/integrations/{example}")
+
+
+def _block_after(text: str, heading: str, fence: str) -> str:
+    """The first fenced block opening with ``fence`` after ``heading``."""
+    rest = text[text.index(heading) :]
+    start = rest.index(fence + "\n") + len(fence) + 1
+    return rest[start : rest.index("\n```", start) + 1]
+
+
+def test_readme_quick_start_prints_what_the_readme_shows() -> None:
+    """The README's quick start runs, warning-free, and prints its shown output."""
+    readme = (ROOT / "README.md").read_text()
+    code = _block_after(readme, "## Quick start", "```python")
+    after_code = readme[readme.index(code) + len(code) + len("```") :]
+    shown = _block_after(after_code, "```", "```")
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")  # no warning either
+    assert done.stdout == shown
+
+
+def test_python_dash_m_runs_the_cli() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "onlooker", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"onlooker {onlooker.__version__}\n"

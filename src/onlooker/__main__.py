@@ -1,0 +1,5 @@
+"""``python -m onlooker``: the command line, as the ``onlooker`` script runs it."""
+
+from onlooker._cli import main
+
+main()
