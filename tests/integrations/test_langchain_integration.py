@@ -531,6 +531,25 @@ async def test_the_wrapper_alone_governs_each_call_in_an_execution_of_its_own() 
     assert [e.status for e in recorder.of(ExecutionFinished)] == ["completed", "completed"]
 
 
+async def test_the_wrapper_alone_records_the_post_hooks_output_as_the_result() -> None:
+    """A call's own execution ends with what the graph got, not what a post-hook removed."""
+
+    def scrub(context: ToolUseContext, output: Any) -> PostHookResult:
+        return PostHookResult(modified_output=str(output).replace("A1", "[order]"))
+
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine(hooks=[HookMatcher(post=[scrub])]) as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine))
+        chat = model(call("lookup", "c1", order_id="A1"), AIMessage(content="done"))
+        await agent.graph("bot", chat, agent.tools()).ainvoke({"messages": [HumanMessage("hi")]})
+    shown = agent.tool_message("c1").content
+    assert "A1" not in shown and "[order]" in shown
+    [ended] = recorder.of(ToolCallFinished)
+    [finished] = recorder.of(ExecutionFinished)
+    assert ended.result == finished.result == shown
+
+
 # -- shapes of runs ---------------------------------------------------------------------
 
 

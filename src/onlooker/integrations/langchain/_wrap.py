@@ -224,11 +224,12 @@ class _ToolNodeGovernor:
                 await standalone.finish("failed", error=error)
             return result
         output: object = message.content if message is not None else result
+        rewritten = output
         try:
             rewritten = await call.finished(output)
         finally:
-            if standalone is not None:
-                await standalone.finish("completed", result=output)
+            if standalone is not None:  # its result: what the graph gets
+                await standalone.finish("completed", result=rewritten)
         if message is result and rewritten is not output:
             return message.model_copy(update={"content": _as_content(rewritten)})
         return result
