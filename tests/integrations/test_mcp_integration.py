@@ -705,10 +705,12 @@ class TestContainment:
         with pytest.raises(ImportError, match=r'pip install "onlooker\[mcp\]"'):
             OnlookerMiddleware(onlooker.ExecutionEngine())
 
+    @pytest.mark.parametrize("missing", ["mcp_types", "mcp.server"])
     def test_importing_without_the_sdk_names_the_extra(
-        self, monkeypatch: pytest.MonkeyPatch
+        self, monkeypatch: pytest.MonkeyPatch, missing: str
     ) -> None:
-        monkeypatch.setitem(sys.modules, "mcp_types", None)
+        """Without the SDK, even with its ``mcp_types`` package installed on its own."""
+        monkeypatch.setitem(sys.modules, missing, None)
         monkeypatch.delitem(sys.modules, "onlooker.integrations.mcp")
         with pytest.raises(ImportError, match=r'pip install "onlooker\[mcp\]"'):
             importlib.import_module("onlooker.integrations.mcp")

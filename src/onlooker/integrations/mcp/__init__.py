@@ -84,6 +84,7 @@ from __future__ import annotations
 from .. import require
 
 require("mcp_types", extra="mcp", framework="MCP")
+require("mcp.server", extra="mcp", framework="MCP")  # the SDK itself: mcp_types ships apart
 
 from ._middleware import OnlookerMiddleware, request_id_of  # noqa: E402  # after require()
 
