@@ -10,11 +10,13 @@ spans made on another thread.
 from __future__ import annotations
 
 import contextlib
+import gc
 import gzip
 import http.server
 import json
 import logging
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -1108,6 +1110,28 @@ class TestIngestManualSpans:
             "OnlookerSpanProcessor stops recording: the engine is closed"
         ]
         assert processor.force_flush()
+
+    @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+    def test_spans_after_the_event_loop_closed_are_dropped_with_no_warning(
+        self, anyio_backend: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A span ending once ``anyio.run`` returned (a late thread, interpreter exit)."""
+        provider = TracerProvider()
+
+        async def main() -> None:
+            async with onlooker.ExecutionEngine() as engine:
+                provider.add_span_processor(otel.OnlookerSpanProcessor(engine))
+
+        anyio.run(main, backend=anyio_backend)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with provider.get_tracer("my-app").start_as_current_span(
+                "execute_tool late", attributes={"gen_ai.operation.name": "execute_tool"}
+            ):
+                pass
+            gc.collect()
+        assert [str(w.message) for w in caught] == []
+        assert "dropped" in caplog.text
 
     async def test_building_it_outside_an_event_loop_is_an_error(self) -> None:
         async with onlooker.ExecutionEngine() as engine:

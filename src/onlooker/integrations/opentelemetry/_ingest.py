@@ -268,7 +268,12 @@ class OnlookerSpanProcessor(SpanProcessor):
         native = self._token.native_token
         context = self._context.copy()
         if isinstance(native, asyncio.AbstractEventLoop):
-            self._task = native.create_task(fn(), context=context)
+            coroutine = fn()
+            try:
+                self._task = native.create_task(coroutine, context=context)
+            except BaseException:
+                coroutine.close()  # a closed loop: never started, not "never awaited"
+                raise
         else:
             import trio
 
