@@ -124,6 +124,32 @@ class TestCompactJson:
             _shared.json_dumps(loop)
 
 
+class TestLongInts:
+    """An int with more digits than ``int()`` takes (4,300): json refuses to read or write it."""
+
+    def test_read_as_a_string_saying_so(self) -> None:
+        text = '{"a": [1, -' + "9" * 5000 + ', 2.5], "b": NaN}'
+        with pytest.raises(ValueError, match="4300"):
+            json.loads(text)
+        said = "<int of 5000 digits: too long for JSON readers>"
+        assert _shared.json_loads(text)["a"] == [1, said, 2.5]
+        assert _shared.json_loads_finite(text) == {"a": [1, said, 2.5], "b": None}
+        assert _shared.json_loads(text.encode()) == _shared.json_loads(text)
+
+    def test_written_as_a_string_saying_so(self) -> None:
+        value = {"a": [10**5000, "x"], "b": 2**64}
+        with pytest.raises(ValueError, match="4300"):
+            STDLIB(value)
+        said = "<int of 16610 bits: too long for JSON readers>"
+        assert _shared.json_dumps(value) == STDLIB({"a": [said, "x"], "b": 2**64})
+        assert _shared.json_dumps(10**4299) == STDLIB(10**4299)  # 4,300 digits: written
+
+    def test_invalid_json_still_names_its_fault(self) -> None:
+        for bad in ("[1,", "[1] x", "[" + "9" * 5000 + ",", "[" + "9" * 5000 + "] x"):
+            with pytest.raises(ValueError, match=r"Expecting value|Extra data"):
+                _shared.json_loads(bad)
+
+
 class TestSessionIds:
     DOCUMENTED = re.compile(_shared.SESSION_ID_RULE)  # the pattern the writer used to compile
 

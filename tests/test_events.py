@@ -564,6 +564,26 @@ class TestSnapshots:
             assert parse_event(event.model_dump_json()) == event
         assert snapshot_object({"n": -(10**4299)})["n"] == -(10**4299)  # 4,300 digits: kept
 
+    def test_a_nested_int_too_long_for_json_readers_reads_as_a_string(self) -> None:
+        """pydantic-core copies an int nested in a value as it is, and writes it whole; its
+        JSON reads back with the int as a string saying so, and NaN is still refused."""
+        event = ToolCallStarted(
+            event_id="e",
+            execution_id="x",
+            seq=0,
+            at=datetime(2025, 1, 1, tzinfo=UTC),
+            attribution=Attribution(),
+            tool_call_id="c",
+            tool="keep",
+            args={"n": [10**5000, 1]},
+        )
+        read = parse_event(event.model_dump_json())
+        assert read.args == {"n": ["<int of 5001 digits: too long for JSON readers>", 1]}  # type: ignore[union-attr]
+        with_nan = event.model_dump_json().replace(",1]", ",NaN]")
+        assert "NaN" in with_nan
+        with pytest.raises(EventValidationError, match="NaN"):
+            parse_event(with_nan)
+
     @pytest.mark.anyio
     @pytest.mark.parametrize("depth", [199, 253, 300, 5000])
     async def test_deeply_nested_values_round_trip(self, anyio_backend: str, depth: int) -> None:

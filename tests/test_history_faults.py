@@ -889,6 +889,56 @@ def _corrupt(statement: str) -> Any:
     return run
 
 
+class TestLongInts:
+    """An int too long for ``int()`` (over 4,300 digits) nested in a value: what JSON readers
+    refuse is read as a string saying so, and nothing else of the execution or trail is lost."""
+
+    @pytest.mark.parametrize("with_surrogate", [False, True], ids=["alone", "beside a surrogate"])
+    async def test_the_execution_and_its_trail_read_back_whole(
+        self, url: str, tmp_path: Path, with_surrogate: bool
+    ) -> None:
+        @onlooker.tool
+        def sink(x: list[Any]) -> str:
+            return "ok"
+
+        value: list[Any] = [10**5000, *(["caf\udce9"] if with_surrogate else [])]
+
+        async def program(ctx: ExecutionContext) -> str:
+            await ctx.call("sink", x=[1])
+            await ctx.call("sink", x=value)
+            result: str = await ctx.call("sink", x=[2])
+            return result
+
+        recorder = history.plugin(url)
+        trail_plugin = audit.plugin(tmp_path / "audit", session_id="s1")
+        trigger = onlooker.Trigger(kind="cli", metadata={"n": [10**5000]})
+        async with onlooker.ExecutionEngine(
+            tools=[sink], plugins=[recorder, trail_plugin]
+        ) as engine:
+            result = await engine.execute(program, trigger=trigger)
+        assert result.status == "completed"
+        writer = engine.extension(recorder).statistics()
+        assert writer is not None and writer.dead_letters == 0
+        assert engine.extension(trail_plugin).statistics().errors == 0
+        async with history.open(url) as store:
+            tree = await store.get_execution(result.execution_id)
+            events = await store.events(result.execution_id)
+        assert tree is not None
+        assert [call.args for call in tree.tool_calls][0::2] == [{"x": [1]}, {"x": [2]}]
+        kept = tree.tool_calls[1].args
+        assert kept is not None and isinstance(kept["x"], list)
+        [noted, *rest] = kept["x"]
+        assert rest == value[1:]
+        assert noted in (
+            "<int of 5001 digits: too long for JSON readers>",  # as pydantic wrote it
+            "<int of 16610 bits: too long for JSON readers>",  # as json writes it
+        )
+        assert [event.seq for event in events] == list(range(8))
+        trail = tmp_path / "audit" / "s1"
+        assert audit.verify(trail).ok
+        assert [event.event_id for event in audit.tail(trail)] == [e.event_id for e in events]
+
+
 class TestValueCap:
     """Issue 12, item 9: history caps a stored value as the audit trail does, with its marker."""
 

@@ -31,7 +31,7 @@ from pydantic import (
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ._errors import EventValidationError
-from ._shared import SCHEMA_VERSION
+from ._shared import SCHEMA_VERSION, int_or_note, json_loads, long_int_note
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -319,10 +319,8 @@ def parse_event(raw: bytes | str | dict[str, Any]) -> ExecutionEvent:
                 # JSON that pydantic's parser refuses and json reads: a lone surrogate escaped
                 # (\udc80: an undecodable file name, as the standard library writes it), or
                 # values nested deeper than its 200 levels.
-                import json
-
                 try:
-                    data = json.loads(raw)
+                    data = json_loads(raw)  # an int too long for int() as a string saying so
                 except (ValueError, RecursionError):
                     raise exc from None
                 return _EVENT_ADAPTER.validate_python(data)
@@ -349,7 +347,7 @@ def _refuse_non_finite(raw: str) -> None:
         raise _NonFinite(name)
 
     try:
-        json.loads(raw, parse_float=finite, parse_constant=constant)
+        json.loads(raw, parse_float=finite, parse_constant=constant, parse_int=int_or_note)
     except _NonFinite as exc:
         raise EventValidationError(
             f"event JSON is invalid: NaN and Infinity are not JSON numbers, nor is one too "
@@ -427,7 +425,7 @@ def _scalar(value: str | int | float | None) -> JsonValue:
     if isinstance(value, float):
         return value if isfinite(value) else None
     if type(value) is int and not -_HUGE < value < _HUGE:
-        return f"<int of {value.bit_length()} bits: too long for JSON readers>"
+        return long_int_note(value)
     return value
 
 
@@ -461,7 +459,8 @@ def snapshot(value: object) -> JsonValue:
     An iterator (a generator, a ``map``, an open file) is recorded by its
     ``repr``: copying it would use it up, and the program still gets it
     whole. Both rules hold for the value itself, not for one nested inside
-    a container, which pydantic-core copies as it is.
+    a container, which pydantic-core copies as it is (:func:`parse_event`
+    reads such an int back as a string saying so).
     """
     kind = type(value)
     if kind in _SCALARS:

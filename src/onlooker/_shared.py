@@ -19,7 +19,8 @@ rule):
   the hook's rule files alike;
 - JSON without ``re``: :func:`json_loads`, :func:`json_loads_finite` (NaN and
   infinities read as None) and :func:`json_dumps` (compact, non-ASCII kept),
-  CPython's own C scanner and encoder, as ``json`` uses them; importing
+  CPython's own C scanner and encoder, as ``json`` uses them (an int too long
+  for ``int()`` is read, and written, as a string saying so); importing
   ``json`` would import ``re``, ``enum`` and more, half the cost of a bare
   interpreter start, for a hook whose payload may need no regular
   expression at all;
@@ -51,6 +52,7 @@ __all__ = [
     "audit_disabled",
     "compile_command_rule",
     "envelope",
+    "int_or_note",
     "is_session_id",
     "iso_time",
     "json_dumps",
@@ -58,9 +60,12 @@ __all__ = [
     "json_loads_finite",
     "lock_file",
     "lock_file_within",
+    "long_int_note",
+    "noting_long_ints",
     "safe_session_id",
     "sha256",
     "unlock_file",
+    "without_long_ints",
 ]
 
 # -- the event envelope ---------------------------------------------------------------------
@@ -429,17 +434,25 @@ def _codec() -> tuple[
             strict = True
             object_hook = None
             object_pairs_hook = None
-            parse_int = int
 
             def __init__(
-                self, parse_float: Callable[[str], Any], constants: dict[str, float | None]
+                self,
+                parse_float: Callable[[str], Any],
+                constants: dict[str, float | None],
+                parse_int: Callable[[str], Any] = int,  # int itself: the scanner's fast path
             ) -> None:
                 self.parse_float = parse_float
                 self.parse_constant = constants.__getitem__
+                self.parse_int = parse_int
 
         # typeshed: make_scanner takes a JSONDecoder; these attributes are all it reads
         scan = make_scanner(_Decoding(float, _CONSTANTS))  # type: ignore[arg-type]
         scan_finite = make_scanner(_Decoding(_finite_float, _NO_CONSTANTS))  # type: ignore[arg-type]
+        # What reads an int too long for int() (json.loads refuses it): tried after a failure.
+        scan_long = make_scanner(_Decoding(float, _CONSTANTS, int_or_note))  # type: ignore[arg-type]
+        scan_long_finite = make_scanner(
+            _Decoding(_finite_float, _NO_CONSTANTS, int_or_note)  # type: ignore[arg-type]
+        )
 
         def default(value: object) -> Any:
             raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
@@ -450,18 +463,26 @@ def _codec() -> tuple[
         def loads_finite(text: str | bytes) -> Any:
             try:
                 return json.loads(
-                    text, parse_float=_finite_float, parse_constant=_NO_CONSTANTS.__getitem__
+                    text,
+                    parse_float=_finite_float,
+                    parse_constant=_NO_CONSTANTS.__getitem__,
+                    parse_int=int_or_note,
                 )
             except RecursionError:
                 raise ValueError("JSON nested too deeply") from None
 
+        encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
         return (
-            json.loads,
-            json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode,
+            lambda text: json.loads(text, parse_int=int_or_note),
+            lambda value: noting_long_ints(encode, value),
             loads_finite,
         )
 
-    def loader(scan: Callable[[str, int], tuple[Any, int]], finite: bool) -> Callable[..., Any]:
+    def loader(
+        scan: Callable[[str, int], tuple[Any, int]],
+        scan_long: Callable[[str, int], tuple[Any, int]],
+        finite: bool,
+    ) -> Callable[..., Any]:
         def loads(text: str | bytes) -> Any:
             if not isinstance(text, str):
                 text = text.decode("utf-8")
@@ -472,14 +493,20 @@ def _codec() -> tuple[
                 raise ValueError(f"Expecting value: char {stop.value}") from None
             except RecursionError:  # json's own error; a ValueError like every bad input
                 raise ValueError("JSON nested too deeply") from None
-            except Exception:  # the C scanner reports errors through json.decoder,
-                import json  # which may not be loaded yet: let json itself say what is wrong
+            except Exception:  # an int too long for int(), or JSON that is not valid
+                try:
+                    value, end = scan_long(text, start)
+                except Exception:  # the C scanner reports errors through json.decoder,
+                    import json  # which may not be loaded yet: let json itself say what is wrong
 
-                if finite:
-                    return json.loads(
-                        text, parse_float=_finite_float, parse_constant=_NO_CONSTANTS.__getitem__
-                    )
-                return json.loads(text)
+                    if finite:
+                        return json.loads(
+                            text,
+                            parse_float=_finite_float,
+                            parse_constant=_NO_CONSTANTS.__getitem__,
+                            parse_int=int_or_note,
+                        )
+                    return json.loads(text, parse_int=int_or_note)
             rest = len(text) - len(text.rstrip(" \t\n\r"))
             if end != len(text) - rest:
                 raise ValueError(f"Extra data: char {end}")
@@ -493,9 +520,60 @@ def _codec() -> tuple[
         # A new encoder per call: its table of containers being encoded (the
         # circular-reference check) must not outlive a call that failed.
         encode = make_encoder({}, default, encode_basestring, None, ":", ",", False, False, True)
-        return "".join(encode(value, 0))
+        return noting_long_ints(lambda v: "".join(encode(v, 0)), value)
 
-    return loader(scan, False), dumps, loader(scan_finite, True)
+    return loader(scan, scan_long, False), dumps, loader(scan_finite, scan_long_finite, True)
+
+
+def noting_long_ints(encode: Callable[[Any], str], value: Any) -> str:
+    """``encode(value)``; when it fails on an int too long for ``str()``, the encoding of
+    ``value`` with each such int replaced by :func:`long_int_note`."""
+    try:
+        return encode(value)
+    except ValueError as exc:
+        try:
+            noted = without_long_ints(value)
+        except RecursionError:  # a circular reference: json's own error
+            raise exc from None
+        if noted is value:
+            raise
+        return encode(noted)
+
+
+def long_int_note(value: int) -> str:
+    """What stands for an int too long for JSON readers (``int()`` takes 4,300 digits)."""
+    return f"<int of {value.bit_length()} bits: too long for JSON readers>"
+
+
+def without_long_ints(value: Any) -> Any:
+    """``value`` (JSON: lists, dicts, scalars) with each int ``str()`` refuses replaced by
+    :func:`long_int_note`; ``value`` itself when it holds none. For failure paths: it walks."""
+    kind = type(value)
+    if isinstance(value, int) and kind is not bool:
+        try:
+            repr(value)
+        except ValueError:
+            return long_int_note(value)
+        return value
+    if kind is not dict and kind is not list and kind is not tuple:
+        return value
+    items = value.items() if kind is dict else enumerate(value)
+    out: Any = None
+    for key, item in items:
+        new = without_long_ints(item)
+        if new is not item:
+            if out is None:
+                out = dict(value) if kind is dict else list(value)
+            out[key] = new
+    return value if out is None else out
+
+
+def int_or_note(digits: str) -> int | str:
+    """A JSON integer; one with more digits than ``int()`` takes as a string saying so."""
+    try:
+        return int(digits)
+    except ValueError:
+        return f"<int of {len(digits.lstrip('-'))} digits: too long for JSON readers>"
 
 
 _CONSTANTS: Final[dict[str, float | None]] = {

@@ -62,7 +62,8 @@ def json_bytes(value: Any) -> bytes:
     """``value`` as ``json.dumps(value, separators=(",", ":"), ensure_ascii=False)`` in UTF-8.
 
     Lone surrogates are written as ``\\udXXX`` escapes (``backslashreplace``),
-    which read back as the same string. A value that is not JSON raises
+    which read back as the same string; an int too long for ``str()`` as
+    :func:`onlooker._shared.long_int_note` says. A value that is not JSON raises
     :mod:`json`'s ``TypeError`` or ``ValueError``.
     """
     if _ENCODE is None:  # pragma: no cover - another interpreter
@@ -70,8 +71,10 @@ def json_bytes(value: Any) -> bytes:
     else:
         try:
             text = "".join(_ENCODE(value, 0))
-        except RecursionError:
-            text = json_dumps(value)  # a circular reference: json's own error, or the text
+        except (RecursionError, ValueError):
+            # A circular reference: json's own error, or the text; an int too long for str()
+            # (over 4,300 digits), which no JSON reader takes: a string saying so.
+            text = json_dumps(value)
     return text.encode("utf-8", "backslashreplace")
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from collections.abc import Generator, Iterator, Sequence
@@ -12,6 +11,7 @@ from typing import BinaryIO, Protocol
 
 import onlooker
 from onlooker import AuditError, EventValidationError, ExecutionEvent
+from onlooker._shared import json_loads
 
 from ._verify import is_note, iter_records, segments_of
 from ._writer import LIVE_NAME
@@ -115,7 +115,7 @@ class _Follower:
 
     def _parse(self, file: Path, line_no: int, raw: bytes) -> ExecutionEvent | None:
         try:
-            record = json.loads(raw)
+            record = json_loads(raw)
         except ValueError:
             raise AuditError(f"{file}:{line_no}: not a JSON audit record") from None
         if is_note(record):  # the writer's own record: no event, but it takes a seq

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, TypeAlias, final
 
 from onlooker._errors import AuditError
+from onlooker._shared import json_loads
 
 from ._record import GENESIS, LIVE_NAME, RECORD_VERSION
 
@@ -126,7 +126,7 @@ class _Bad(Exception):
 def _parse(raw: bytes) -> dict[str, Any]:
     """One record line (without its newline), structure and own hash checked."""
     try:
-        record = json.loads(raw)
+        record = json_loads(raw)
     except ValueError as exc:
         raise _Bad("malformed", f"not JSON: {exc}") from None
     if not isinstance(record, dict):
@@ -317,7 +317,7 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[tuple[Path, int, dict
         with open(file, "rb") as handle:
             for line_no, raw in enumerate(handle, 1):
                 try:
-                    record = json.loads(raw)
+                    record = json_loads(raw)
                 except ValueError:
                     if last_file and not raw.endswith(b"\n"):
                         return  # a torn tail: a crash mid-write

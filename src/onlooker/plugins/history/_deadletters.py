@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from onlooker import ExecutionEvent
-from onlooker._shared import lock_file
+from onlooker._shared import json_loads, lock_file, noting_long_ints
 from onlooker.plugins.audit._events import json_form  # keys with lone surrogates kept
 
 __all__ = [
@@ -160,7 +160,7 @@ class DeadLetters:
                     continue
                 for line in lines:
                     try:
-                        event_id = json.loads(line).get("event_id")
+                        event_id = json_loads(line).get("event_id")
                     except (ValueError, AttributeError):
                         continue
                     if isinstance(event_id, str):
@@ -177,7 +177,7 @@ class DeadLetters:
 
     def _keep(self, entry: dict[str, Any]) -> None:
         # ensure_ascii: a lone surrogate is escaped, so the line can always be encoded
-        text = json.dumps(entry, ensure_ascii=True, separators=(",", ":"), default=repr) + "\n"
+        text = _ascii_json(entry) + "\n"
         with self._lock:
             self.count += 1
             self._held.append(text)
@@ -229,3 +229,11 @@ def check_private_dir(directory: Path) -> None:
         or stat.st_mode & 0o077
     ):
         raise PermissionError(f"{directory} is not a private directory of this user")
+
+
+def _ascii_json(value: Any) -> str:
+    """``value``'s JSON, escaped to ASCII (a lone surrogate can always be encoded), any
+    other object by its ``repr``, an int too long for ``str()`` as a string saying so."""
+    return noting_long_ints(
+        lambda v: json.dumps(v, ensure_ascii=True, separators=(",", ":"), default=repr), value
+    )

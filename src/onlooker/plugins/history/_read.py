@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import Connection, RowMapping
 
 from onlooker import EventValidationError, ExecutionEvent, HistoryError, parse_event
+from onlooker._shared import json_loads
 
 from ._db import describe
 from ._records import (
@@ -58,7 +59,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     """The position a cursor names; :class:`HistoryError` if it is not one of ours."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        at, execution_id = json.loads(raw)
+        at, execution_id = json_loads(raw)
         moment = datetime.fromisoformat(at)
         if moment.tzinfo is None or not isinstance(execution_id, str):
             raise ValueError(cursor)
@@ -161,7 +162,7 @@ def _fields(row: RowMapping, table: str, what: str) -> dict[str, Any]:
         text = fields[name]
         if isinstance(text, str):
             try:
-                fields[name] = json.loads(text)
+                fields[name] = json_loads(text)
             except ValueError as exc:
                 raise corrupt(what, fields["execution_id"], f"{name} is not JSON: {exc}") from None
     return fields

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine, UserDefinedType
 
 from onlooker import HistoryError, SchemaVersionError
+from onlooker._shared import json_loads, noting_long_ints
 
 __all__ = [
     "HISTORY_SCHEMA_VERSION",
@@ -48,6 +49,10 @@ class _PgJson(UserDefinedType[Any]):
         return "JSON"
 
 
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
 class Json(TypeDecorator[Any]):
     """A JSON value: ``TEXT`` on SQLite, ``json`` on PostgreSQL; SQL ``NULL`` for ``None``."""
 
@@ -60,13 +65,13 @@ class Json(TypeDecorator[Any]):
         return dialect.type_descriptor(sa.Text())
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
-        return None if value is None else json.dumps(value, separators=(",", ":"))
+        return None if value is None else noting_long_ints(_compact_json, value)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> Any:
         if value is None:
             return None
         if isinstance(value, str) and dialect.name != "postgresql":
-            return json.loads(value)
+            return json_loads(value)
         return value
 
 
