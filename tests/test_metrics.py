@@ -85,6 +85,24 @@ async def test_counts_after_a_run() -> None:
     assert "onlooker_executions_total" not in {m.name for m in REGISTRY.collect()}
 
 
+async def test_an_undecodable_trigger_or_tool_name_keeps_the_exposition_whole() -> None:
+    """A lone surrogate (an undecodable name) in a label: the exposition is UTF-8."""
+    name = "caf\udce9"
+    plugin = metrics.plugin()
+    async with onlooker.ExecutionEngine(plugins=[plugin]) as engine:
+        engine.declare_tool(onlooker.ToolDeclaration(name=name))
+        for trigger in ("webhook-caf\udce9", "cli"):
+            async with engine.track("agent", trigger=trigger) as run:
+                call = await run.tool_started(name, {})
+                await call.finished("ok")
+        values = samples(engine.extension(plugin).exposition())
+    executions = "onlooker_executions_total"
+    assert values[executions, (("status", "completed"), ("trigger", "webhook-caf\ufffd"))] == 1
+    assert values[executions, (("status", "completed"), ("trigger", "cli"))] == 1
+    calls = "onlooker_tool_calls_total"
+    assert values[calls, (("status", "completed"), ("tool", "caf\ufffd"))] == 2
+
+
 async def test_a_registry_of_ones_own_serves_one_engine_after_another() -> None:
     """An app that builds an engine per job hands each the registry it serves: the metrics
     leave it when their engine closes (a second one failed to start: duplicated series)."""

@@ -66,6 +66,7 @@ __all__ = [
     "sha256",
     "unlock_file",
     "without_long_ints",
+    "without_surrogates",
 ]
 
 # -- the event envelope ---------------------------------------------------------------------
@@ -418,6 +419,18 @@ def compile_command_rule(
         return re.compile(pattern)
     except re.error as exc:
         raise ValueError(f"rule {name}: invalid regular expression: {exc}") from None
+
+
+def without_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate (an undecodable file name) as U+FFFD: what UTF-8
+    encoders take (a text column, a metric's label, XML)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
 
 
 # -- JSON and SHA-256 without their heavy modules ---------------------------------------------

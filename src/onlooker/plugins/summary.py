@@ -40,6 +40,7 @@ from onlooker import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from onlooker._shared import without_surrogates
 
 __all__ = ["DEFAULT_KEEP", "ExecutionSummary", "SummaryStore", "ToolCallError", "plugin"]
 
@@ -51,13 +52,12 @@ SummaryStatus = Literal["running", "completed", "failed", "cancelled", "expired"
 _NOT_XML: Final = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 """Characters XML 1.0 cannot carry (control characters, lone surrogates)."""
 _ROLES: Final = ("reads", "writes", "edits")
-_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 def _without_surrogates(value: Any) -> Any:
     """``value`` (JSON-shaped) with every lone surrogate in its strings as U+FFFD."""
     if isinstance(value, str):
-        return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
+        return without_surrogates(value)
     if isinstance(value, dict):
         return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
     if isinstance(value, list):

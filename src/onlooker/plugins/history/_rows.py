@@ -23,7 +23,6 @@ nothing else.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -46,6 +45,7 @@ from onlooker import (
     ToolCallStarted,
     parse_event,
 )
+from onlooker._shared import without_surrogates
 from onlooker.plugins.audit._encode import json_bytes  # the trail's JSON: surrogates escaped
 from onlooker.plugins.audit._events import json_form  # keys with lone surrogates kept
 from onlooker.plugins.audit._redact import cap_record  # the trail's record cap, its markers
@@ -124,10 +124,7 @@ def _json_text(value: Any, serialize: Callable[[Any], bytes] = to_json) -> str:
 def no_surrogate(value: Any) -> Any:
     """``value`` as a text column stores it: a lone surrogate (an undecodable name) as U+FFFD;
     the raw event keeps it, escaped."""
-    return _SURROGATE.sub("\ufffd", value) if type(value) is str else value
-
-
-_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+    return without_surrogates(value) if type(value) is str else value
 
 
 def _no_nul(value: Any) -> Any:

@@ -24,6 +24,7 @@ from onlooker import (
     ToolRegistry,
     define_plugin,
 )
+from onlooker._shared import without_surrogates
 
 from ._exposed import Exposed
 from ._families import MetricsSnapshot, families
@@ -119,10 +120,11 @@ class Metrics(Exposed):
         label = self._labels.get(tool)
         if label is not None:
             return label
-        if tool in self._tools:
-            label = tool
-        elif self._registry is not None and self._registry.declaration(tool) is not None:
-            label = tool  # a foreign tool the engine was told about: a bounded set too
+        if tool in self._tools or (
+            # a foreign tool the engine was told about: a bounded set too
+            self._registry is not None and self._registry.declaration(tool) is not None
+        ):
+            label = without_surrogates(tool)  # the exposition is UTF-8
         else:
             return OTHER  # not cached: a tool declared later gets its own label
         self._labels[tool] = label
@@ -142,7 +144,7 @@ class Metrics(Exposed):
             case ToolCallStarted():
                 pass  # counted when it finishes
             case ExecutionStarted():
-                trigger = event.trigger.kind
+                trigger = without_surrogates(event.trigger.kind)  # the exposition is UTF-8
                 if trigger not in self._triggers:
                     if len(self._triggers) >= MAX_TRIGGERS:
                         trigger = OTHER
