@@ -642,6 +642,25 @@ class TestDeadAsyncObserver:
         (record,) = records_naming(caplog, "dies", "Stop")
         assert record.levelno == logging.ERROR
 
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # raised by hand only on asyncio
+    async def test_a_cancelled_error_it_raises_itself_is_a_death_named_in_the_log(
+        self, anyio_backend: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """As when it awaits a future something else cancelled: nothing cancelled its worker."""
+        import asyncio
+
+        async def dies(e: ExecutionEvent) -> None:
+            raise asyncio.CancelledError
+
+        with anyio.fail_after(10), pytest.raises(asyncio.CancelledError):
+            async with ExecutionEngine() as engine:
+                engine.bus.subscribe(dies, name="dies")
+                engine.bus.emit(event(0))
+                await anyio.sleep_forever()  # the crashed worker cancels this
+        assert engine.bus.statistics().dropped_by_reason == {"died": 1}
+        (record,) = records_naming(caplog, "dies", "it died of CancelledError")
+        assert record.levelno == logging.ERROR
+
     async def test_the_engine_closes_while_executions_go_on(self, check_stream: Check) -> None:
         """The issue's case: executions still emit (their closing events) after the death."""
 
@@ -730,6 +749,29 @@ class TestStalledAsyncObserver:
         (stalled,) = records_naming(caplog, "hung", "stalled", "stall_timeout")
         assert stalled.levelno == logging.ERROR
         assert len(records_naming(caplog, "hung", "shutdown timeout")) == 1
+
+    async def test_the_close_names_an_observer_that_swallows_its_cancellation(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """No task can be ended from outside: the close waits for it, and says for which."""
+        gives_up_at: list[float] = []
+
+        async def stubborn(e: ExecutionEvent) -> None:
+            while True:  # a retry loop that catches everything, cancellation included
+                try:
+                    await anyio.sleep(1000)
+                except BaseException:
+                    if gives_up_at and anyio.current_time() > gives_up_at[0]:
+                        raise  # so that this test ends
+
+        with anyio.fail_after(10):
+            async with ExecutionEngine(shutdown_timeout=0.05) as engine:
+                engine.bus.subscribe(stubborn, name="stubborn")
+                engine.bus.emit(event(0))
+                await wait_all_tasks_blocked()
+                gives_up_at.append(anyio.current_time() + 1.5)
+        (waits,) = records_naming(caplog, "waits for observer 'stubborn'", "cancellation")
+        assert waits.levelno == logging.ERROR
 
     async def test_cancelling_the_task_in_the_engine_block_still_flushes(
         self, check_stream: Check

@@ -46,7 +46,7 @@ from ._observer import (
     observer_name,
     resolve_handler,
 )
-from ._queue import AsyncQueue, DropReason, Overflow
+from ._queue import AsyncQueue, DropReason, Overflow, logger
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -432,12 +432,14 @@ class EventBus:
         """
         if self._closed:
             return
+        task_group = self._task_group
         try:
-            if self._task_group is not None:
+            if task_group is not None:
                 with anyio.move_on_after(grace):
                     await self.flush()
         finally:  # also when an observer died of a BaseException while its queue was drained
             self._closed = True
+            running = [queue for queue in self._queues if queue.running]
             for queue in self._queues:
                 if queue.drain_scope is not None:  # another task's flush is handing it over
                     queue.drain_scope.cancel()
@@ -445,6 +447,8 @@ class EventBus:
                     queue.retire()
                 if queue.worker is not None:
                     queue.worker.cancel()  # a hung handler: the task group could not end otherwise
+            if running and task_group is not None:
+                task_group.start_soon(_name_the_stuck, running, name="onlooker: stuck observers")
             self._subject.on_completed()
             self._task_group = None
         self._raise_death()  # one that died while the time ran out
@@ -461,3 +465,31 @@ class EventBus:
     def _count_dropped(self, name: str, reason: DropReason, count: int = 1) -> None:
         self._dropped[name] = self._dropped.get(name, 0) + count
         self._dropped_by_reason[reason] = self._dropped_by_reason.get(reason, 0) + count
+
+
+_STUCK_AFTER: Final = 1.0
+"""Seconds a cancelled worker may take to end before the close names its observer."""
+
+
+async def _name_the_stuck(queues: list[AsyncQueue]) -> None:
+    """Log each worker still running :data:`_STUCK_AFTER` seconds after it was cancelled.
+
+    Its observer catches the cancellation and goes on (``except BaseException``
+    in a retry loop, say): no task can be ended from outside, so the close
+    waits for it, and the log says which one it waits for.
+    """
+    with anyio.CancelScope(shield=True):
+        with anyio.move_on_after(_STUCK_AFTER):
+            for queue in queues:
+                assert queue.ended is not None, "a running worker has its event"
+                await queue.ended.wait()
+            return
+    for queue in queues:
+        if queue.running:
+            logger.error(
+                "closing the engine waits for observer %r, which goes on after it was "
+                "cancelled: it must let the cancellation (CancelledError, trio.Cancelled) "
+                "propagate",
+                queue.name,
+                extra={"observer": queue.name},
+            )

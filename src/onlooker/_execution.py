@@ -8,7 +8,6 @@ with the result it returns, whatever happens.
 
 from __future__ import annotations
 
-import asyncio
 from contextvars import Token
 from time import perf_counter
 from typing import Any, Final, TypeVar
@@ -21,7 +20,7 @@ from ._emitter import Emitter
 from ._errors import ExecutionExpiredError, HookAbortError
 from ._events import Attribution, ErrorInfo, ExecutionStatus, Trigger, new_id
 from ._lifecycle import Runtime
-from ._results import ExecutionResult, error_info
+from ._results import ExecutionResult, error_info, stray_cancel
 from ._run import RunState
 from ._scope import _attribution
 from ._tracking import ExecutionIds
@@ -66,7 +65,7 @@ async def run_execution(
                 await runtime.bus.wait_for_space()
             value = await program(ctx)
         except BaseException as exc:
-            stray = _stray_cancel(exc)
+            stray = stray_cancel(exc)
             cancelled, failure = _cancelled_and_failure(exc)
             if failure is not None:
                 exc = failure  # the program's own error, while it was being cancelled
@@ -210,18 +209,6 @@ def _cancelled_and_failure(
     if cancelled is None or not isinstance(failure, Exception):
         return None, None  # no cancellation, or something else that must pass (KeyboardInterrupt)
     return cancelled, failure
-
-
-def _stray_cancel(exc: BaseException) -> bool:
-    """An asyncio ``CancelledError`` while nothing cancels this task: the program's own
-    fault (it awaited a task it had cancelled), not a cancellation to pass on."""
-    if not isinstance(exc, asyncio.CancelledError):
-        return False
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # raised by hand under trio, where there is no asyncio task
-        return False
-    return task is not None and task.cancelling() == 0
 
 
 _STRAY_CANCEL: Final = ErrorInfo(

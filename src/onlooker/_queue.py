@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias, final
 import anyio
 
 from ._events import ExecutionEvent
+from ._results import stray_cancel
 
 if TYPE_CHECKING:
     from ._bus import EventBus
 
-__all__ = ["AsyncQueue", "DropReason", "Overflow"]
+__all__ = ["AsyncQueue", "DropReason", "Overflow", "logger"]
 
 logger: Final = logging.getLogger("onlooker")
 
@@ -55,6 +56,7 @@ class AsyncQueue:
         "died_of",
         "drain_scope",
         "draining",
+        "ended",
         "episode",
         "errors",
         "handle",
@@ -99,6 +101,7 @@ class AsyncQueue:
         self.drain_scope: anyio.CancelScope | None = None  # that hand-over, for the close
         self.died_of: BaseException | None = None  # what its observer died of while drained
         self.started = False
+        self.ended: anyio.Event | None = None  # set when its worker task ends
         self.stalled = False
         self.episode = 0  # events dropped since the queue was last full (for the log lines)
         self.errors = 0
@@ -158,13 +161,21 @@ class AsyncQueue:
         self.bus._full.discard(self)
         self.bus.congested = bool(self.bus._full)
 
+    @property
+    def running(self) -> bool:
+        """Whether its worker task started and has not ended."""
+        return self.ended is not None and not self.ended.is_set()
+
     async def run(self) -> None:
+        self.ended = ended = anyio.Event()
         with anyio.CancelScope() as self.worker:
             try:
                 await self._work()
             except BaseException as exc:
-                if isinstance(exc, anyio.get_cancelled_exc_class()) and not (
-                    self.retired or self.bus._closed
+                if (
+                    isinstance(exc, anyio.get_cancelled_exc_class())
+                    and not stray_cancel(exc)  # the observer's own: it died of it
+                    and not (self.retired or self.bus._closed)
                 ):
                     self._orphan()  # the task that entered the engine was cancelled
                 # Dead: nothing more is queued for it, what it held is counted, and
@@ -174,6 +185,8 @@ class AsyncQueue:
                 elif not self.retired:
                     self.retire(exc)
                 raise
+            finally:
+                ended.set()
 
     def _orphan(self) -> None:
         """The worker was cancelled with the engine's task group (the task that entered the
@@ -285,7 +298,7 @@ class AsyncQueue:
         self.close()
         if cause is None:
             why = "the shutdown timeout ran out"
-        elif isinstance(cause, anyio.get_cancelled_exc_class()):
+        elif isinstance(cause, anyio.get_cancelled_exc_class()) and not stray_cancel(cause):
             why = "the engine's task group was cancelled"
         else:
             self.reason, why = "died", f"it died of {type(cause).__name__}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar, final
@@ -18,6 +19,7 @@ __all__ = [
     "InteractionResponse",
     "PausedExecution",
     "error_info",
+    "stray_cancel",
 ]
 
 T = TypeVar("T")
@@ -147,3 +149,15 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]
 
 
 _LEAVES_SHOWN: Final = 3
+
+
+def stray_cancel(exc: BaseException) -> bool:
+    """An asyncio ``CancelledError`` while nothing cancels this task: the raiser's own
+    fault (a program or an observer awaited a task it had cancelled), not a cancellation."""
+    if not isinstance(exc, asyncio.CancelledError):
+        return False
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # raised by hand under trio, where there is no asyncio task
+        return False
+    return task is not None and task.cancelling() == 0
