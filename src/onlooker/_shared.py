@@ -485,11 +485,14 @@ def _codec() -> tuple[
                 raise ValueError("JSON nested too deeply") from None
 
         encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-        return (
-            lambda text: json.loads(text, parse_int=int_or_note),
-            lambda value: noting_long_ints(encode, value),
-            loads_finite,
-        )
+
+        def dumps_json(value: Any) -> str:
+            try:
+                return encode(value)
+            except ValueError as exc:
+                return noting_long_ints(exc, value, encode)
+
+        return (lambda text: json.loads(text, parse_int=int_or_note), dumps_json, loads_finite)
 
     def loader(
         scan: Callable[[str, int], tuple[Any, int]],
@@ -533,24 +536,25 @@ def _codec() -> tuple[
         # A new encoder per call: its table of containers being encoded (the
         # circular-reference check) must not outlive a call that failed.
         encode = make_encoder({}, default, encode_basestring, None, ":", ",", False, False, True)
-        return noting_long_ints(lambda v: "".join(encode(v, 0)), value)
+        try:
+            return "".join(encode(value, 0))
+        except ValueError as exc:
+            return noting_long_ints(exc, value, dumps)
 
     return loader(scan, scan_long, False), dumps, loader(scan_finite, scan_long_finite, True)
 
 
-def noting_long_ints(encode: Callable[[Any], str], value: Any) -> str:
-    """``encode(value)``; when it fails on an int too long for ``str()``, the encoding of
-    ``value`` with each such int replaced by :func:`long_int_note`."""
+def noting_long_ints(error: ValueError, value: Any, encode: Callable[[Any], str]) -> str:
+    """After ``encode(value)`` raised ``error``: ``encode`` of ``value`` with each int too
+    long for ``str()`` (json's ``ValueError``) replaced by :func:`long_int_note`; ``error``
+    again when ``value`` holds no such int (a circular reference, say)."""
     try:
-        return encode(value)
-    except ValueError as exc:
-        try:
-            noted = without_long_ints(value)
-        except RecursionError:  # a circular reference: json's own error
-            raise exc from None
-        if noted is value:
-            raise
-        return encode(noted)
+        noted = without_long_ints(value)
+    except RecursionError:  # a circular reference: json's own error
+        raise error from None
+    if noted is value:
+        raise error
+    return encode(noted)
 
 
 def long_int_note(value: int) -> str:

@@ -234,6 +234,11 @@ def check_private_dir(directory: Path) -> None:
 def _ascii_json(value: Any) -> str:
     """``value``'s JSON, escaped to ASCII (a lone surrogate can always be encoded), any
     other object by its ``repr``, an int too long for ``str()`` as a string saying so."""
-    return noting_long_ints(
-        lambda v: json.dumps(v, ensure_ascii=True, separators=(",", ":"), default=repr), value
-    )
+    try:
+        return _ascii_json_once(value)
+    except ValueError as exc:
+        return noting_long_ints(exc, value, _ascii_json_once)
+
+
+def _ascii_json_once(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"), default=repr)

@@ -65,7 +65,12 @@ class Json(TypeDecorator[Any]):
         return dialect.type_descriptor(sa.Text())
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
-        return None if value is None else noting_long_ints(_compact_json, value)
+        if value is None:
+            return None
+        try:
+            return _compact_json(value)
+        except ValueError as exc:
+            return noting_long_ints(exc, value, _compact_json)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> Any:
         if value is None:
