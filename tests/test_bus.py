@@ -6,7 +6,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, assert_type
 
 import anyio
 import anyio.lowlevel
@@ -272,6 +272,31 @@ class TestRx:
         assert list(stats.errors_by_observer.values()) == [4]
         assert stats.subscribers == 4
         assert len([r for r in caplog.records if "ToolCallStarted" in r.getMessage()]) == 4
+
+    def test_a_raising_subscriber_after_a_buffer_stays_subscribed(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Raised where the subscriber is called: the buffer is never left half-way (it used
+        to fail on every later event, with an IndexError the user never raised)."""
+        bus = EventBus()
+        batches: list[list[int]] = []
+
+        def once_bad(batch: list[int]) -> None:
+            batches.append(batch)
+            if len(batches) == 1:
+                raise Boom("first batch")
+
+        more = bus.events.pipe(ops.map(seq_of), ops.buffer_with_count(2))
+        assert_type(more, reactivex.Observable[list[int]])  # users' mypy keeps Rx's types
+        more.pipe(ops.map(len)).subscribe(lambda _: None)  # piped again: guarded at its end
+        more.subscribe(once_bad)
+        with caplog.at_level(logging.ERROR, logger="onlooker"):
+            for seq in range(6):
+                bus.emit(event(seq))
+        assert batches == [[0, 1], [2, 3], [4, 5]]
+        assert bus.statistics().errors_by_observer == {"bus.events#2": 1}
+        (record,) = records_naming(caplog, "bus.events#2", "first batch")
+        assert record.exc_info is not None and isinstance(record.exc_info[1], Boom)
 
     def test_operator_error_is_logged_not_raised(self, caplog: pytest.LogCaptureFixture) -> None:
         bus = EventBus()

@@ -47,6 +47,7 @@ from ._observer import (
     resolve_handler,
 )
 from ._queue import AsyncQueue, DropReason, Overflow, logger
+from ._rx import EventStream
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -222,7 +223,7 @@ class EventBus:
         self._rx_failure: BaseException | None = None
         self._rx_count = 0
         self._closed = False
-        self.events: reactivex.Observable[ExecutionEvent] = reactivex.create(self._subscribe_rx)
+        self.events: reactivex.Observable[ExecutionEvent] = EventStream(self, self._subscribe_rx)
         """The event stream as a reactivex ``Observable``; its subscribers are isolated too."""
 
     # -- subscribing -------------------------------------------------------------

@@ -133,7 +133,7 @@ class Tally:
         if event is not None:
             log_observer_failure(observer.name, event, exc)
         else:
-            logger.error("observer %r failed in %s", observer.name, during, exc_info=exc)
+            logger.error("observer %r failed in %s: %s", observer.name, during, exc, exc_info=exc)
 
 
 def deliver(
