@@ -706,6 +706,32 @@ class TestReadOnly:
         assert tables == [("executions",)]
         assert os.listdir(tmp_path) == ["app.db"]
 
+    @pytest.mark.parametrize("version", [2, 5, "2.1"])
+    @pytest.mark.parametrize("read_only", [False, True])
+    async def test_another_programs_schema_version_table_is_left_alone(
+        self, tmp_path: Path, version: object, read_only: bool
+    ) -> None:
+        """``schema_version`` is a common name: without onlooker's ``events`` beside it, the
+        database is not onlooker's, whatever version it holds (one at 2 used to be
+        "migrated": onlooker's tables added, its version row rewritten)."""
+        app = tmp_path / "app.db"
+        with contextlib.closing(sqlite3.connect(app)) as db:
+            db.execute("CREATE TABLE schema_version (id INTEGER PRIMARY KEY, version)")
+            db.execute("INSERT INTO schema_version VALUES (1, ?)", (version,))
+            db.commit()
+        before = app.read_bytes()
+        url = f"sqlite:///{app}"
+        with pytest.raises(onlooker.HistoryError, match=f"{url} is not an onlooker history"):
+            async with history.open(url, read_only=read_only):
+                pass
+        if read_only:
+            assert app.read_bytes() == before
+        with contextlib.closing(sqlite3.connect(app)) as db:
+            tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+            rows = db.execute("SELECT * FROM schema_version").fetchall()
+        assert (tables, rows) == ([("schema_version",)], [(1, version)])
+        assert sorted(os.listdir(tmp_path)) == ["app.db"]
+
     async def test_a_database_with_other_tables_takes_ours_beside_them(
         self, tmp_path: Path
     ) -> None:

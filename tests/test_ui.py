@@ -153,6 +153,10 @@ class TestOpening:
         with sqlite3.connect(path) as conn:
             conn.execute("CREATE TABLE schema_version (id INTEGER PRIMARY KEY, version INTEGER)")
             conn.execute("INSERT INTO schema_version VALUES (1, 1)")
+            conn.execute(  # version 1: the event log alone
+                "CREATE TABLE events (event_id TEXT PRIMARY KEY, execution_id TEXT NOT NULL, "
+                "seq INTEGER NOT NULL, kind TEXT NOT NULL, at TEXT NOT NULL, body TEXT NOT NULL)"
+            )
         conn.close()
         before = digest(path)
         assert "schema version 1" in opening_error(sqlite_url(path))

@@ -280,7 +280,7 @@ class Database:
                     if self.read_only:
                         check_schema(conn, self.masked_url)
                     else:
-                        setup_schema(conn, self._rebuild)
+                        setup_schema(conn, self._rebuild, self.masked_url)
                 self._identity = self._file_identity()
                 return
             except HistoryError:

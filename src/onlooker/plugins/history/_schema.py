@@ -203,12 +203,15 @@ PROJECTIONS: Final = (executions, tool_calls, interactions)
 _ADVISORY_LOCK: Final = 0x6F6E6C6F  # "onlo": serializes schema setup across processes
 
 
-def setup_schema(conn: Connection, rebuild: Callable[[Connection], None]) -> int:
+def setup_schema(
+    conn: Connection, rebuild: Callable[[Connection], None], name: str = "the history database"
+) -> int:
     """Create missing tables, check the version, migrate an older schema.
 
     Runs in the caller's transaction. ``rebuild`` re-derives the projections
     from ``events`` (a migration step). Returns the version found before
-    setup (0 for a new database).
+    setup (0 for a new database). ``name`` (the URL, password hidden) goes in
+    the error messages.
     """
     # One process sets the schema up at a time; the others wait, then find it whole.
     if conn.dialect.name == "postgresql":
@@ -229,18 +232,11 @@ def setup_schema(conn: Connection, rebuild: Callable[[Connection], None]) -> int
         metadata.create_all(conn, checkfirst=True)
         conn.execute(sa.insert(schema_version).values(id=1, version=HISTORY_SCHEMA_VERSION))
         return 0
-    found = conn.execute(sa.select(sa.func.max(schema_version.c.version))).scalar()
+    found = _version(conn, inspector, name)
     if found is None:
         raise SchemaVersionError(
-            "the history database has an empty schema_version table; it was not made by onlooker",
+            f"{name} has an empty schema_version table; it was not made by onlooker",
             found=0,
-            supported=HISTORY_SCHEMA_VERSION,
-        )
-    if found > HISTORY_SCHEMA_VERSION:
-        raise SchemaVersionError(
-            f"the history database has schema version {found}, newer than the version "
-            f"{HISTORY_SCHEMA_VERSION} this onlooker supports: upgrade onlooker",
-            found=found,
             supported=HISTORY_SCHEMA_VERSION,
         )
     if found < HISTORY_SCHEMA_VERSION:
@@ -258,14 +254,7 @@ def check_schema(conn: Connection, name: str) -> None:
         raise HistoryError(
             f"{name} is not an onlooker history database (it has no schema_version table)"
         )
-    found = conn.execute(sa.select(sa.func.max(schema_version.c.version))).scalar()
-    if found is not None and found > HISTORY_SCHEMA_VERSION:
-        raise SchemaVersionError(
-            f"the history database has schema version {found}, newer than the version "
-            f"{HISTORY_SCHEMA_VERSION} this onlooker supports: upgrade onlooker",
-            found=found,
-            supported=HISTORY_SCHEMA_VERSION,
-        )
+    found = _version(conn, inspector, name)
     if found is None:
         raise HistoryError(f"{name} has an empty schema_version table")
     if found != HISTORY_SCHEMA_VERSION:
@@ -275,6 +264,40 @@ def check_schema(conn: Connection, name: str) -> None:
             found=found,
             supported=HISTORY_SCHEMA_VERSION,
         )
+
+
+def _version(conn: Connection, inspector: sa.Inspector, name: str) -> int | None:
+    """The version in a ``schema_version`` table found in the database, once the database
+    is known to be onlooker's: every version has had its ``events`` table, as onlooker
+    makes it. Another program's ``schema_version`` (a common name) is an error, and its
+    database is left as it is; so is a version that is not an integer or is newer."""
+    columns = (
+        {column["name"] for column in inspector.get_columns("events")}
+        if (inspector.has_table("events"))
+        else set()
+    )
+    if not _EVENT_COLUMNS <= columns:
+        raise HistoryError(
+            f"{name} is not an onlooker history database: it has a schema_version table "
+            "but not onlooker's events table; give history a database of its own"
+        )
+    found = conn.execute(sa.select(sa.func.max(schema_version.c.version))).scalar()
+    if found is not None and (isinstance(found, bool) or not isinstance(found, int)):
+        raise HistoryError(
+            f"{name} is not an onlooker history database: its schema_version holds "
+            f"{found!r}, not a version number"
+        )
+    if found is not None and found > HISTORY_SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{name} has schema version {found}, newer than the version "
+            f"{HISTORY_SCHEMA_VERSION} this onlooker supports: upgrade onlooker",
+            found=found,
+            supported=HISTORY_SCHEMA_VERSION,
+        )
+    return found
+
+
+_EVENT_COLUMNS: Final = frozenset(column.name for column in events.columns)
 
 
 def _migrate(conn: Connection, found: int, rebuild: Callable[[Connection], None]) -> None:
