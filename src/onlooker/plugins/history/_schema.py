@@ -271,12 +271,10 @@ def _version(conn: Connection, inspector: sa.Inspector, name: str) -> int | None
     is known to be onlooker's: every version has had its ``events`` table, as onlooker
     makes it. Another program's ``schema_version`` (a common name) is an error, and its
     database is left as it is; so is a version that is not an integer or is newer."""
-    columns = (
-        {column["name"] for column in inspector.get_columns("events")}
-        if (inspector.has_table("events"))
-        else set()
-    )
-    if not _EVENT_COLUMNS <= columns:
+    ours = inspector.has_table("events") and {
+        column["name"] for column in inspector.get_columns("events")
+    }.issuperset(_EVENT_COLUMNS)
+    if not ours:
         raise HistoryError(
             f"{name} is not an onlooker history database: it has a schema_version table "
             "but not onlooker's events table; give history a database of its own"
