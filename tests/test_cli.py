@@ -56,6 +56,23 @@ async def main(ctx):
     await anyio.sleep(60)
 """
 
+BLOCKS = """
+import time
+from pathlib import Path
+
+import onlooker
+
+
+@onlooker.tool
+def block(seconds: float) -> None:
+    Path("waiting").touch()
+    time.sleep(seconds)
+
+
+async def main(ctx):
+    await ctx.call("block", seconds=60)
+"""
+
 ENDS = """
 import sys
 
@@ -990,6 +1007,46 @@ class TestEndToEnd:
             process.kill()
         with contextlib.closing(sqlite3.connect(tmp_path / ".onlooker" / "history.db")) as db:
             assert db.execute("SELECT status FROM executions").fetchall() == [("cancelled",)]
+
+    @pytest.mark.parametrize(
+        ("signals", "code"),
+        [
+            ((signal.SIGINT,), 130),  # a blocking tool: the cancel waited for its end
+            ((signal.SIGINT, signal.SIGINT), 130),  # an impatient user
+            ((signal.SIGTERM, signal.SIGTERM), 143),  # timeout: the process and its group
+        ],
+    )
+    def test_a_stop_during_a_blocking_tool_is_recorded_and_a_second_one_waits_for_it(
+        self, tmp_path: Path, signals: tuple[signal.Signals, ...], code: int
+    ) -> None:
+        """The first signal stops even a synchronous tool at once; a second one arriving
+        during the close is told to wait (it cut the close short: tracebacks, a hang)."""
+        assert EXECUTABLE is not None
+        (tmp_path / "blocks.py").write_text(BLOCKS)
+        process = subprocess.Popen(
+            [EXECUTABLE, "run", "blocks.py", "--quiet"],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not (tmp_path / "waiting").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            for number in signals:
+                process.send_signal(number)
+                time.sleep(0.005)
+            assert process.wait(timeout=30) == code  # not the 60 s the tool sleeps
+            assert process.stderr is not None
+            assert "Traceback" not in process.stderr.read()
+        finally:
+            process.kill()
+            if process.stderr is not None:
+                process.stderr.close()
+        with contextlib.closing(sqlite3.connect(tmp_path / ".onlooker" / "history.db")) as db:
+            assert db.execute("SELECT status FROM executions").fetchall() == [("cancelled",)]
+            assert db.execute("SELECT status FROM tool_calls").fetchall() == [("cancelled",)]
 
     def test_a_question_the_program_gave_up_on_does_not_eat_the_next_answer(
         self, tmp_path: Path

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import anyio
 import typer
@@ -83,9 +84,10 @@ def run(
             loaded = load_program(program)
     except LoadError as exc:
         raise typer.BadParameter(str(exc), param_hint="PROGRAM") from None
-    # A SIGTERM (timeout, docker stop, systemd, CI) ends the run as Ctrl-C does: recorded
-    # cancelled, every event written; the process then exits as SIGTERM asks (143).
-    previous = signal.signal(signal.SIGTERM, _terminated)
+    # Ctrl-C and SIGTERM (timeout, docker stop, systemd, CI) cancel the run: recorded
+    # cancelled, every event written; the process then exits 130 / 143.
+    stop = _Stop()
+    previous = {number: signal.signal(number, stop) for number in _STOPPING}
     try:
         status = anyio.run(
             run_program,
@@ -101,21 +103,49 @@ def run(
     except onlooker.OnlookerError as exc:  # the engine could not start: a database, a plugin
         stderr.print(f"[red]error[/]: {escape(str(exc))}")
         raise typer.Exit(1) from None
-    except Terminated:
-        raise typer.Exit(128 + signal.SIGTERM) from None
+    except Stopped as stopped:
+        raise typer.Exit(128 + stopped.signum) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     raise typer.Exit(0 if status == "completed" else 1)
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, taken as Ctrl-C is: anyio cancels the run on a KeyboardInterrupt, which is
-    recorded ``cancelled`` (the cancellation's ``CancelledError``, as for Ctrl-C); this type
-    tells the two apart for the exit code."""
+_STOPPING: Final = (signal.SIGINT, signal.SIGTERM)
 
 
-def _terminated(signum: int, frame: object) -> None:
-    raise Terminated
+class Stopped(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM: a ``KeyboardInterrupt``, raised where the main thread is (in a
+    synchronous tool too), on which anyio cancels the run, recorded ``cancelled``;
+    ``signum`` gives the exit code."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)  # what the record says: "SIGINT"
+        self.signum = signum
+
+
+class _Stop:
+    """The signal handler of ``onlooker run``: the first Ctrl-C or SIGTERM stops the run.
+
+    A later one must not cut the close short, which writes what the record
+    still holds (an interrupted close could hang, and lose it): it is told
+    so. ``timeout`` sends its SIGTERM twice (to the process and to its group),
+    an impatient user presses Ctrl-C twice. A third one stops the process at
+    once, record or not.
+    """
+
+    def __init__(self) -> None:
+        self.received = 0
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.received += 1
+        if self.received == 1:
+            raise Stopped(signum)
+        if self.received == 2:
+            os.write(2, b"onlooker: stopping; writing the record (a third signal stops at once)\n")
+            return
+        os.write(2, b"onlooker: stopped at once; the record may lack the run's last events\n")
+        os._exit(128 + signum)
 
 
 def _parse_answer(raw: str) -> dict[str, Any]:
