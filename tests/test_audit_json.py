@@ -144,6 +144,12 @@ class TestLongInts:
         assert _shared.json_dumps(value) == STDLIB({"a": [said, "x"], "b": 2**64})
         assert _shared.json_dumps(10**4299) == STDLIB(10**4299)  # 4,300 digits: written
 
+    def test_nesting_too_deep_beside_one_is_a_value_error(self) -> None:
+        text = "[" + "9" * 5000 + "," + "[" * 5000 + "]" * 5000 + "]"
+        for loads in (_shared.json_loads, _shared.json_loads_finite):
+            with pytest.raises(ValueError, match="nested too deeply"):
+                loads(text)
+
     def test_invalid_json_still_names_its_fault(self) -> None:
         for bad in ("[1,", "[1] x", "[" + "9" * 5000 + ",", "[" + "9" * 5000 + "] x"):
             with pytest.raises(ValueError, match=r"Expecting value|Extra data"):

@@ -298,6 +298,33 @@ class TestRx:
         (record,) = records_naming(caplog, "bus.events#2", "first batch")
         assert record.exc_info is not None and isinstance(record.exc_info[1], Boom)
 
+    def test_a_connectable_pipeline_keeps_connect(self) -> None:
+        bus = EventBus()
+        seen: list[int] = []
+        published = bus.events.pipe(ops.map(seq_of), ops.publish())
+        published.subscribe(seen.append)
+        bus.emit(event(0))
+        published.connect()
+        bus.emit(event(1))
+        assert seen == [1]
+
+    def test_each_subscriber_of_a_shared_pipeline_is_named_apart(self) -> None:
+        bus = EventBus()
+        shared = bus.events.pipe(ops.map(seq_of), ops.share())
+
+        def raises(value: object) -> None:
+            raise Boom("subscriber")
+
+        shared.subscribe(raises)
+        shared.subscribe(raises)  # no subscription of its own to the Subject
+        bus.events.subscribe(raises)
+        bus.emit(event(0))
+        assert bus.statistics().errors_by_observer == {
+            "bus.events#1": 1,
+            "bus.events#2": 1,
+            "bus.events#3": 1,
+        }
+
     def test_operator_error_is_logged_not_raised(self, caplog: pytest.LogCaptureFixture) -> None:
         bus = EventBus()
         others: list[int] = []
@@ -685,6 +712,34 @@ class TestDeadAsyncObserver:
         assert engine.bus.statistics().dropped_by_reason == {"died": 1}
         (record,) = records_naming(caplog, "dies", "it died of CancelledError")
         assert record.levelno == logging.ERROR
+
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # raised by hand only on asyncio
+    async def test_one_it_raises_while_the_close_drains_it_is_a_death_too(
+        self, anyio_backend: str
+    ) -> None:
+        """The block was cancelled, so the close hands the observer its events itself; a
+        CancelledError of its own there was taken for the close's: the event was handed
+        again and again until the shutdown timeout."""
+        import asyncio
+
+        calls: list[int] = []
+
+        async def dies(e: ExecutionEvent) -> None:
+            calls.append(e.seq)
+            if e.seq == 0:
+                await anyio.sleep(0.3)  # cut off by the cancellation: handed back at close
+                return
+            raise asyncio.CancelledError
+
+        engine = ExecutionEngine(shutdown_timeout=5)
+        with anyio.fail_after(10), anyio.move_on_after(0.1):
+            async with engine:
+                engine.bus.subscribe(dies, name="dies")
+                for seq in range(3):
+                    engine.bus.emit(event(seq))
+                await anyio.sleep_forever()
+        assert calls == [0, 0, 1]
+        assert engine.bus.statistics().dropped_by_reason == {"died": 2}
 
     async def test_the_engine_closes_while_executions_go_on(self, check_stream: Check) -> None:
         """The issue's case: executions still emit (their closing events) after the death."""

@@ -89,7 +89,12 @@ async def test_an_undecodable_trigger_or_tool_name_keeps_the_exposition_whole() 
     """A lone surrogate (an undecodable name) in a label: the exposition is UTF-8."""
     name = "caf\udce9"
     plugin = metrics.plugin()
+
+    def fails(event: ExecutionEvent) -> None:
+        raise ValueError("an observer's bug")
+
     async with onlooker.ExecutionEngine(plugins=[plugin]) as engine:
+        engine.bus.subscribe(fails, name=name)  # observers' names label their errors
         engine.declare_tool(onlooker.ToolDeclaration(name=name))
         for trigger in ("webhook-caf\udce9", "cli"):
             async with engine.track("agent", trigger=trigger) as run:
@@ -101,6 +106,7 @@ async def test_an_undecodable_trigger_or_tool_name_keeps_the_exposition_whole() 
     assert values[executions, (("status", "completed"), ("trigger", "cli"))] == 1
     calls = "onlooker_tool_calls_total"
     assert values[calls, (("status", "completed"), ("tool", "caf\ufffd"))] == 2
+    assert values["onlooker_observer_errors_total", (("plugin", "caf\ufffd"),)] == 8
 
 
 async def test_a_registry_of_ones_own_serves_one_engine_after_another() -> None:

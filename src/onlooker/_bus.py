@@ -47,7 +47,7 @@ from ._observer import (
     resolve_handler,
 )
 from ._queue import AsyncQueue, DropReason, Overflow, logger
-from ._rx import EventStream
+from ._rx import EventStream, pipeline_name
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -295,8 +295,11 @@ class EventBus:
         observer: rx_abc.ObserverBase[ExecutionEvent],
         scheduler: rx_abc.SchedulerBase | None = None,
     ) -> rx_abc.DisposableBase:
-        self._rx_count += 1
-        guard = _RxGuard(self, f"bus.events#{self._rx_count}", observer)
+        name = pipeline_name.get()  # a pipeline's end guard named it
+        if name is None:
+            self._rx_count += 1
+            name = f"bus.events#{self._rx_count}"
+        guard = _RxGuard(self, name, observer)
         subscription = self._subject.subscribe(guard.on_next, guard.on_error, guard.on_completed)
         self.observed = True
 
@@ -488,9 +491,10 @@ async def _name_the_stuck(queues: list[AsyncQueue]) -> None:
     for queue in queues:
         if queue.running:
             logger.error(
-                "closing the engine waits for observer %r, which goes on after it was "
-                "cancelled: it must let the cancellation (CancelledError, trio.Cancelled) "
-                "propagate",
+                "closing the engine waits for observer %r, still running %g s after it was "
+                "cancelled: an observer that catches the cancellation (CancelledError, "
+                "trio.Cancelled) and goes on, or shields a long wait, holds the close",
                 queue.name,
+                _STUCK_AFTER,
                 extra={"observer": queue.name},
             )

@@ -220,7 +220,7 @@ class AsyncQueue:
                     await self._deliver(self.holding)
                     self.busy = False
             except BaseException as exc:
-                if not isinstance(exc, anyio.get_cancelled_exc_class()):
+                if not isinstance(exc, anyio.get_cancelled_exc_class()) or stray_cancel(exc):
                     self.retire(exc)
                     self.died_of = exc
                     return

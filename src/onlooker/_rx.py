@@ -13,6 +13,7 @@ pass, as everywhere.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, cast, final
 
 from reactivex import Observable, abc
@@ -25,7 +26,10 @@ if TYPE_CHECKING:
 
     from ._bus import EventBus
 
-__all__ = ["EventStream"]
+__all__ = ["EventStream", "pipeline_name"]
+
+pipeline_name: ContextVar[str | None] = ContextVar("onlooker_pipeline_name", default=None)
+"""The name of the pipeline whose subscription is being made, for the bus's own guard."""
 
 
 @final
@@ -54,9 +58,15 @@ class _IsolatedEnd(Observable[Any]):
     def _subscribe_core(
         self, observer: abc.ObserverBase[Any], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
-        # Named as the bus will name the subscription this one makes to the Subject.
-        name = f"bus.events#{self._bus._rx_count + 1}"
-        return self._pipeline.subscribe(_EndGuard(self._bus, name, observer), scheduler=scheduler)
+        self._bus._rx_count += 1
+        name = f"bus.events#{self._bus._rx_count}"
+        naming = pipeline_name.set(name)  # the Subject subscription this one makes: one name
+        try:
+            return self._pipeline.subscribe(
+                _EndGuard(self._bus, name, observer), scheduler=scheduler
+            )
+        finally:
+            pipeline_name.reset(naming)
 
     if not TYPE_CHECKING:
 
@@ -65,8 +75,10 @@ class _IsolatedEnd(Observable[Any]):
 
 
 def _isolated_end(piped: object, bus: EventBus) -> object:
-    """A pipeline's end guarded; what is not an ``Observable`` (``ops.to_future()``) as is."""
-    return _IsolatedEnd(piped, bus) if isinstance(piped, Observable) else piped
+    """A pipeline's end guarded. Anything but a plain ``Observable`` is returned as is, its
+    end unguarded: a ``ConnectableObservable`` (``ops.publish()``) keeps ``connect()``,
+    what is no ``Observable`` at all (``ops.to_future()``) stays what it is."""
+    return _IsolatedEnd(piped, bus) if type(piped) is Observable else piped
 
 
 @final

@@ -515,14 +515,17 @@ def _codec() -> tuple[
                 except Exception:  # the C scanner reports errors through json.decoder,
                     import json  # which may not be loaded yet: let json itself say what is wrong
 
-                    if finite:
-                        return json.loads(
-                            text,
-                            parse_float=_finite_float,
-                            parse_constant=_NO_CONSTANTS.__getitem__,
-                            parse_int=int_or_note,
-                        )
-                    return json.loads(text, parse_int=int_or_note)
+                    try:
+                        if finite:
+                            return json.loads(
+                                text,
+                                parse_float=_finite_float,
+                                parse_constant=_NO_CONSTANTS.__getitem__,
+                                parse_int=int_or_note,
+                            )
+                        return json.loads(text, parse_int=int_or_note)
+                    except RecursionError:  # a ValueError like every bad input
+                        raise ValueError("JSON nested too deeply") from None
             rest = len(text) - len(text.rstrip(" \t\n\r"))
             if end != len(text) - rest:
                 raise ValueError(f"Extra data: char {end}")

@@ -49,10 +49,10 @@ class _BusCollector:
         statistics = self._bus.statistics()
         errors = _family(OBSERVER_ERRORS)
         for name, count in sorted(statistics.errors_by_observer.items()):
-            errors.add_metric([name], count)
+            errors.add_metric([without_surrogates(name)], count)
         dropped = _family(EVENTS_DROPPED)
         for name, count in sorted(statistics.dropped_by_observer.items()):
-            dropped.add_metric([name], count)
+            dropped.add_metric([without_surrogates(name)], count)
         return [errors, dropped]
 
     def describe(self) -> Iterable[Metric]:
