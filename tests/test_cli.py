@@ -779,6 +779,22 @@ class TestAudit:
         words = " ".join(result.output.replace("│", " ").split())
         assert "onlooker audit tail .onlooker/audit/demo" in words
 
+    def test_tail_of_the_audit_directory_names_the_newest_session(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """By when its trail was written, not by name: Claude Code's session ids are random."""
+        monkeypatch.chdir(tmp_path)
+        for age, session in enumerate(["zz-old", "aa-newest"]):
+            trail = Path("audit") / session
+            trail.mkdir(parents=True)
+            (trail / "events.jsonl").write_text("")
+            os.utime(trail / "events.jsonl", (1_000_000 + age, 1_000_000 + age))
+        result = invoke("audit", "tail", "audit")
+        assert result.exit_code == 2
+        words = " ".join(result.output.replace("│", " ").split())
+        assert "holds the trails of 2 session(s); tail the newest:" in words
+        assert "onlooker audit tail audit/aa-newest" in words
+
     @pytest.mark.parametrize(
         "signature", ["async def main():", "async def main(ctx, extra):", "async def main(*, ctx):"]
     )

@@ -226,6 +226,18 @@ class TestInstall:
     def test_one_settings_option_at_a_time(self, project: Path) -> None:
         assert invoke("hook", "install", "--local", "--user").exit_code == 2
 
+    @pytest.mark.parametrize("given", ["adir/", "existing"])
+    @pytest.mark.parametrize("command", ["install", "uninstall"])
+    def test_a_directory_given_as_the_settings_file_is_a_usage_error(
+        self, project: Path, given: str, command: str
+    ) -> None:
+        """``adir/`` (which does not exist) became a settings *file* named ``adir``."""
+        (project / "existing").mkdir()
+        result = invoke("hook", command, "--settings", given)
+        assert result.exit_code == 2
+        assert "is a directory" in result.output
+        assert not (project / "adir").exists()
+
     def test_dry_run_prints_the_change_and_writes_nothing(self, project: Path) -> None:
         settings = project / ".claude" / "settings.json"
         settings.parent.mkdir()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 from collections.abc import Sequence
@@ -117,6 +118,15 @@ def _sessions(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.is_dir() and any(p.glob("events*.jsonl")))
 
 
+def _last_written(session: Path) -> float:
+    """When a session's trail was last written (its live file, or a rotated segment)."""
+    times = []
+    for file in session.glob("events*.jsonl"):
+        with contextlib.suppress(OSError):
+            times.append(file.stat().st_mtime)
+    return max(times, default=0.0)
+
+
 @audit_app.command(
     epilog=(
         "[b]Examples[/b]\n\n"
@@ -140,10 +150,11 @@ def tail(
     _exists(path)
     _holds_a_trail(path)
     if path.is_dir() and not any(path.glob("events*.jsonl")):  # the audit directory
-        sessions = sorted(session.name for session in _sessions(path))
+        sessions = _sessions(path)
+        newest = max(sessions, key=_last_written)  # session ids may be random (Claude Code's)
         raise typer.BadParameter(
-            f"{str(path)!r} holds the trails of {len(sessions)} session(s); tail one of them: "
-            f"onlooker audit tail {shlex.quote(str(path / sessions[-1]))}",
+            f"{str(path)!r} holds the trails of {len(sessions)} session(s); tail the newest: "
+            f"onlooker audit tail {shlex.quote(str(newest))}",
             param_hint="PATH",
         )
     try:

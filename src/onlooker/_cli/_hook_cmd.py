@@ -46,10 +46,11 @@ RULES_HELP = (
     "of denying. Unreadable rules deny every call."
 )
 Settings = Annotated[
-    Path | None,
+    str | None,  # as typed: a Path would drop the "/" that says a directory was meant
     typer.Option(
         help="The settings file (default: .claude/settings.json; see --local and --user).",
         show_default=False,
+        metavar="<path>",
     ),
 ]
 Local = Annotated[
@@ -92,8 +93,8 @@ def claude_code(
         bool,
         flag(
             "--history",
-            help="Keep history current: after each Stop, SubagentStop and SessionEnd, replay "
-            "the session into AUDIT_DIR/../history.db in the background.",
+            help="Keep history current: after each Stop, StopFailure, SubagentStop and "
+            "SessionEnd, replay the session into AUDIT_DIR/../history.db in the background.",
         ),
     ] = False,
     history_db: Annotated[
@@ -135,11 +136,16 @@ def claude_code(
     raise typer.Exit(_claude_hook.run(args))
 
 
-def _settings(settings: Path | None, local: bool, user: bool) -> Path:
+def _settings(settings: str | None, local: bool, user: bool) -> Path:
     if sum((settings is not None, local, user)) > 1:
         raise typer.BadParameter("use one of --settings, --local and --user", param_hint="--local")
     if settings is not None:
-        return settings
+        if settings.endswith(("/", os.sep)) or Path(settings).is_dir():
+            raise typer.BadParameter(
+                f"{settings!r} is a directory: give the settings file (.claude/settings.json, say)",
+                param_hint="--settings",
+            )
+        return Path(settings)
     return settings_path("local" if local else "user" if user else "project")
 
 
