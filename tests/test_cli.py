@@ -957,6 +957,15 @@ class TestEndToEnd:
             assert "[REDACTED:url_credentials]" in error["message"]
             assert outcome["summary"]["tool_usage"] == {"connect": 1, "get_password": 1}
 
+    @pytest.mark.parametrize("quiet", [False, True])
+    def test_stdout_starts_with_the_tree(self, tmp_path: Path, quiet: bool) -> None:
+        """As the docs show it: the line that ends the progress lines goes with them."""
+        (tmp_path / "hello.py").write_text("async def main(ctx):\n    return 'hi'\n")
+        result = process("run", "hello.py", "--no-audit", *(["-q"] if quiet else []), cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("main ")
+        assert result.stderr.endswith("\n\n") != quiet
+
     def test_run_as_json_keeps_what_subprocesses_print_off_stdout(self, tmp_path: Path) -> None:
         program = tmp_path / "shell.py"
         program.write_text(

@@ -100,6 +100,8 @@ async def run_program(
     if as_json:
         _print_json(result, value, redactor, report, url, trail_path)
         return result.status
+    if not quiet:
+        stderr.print()  # the progress lines end; stdout holds the tree from its first line
     await _print_tree(result, value, report, url, trail_path)
     return result.status
 
@@ -191,7 +193,6 @@ async def _print_tree(
             f"[red]error[/]: the tree cannot be read back: {escape(str(exc))}; "
             "what history could not write waits in its spill file (see above)"
         )
-    stdout.print()
     if tree is not None:
         stdout.print(execution_tree(tree))
     if report is not None:
