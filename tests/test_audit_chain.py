@@ -425,6 +425,73 @@ class TestRotation:
         sizes = sorted(len(lines_of(p)) for p in session.glob("events*.jsonl"))
         assert 1 in sizes
 
+    def test_a_rotation_cut_short_by_a_crash_leaves_a_trail_that_verifies(
+        self, tmp_path: Path
+    ) -> None:
+        """Segments are renamed one by one, oldest first: a crash after the first rename
+        leaves its old number free. The chain links across it; later rotations go on."""
+        session = write_trail(tmp_path, tool_events(20), max_bytes=1500, keep=50)
+        oldest = max(int(p.name.split(".")[1]) for p in session.glob("events.*.jsonl"))
+        assert oldest >= 3
+        os.replace(session / f"events.{oldest}.jsonl", session / f"events.{oldest + 1}.jsonl")
+        assert audit.verify(session).ok
+        write_trail(tmp_path, tool_events(20, "exec-2"), max_bytes=1500, keep=50)
+        report = audit.verify(session)
+        assert report.ok and report.first_seq == 0
+        assert [e.event_id for e in audit.tail(session)][-1] == "exec-2-f"
+        (session / "events.2.jsonl").unlink()  # records lost: still found
+        report = audit.verify(session)
+        assert (report.reason, report.first_bad) == (
+            "missing_segment",
+            audit.BadLine(session / "events.1.jsonl", 1),
+        )
+
+    def test_a_crash_right_after_the_oldest_segment_is_deleted_is_not_tampering(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The retirement note is written before the deletion: no crash can separate them
+        (it followed the deletion, and a crash in between read as a cut head)."""
+        session = write_trail(tmp_path, tool_events(10), max_bytes=1500, keep=2)
+
+        class Crash(BaseException):
+            pass
+
+        def unlink_then_crash(path: Any) -> None:
+            unlink(path)
+            raise Crash
+
+        unlink = os.unlink
+        monkeypatch.setattr(os, "unlink", unlink_then_crash)  # the module _segments uses
+        writer = TrailWriter(tmp_path, "s1", max_bytes=1500, keep=2)
+        with pytest.raises(Crash):
+            for event in tool_events(10, "exec-2"):
+                writer.write([event])
+        report = audit.verify(session)
+        assert report.ok and report.first_seq is not None and report.first_seq > 0
+        assert report.first_seq - 1 in [n["through_seq"] for n in report.notes]
+
+    def test_a_rotation_renames_only_the_segments_there_are(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Whatever ``keep`` is: it tried a rename for every number up to ``keep``, holding
+        the session's lock (``keep=100000`` took seconds per rotation)."""
+        renames: list[str] = []
+        replace = os.replace
+
+        def counted(source: Any, target: Any) -> None:
+            renames.append(str(source))
+            replace(source, target)
+
+        monkeypatch.setattr(os, "replace", counted)  # the module _segments uses
+        with TrailWriter(tmp_path, "s1", max_bytes=1500, keep=100_000) as writer:
+            writer.write(tool_events(20))
+            rotations = writer.statistics().rotations
+        segments = len(list((tmp_path / "s1").glob("events.*.jsonl")))
+        assert segments == rotations > 2
+        tails = sum(name.endswith(".tmp") for name in renames)  # the chain tail's own file
+        assert len(renames) - tails == sum(range(1, rotations + 1))  # each segment, once a turn
+        assert audit.verify(tmp_path / "s1").ok
+
     def test_rotation_inside_one_batch(self, tmp_path: Path) -> None:
         with TrailWriter(tmp_path, "s1", max_bytes=1500, keep=100) as writer:
             writer.write(tool_events(20))

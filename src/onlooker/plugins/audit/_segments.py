@@ -177,27 +177,47 @@ class Segments:
 
     # -- under the lock ------------------------------------------------------------------
 
+    def retiring(self) -> int | None:
+        """The seq through which the next rotation deletes records (its oldest segment, past
+        ``keep``), or ``None`` when it deletes none. The writer records it before rotating,
+        so that a crash between the deletion and its record cannot look like tampering."""
+        if self.keep == 0:
+            return None  # the live file itself goes: nothing is left to hold the record
+        numbers = self._rotated()
+        if self.keep not in numbers:
+            return None
+        # the segment after it starts where the deleted records end
+        newer = max((n for n in numbers if n < self.keep), default=0)
+        first = first_seq(os.path.join(self.session_dir, segment_name(newer)))
+        return None if first is None else first - 1
+
+    def _rotated(self) -> list[int]:
+        """The numbers of the rotated segments there are, newest (1) first."""
+        numbers = []
+        for name in os.listdir(self.session_dir):
+            if name.startswith("events.") and name.endswith(".jsonl"):
+                index = name[len("events.") : -len(".jsonl")]
+                if index.isdigit() and index[0] != "0":
+                    numbers.append(int(index))
+        return sorted(numbers)
+
     def _shift_segments(self) -> int | None:
-        """Delete the oldest segment past ``keep``, rename the others one up, the live one to 1."""
+        """Delete the oldest segment past ``keep``, rename the others one up, the live one to 1.
+
+        Only the segments there are are renamed, newest last, so a rotation
+        costs the same whatever ``keep`` is. A crash between two renames
+        leaves a number missing; the chain still links across it, which is
+        what :func:`~onlooker.plugins.audit.verify` checks.
+        """
         join = os.path.join
         directory = self.session_dir
-        through: int | None = None
-        oldest = join(directory, segment_name(self.keep))
-        if os.path.exists(oldest):
-            # the segment after it starts where the deleted records end
-            first = first_seq(join(directory, segment_name(self.keep - 1)))
-            through = None if first is None else first - 1
-        try:  # noqa: SIM105  # contextlib.suppress would cost an import
-            os.unlink(oldest)
-        except FileNotFoundError:
-            pass
-        for index in range(self.keep - 1, 0, -1):
-            try:  # noqa: SIM105  # contextlib.suppress would cost an import
-                os.replace(
-                    join(directory, segment_name(index)), join(directory, segment_name(index + 1))
-                )
-            except FileNotFoundError:
-                pass
+        through = self.retiring()
+        for index in reversed(self._rotated()):  # the oldest first: each moves to a free name
+            source = join(directory, segment_name(index))
+            if index >= self.keep:
+                os.unlink(source)
+            else:
+                os.replace(source, join(directory, segment_name(index + 1)))
         os.replace(self.path, join(directory, segment_name(1)))
         return through
 

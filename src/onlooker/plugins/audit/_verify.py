@@ -171,13 +171,13 @@ def verify(path: str | os.PathLike[str]) -> VerifyReport:
     numbers = [_segment_number(file) for file in files]
     for index, file in enumerate(files):
         last_file = index == len(files) - 1
+        # A number missing between two segments: records lost, unless the chain links across
+        # it (a rotation cut short by a crash renamed the older segments, not the newer ones).
+        missing: str | None = None
         if index and numbers[index - 1] is not None and numbers[index] is not None:
             expected = (numbers[index - 1] or 0) - 1
             if numbers[index] != expected:
-                missing = file.with_name(LIVE_NAME if expected == 0 else f"events.{expected}.jsonl")
-                return state.report(
-                    files, BadLine(file, 1), "missing_segment", f"{missing.name} is missing"
-                )
+                missing = LIVE_NAME if expected == 0 else f"events.{expected}.jsonl"
         try:
             with open(file, "rb") as handle:
                 for line_no, raw in enumerate(handle, 1):
@@ -185,6 +185,9 @@ def verify(path: str | os.PathLike[str]) -> VerifyReport:
                     body = raw[:-1] if whole else raw
                     try:
                         record = _parse(body)
+                        if missing is not None and line_no == 1 and not _links(state, record):
+                            detail = f"{missing} is missing"
+                            return state.report(files, BadLine(file, 1), "missing_segment", detail)
                         state.link(record)
                     except _Bad as bad:
                         head = _head_truncated(state, files, from_genesis)
@@ -226,6 +229,13 @@ def _head_truncated(state: _Chain, files: list[Path], from_genesis: bool) -> Ver
         # Nothing comes before the first bad line, the trail's first: no record counts.
         return state.report(files, BadLine(files[0], 1), "head_truncated", detail, records=0)
     return None
+
+
+def _links(state: _Chain, record: dict[str, Any]) -> bool:
+    """Whether ``record`` follows the last one read (its seq next, its prev that one's hash)."""
+    if state.hash is None:
+        return True  # nothing read before it: the head's rules apply
+    return bool(record["seq"] == state.seq + 1 and record["prev"] == state.hash)
 
 
 def _only_segment(file: Path) -> bool:

@@ -388,8 +388,10 @@ class TrailWriter:
         """Chain and write ``bodies`` one by one, preceded by ``note`` if given.
 
         An event that would take the live file past ``max_bytes`` rotates it
-        first (what came before is written out) and opens the new segment;
-        a retirement note follows it when the rotation deleted a segment.
+        first (what came before is written out) and opens the new segment.
+        When the rotation deletes the oldest segment, a retirement note saying
+        so ends the segment it closes (with ``keep=0``, which deletes the live
+        file itself, it follows the event in the new one).
         With ``fsync="always"`` each record is written and synced on its own.
         """
         files = self._files
@@ -414,8 +416,17 @@ class TrailWriter:
             ):
                 self._flush(lines, pending, seq, prev, notes)
                 lines, pending, notes = [], 0, 0
+                # The rotation deletes the oldest segment: say so first, at the end of the
+                # segment it closes, so that no crash leaves the deletion unsaid.
+                through = files.retiring()
+                if through is not None:
+                    retired = json_bytes({"kind": "retired", "through_seq": through})
+                    note_line, note_digest = maker.line(seq + 1, prev, NOTE, retired)
+                    seq, prev = seq + 1, note_digest
+                    self._flush([note_line], len(note_line), seq, prev, 1)
+                    line, digest = maker.line(seq + 1, prev, member, body)
                 through = files.rotate()
-                if through is not None:  # the new segment's second record
+                if through is not None and files.keep == 0:  # the new segment's second record
                     note = json_bytes({"kind": "retired", "through_seq": through})
             seq, prev = seq + 1, digest
             lines.append(line)
