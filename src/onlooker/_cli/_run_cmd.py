@@ -104,10 +104,13 @@ def run(
         stderr.print(f"[red]error[/]: {escape(str(exc))}")
         raise typer.Exit(1) from None
     except Stopped as stopped:
+        for number in _STOPPING:  # the run is closed: a late second signal changes nothing
+            signal.signal(number, signal.SIG_IGN)  # (Python's exit would take it by default)
         raise typer.Exit(128 + stopped.signum) from None
     finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+        if not stop.received:  # else the process is on its way out: a later signal must not
+            for number, handler in previous.items():  # kill it before it has said how it ended
+                signal.signal(number, handler)
     raise typer.Exit(0 if status == "completed" else 1)
 
 
