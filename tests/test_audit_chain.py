@@ -470,6 +470,28 @@ class TestRotation:
         assert report.ok and report.first_seq is not None and report.first_seq > 0
         assert report.first_seq - 1 in [n["through_seq"] for n in report.notes]
 
+    def test_every_segment_past_keep_is_retired_with_its_note(self, tmp_path: Path) -> None:
+        """Also when ``keep`` itself is a free number (a crash mid-rotation) or smaller than
+        the one the session was written with."""
+        session = write_trail(tmp_path, tool_events(20), max_bytes=1500, keep=50)
+        oldest = max(int(p.name.split(".")[1]) for p in session.glob("events.*.jsonl"))
+        assert oldest >= 3
+        os.replace(session / f"events.{oldest}.jsonl", session / f"events.{oldest + 1}.jsonl")
+        with TrailWriter(tmp_path, "s1", max_bytes=1500, keep=oldest) as writer:
+            for event in tool_events(5, "exec-2"):
+                writer.write([event])
+                if writer.statistics().rotations:
+                    break  # one rotation: the deletion of events.<oldest + 1> alone
+        report = audit.verify(session)
+        assert report.ok and report.first_seq is not None and report.first_seq > 0
+        write_trail(tmp_path, tool_events(5, "exec-3"), max_bytes=1500, keep=2)
+        assert sorted(p.name for p in session.glob("events*.jsonl")) == [
+            "events.1.jsonl",
+            "events.2.jsonl",
+            "events.jsonl",
+        ]
+        assert audit.verify(session).ok
+
     def test_a_rotation_renames_only_the_segments_there_are(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

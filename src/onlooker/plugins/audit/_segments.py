@@ -184,7 +184,7 @@ class Segments:
         if self.keep == 0:
             return None  # the live file itself goes: nothing is left to hold the record
         numbers = self._rotated()
-        if self.keep not in numbers:
+        if not numbers or numbers[-1] < self.keep:  # none past keep (which may have shrunk)
             return None
         # the segment after it starts where the deleted records end
         newer = max((n for n in numbers if n < self.keep), default=0)
