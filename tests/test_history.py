@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import random
 import re
 import sys
@@ -372,6 +374,46 @@ class TestSchemaVersion:
         assert version == history.HISTORY_SCHEMA_VERSION
         assert tree is not None and tree.status == "completed"
         assert [c.tool for c in tree.tool_calls] == ["a"]
+
+    async def test_an_event_an_older_onlooker_took_does_not_stop_the_migration(
+        self, url: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """An older onlooker read a negative depth; this one refuses it. The rest of the
+        database migrates (it failed whole: every read refused it), the event is kept."""
+        async with history.open(url) as store:
+            await store.write_events(execution_events("good", tools=[("a", "completed", 1.0)]))
+            await store.write_events(execution_events("odd", tools=[("b", "completed", 1.0)]))
+        engine = sa.create_engine(url)
+        with engine.begin() as conn:  # version 1, with one body no longer valid
+            for table in (tables.interactions, tables.tool_calls, tables.executions):
+                table.drop(conn)
+            conn.execute(sa.update(tables.schema_version).values(version=1))
+            body = conn.execute(
+                sa.select(sa.cast(tables.events.c.body, sa.Text)).where(
+                    tables.events.c.execution_id == "odd", tables.events.c.seq == 1
+                )
+            ).scalar_one()
+            odd = body.replace('"depth":0', '"depth":-1')
+            assert odd != body
+            conn.execute(
+                sa.update(tables.events)
+                .where(tables.events.c.execution_id == "odd", tables.events.c.seq == 1)
+                .values(body=json.loads(odd))
+            )
+        engine.dispose()
+        with caplog.at_level(logging.WARNING, logger="onlooker.plugins.history"):
+            async with history.open(url) as store:
+                good = await store.get_execution("good")
+                odd_tree = await store.get_execution("odd")
+                kept = await store.query(
+                    lambda conn: conn.execute(
+                        sa.select(sa.func.count()).select_from(tables.events)
+                    ).scalar_one()
+                )
+        assert good is not None and [c.tool for c in good.tool_calls] == ["a"]
+        assert odd_tree is not None and odd_tree.tool_calls[0].status == "completed"
+        assert kept == 2 * len(execution_events("good", tools=[("a", "completed", 1.0)]))
+        assert "does not read as an event any more" in caplog.text
 
 
 async def two_runs_reusing_ids(url: str) -> None:

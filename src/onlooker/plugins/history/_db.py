@@ -350,8 +350,13 @@ class Database:
             return self._bulk.write(conn, rows)
 
     def _rebuild(self, conn: Connection, chunk: int = 2000) -> None:
-        """Re-derive every projection from the event log (a migration step)."""
-        from onlooker import parse_event
+        """Re-derive every projection from the event log (a migration step).
+
+        An event an older onlooker stored that this one does not read (its
+        rules were looser) stays in the log as it is, named in a warning: its
+        execution's projection lacks it, and no other is touched.
+        """
+        from onlooker import EventValidationError, parse_event
 
         last: str | None = None
         while True:
@@ -361,8 +366,19 @@ class Database:
             page = conn.execute(query.order_by(events.c.event_id).limit(chunk)).all()
             if not page:
                 return
-            rows = build_rows([Stored(parse_event(body), body) for _, body in page], self.backend)
-            self._bulk.project(conn, rows)
+            stored = []
+            for event_id, body in page:
+                try:
+                    stored.append(Stored(parse_event(body), body))
+                except EventValidationError as exc:
+                    _logger.warning(
+                        "history: %s: stored event %r does not read as an event any more (%s); "
+                        "kept in the events table, left out of the rebuilt tables",
+                        self.masked_url,
+                        event_id,
+                        exc,
+                    )
+            self._bulk.project(conn, build_rows(stored, self.backend))
             last = page[-1][0]
 
     def run(self, fn: Callable[[Connection], Any]) -> Any:

@@ -260,7 +260,8 @@ def check_schema(conn: Connection, name: str) -> None:
     if found != HISTORY_SCHEMA_VERSION:
         raise SchemaVersionError(
             f"the history database {name} has schema version {found} and needs a migration, "
-            "which a read-only open cannot do: open it once for writing (history.open(url))",
+            "which a read-only open cannot do: open it once for writing (history.open(url), "
+            "or any `onlooker history` command)",
             found=found,
             supported=HISTORY_SCHEMA_VERSION,
         )
