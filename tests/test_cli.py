@@ -1073,6 +1073,30 @@ class TestEndToEnd:
             assert db.execute("SELECT status FROM executions").fetchall() == [("cancelled",)]
             assert db.execute("SELECT status FROM tool_calls").fetchall() == [("cancelled",)]
 
+    def test_a_program_that_catches_the_interrupt_is_stopped_all_the_same(
+        self, workdir: Path
+    ) -> None:
+        """The stop also cancels the run from the event loop: catching ``KeyboardInterrupt``
+        cannot keep it going. Run in this process, which gets its handlers back after."""
+        (workdir / "stubborn.py").write_text(
+            "import os, signal\n"
+            "import anyio\n\n"
+            "async def main(ctx):\n"
+            "    try:\n"
+            "        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C\n"
+            "        await anyio.sleep(30)\n"
+            "    except KeyboardInterrupt:\n"
+            "        pass  # and carries on\n"
+            "    await anyio.sleep(30)\n"
+            "    return 'carried on'\n"
+        )
+        before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+        result = invoke("run", "stubborn.py", "--quiet", "--no-audit")
+        assert result.exit_code == 130
+        assert {number: signal.getsignal(number) for number in before} == before
+        with contextlib.closing(sqlite3.connect(workdir / ".onlooker" / "history.db")) as db:
+            assert db.execute("SELECT status FROM executions").fetchall() == [("cancelled",)]
+
     def test_a_question_the_program_gave_up_on_does_not_eat_the_next_answer(
         self, tmp_path: Path
     ) -> None:

@@ -32,8 +32,10 @@ def main(argv: list[str] | None = None) -> None:
                 sys.exit(0)
             raise
         sys.exit(run(args[2:]))
+    from . import _stopping
     from ._app import app
 
+    _stopping.process_exits_after = True  # the command line is this process: see _stopping
     app(args=args, prog_name="onlooker")
 
 

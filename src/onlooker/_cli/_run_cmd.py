@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import Annotated, Any
 
 import anyio
 import typer
@@ -16,6 +14,7 @@ import typer
 import onlooker
 
 from ._common import db_url, escape, flag, stderr
+from ._stopping import Stopped, stopping
 
 __all__ = ["run"]
 
@@ -86,69 +85,28 @@ def run(
         raise typer.BadParameter(str(exc), param_hint="PROGRAM") from None
     # Ctrl-C and SIGTERM (timeout, docker stop, systemd, CI) cancel the run: recorded
     # cancelled, every event written; the process then exits 130 / 143.
-    stop = _Stop()
-    previous = {number: signal.signal(number, stop) for number in _STOPPING}
     try:
-        status = anyio.run(
-            run_program,
-            loaded,
-            db_url(db),
-            None if no_audit else audit_dir,
-            session,
-            content,
-            interactive,
-            quiet,
-            as_json,
-        )
+        with stopping() as stop:
+            status = anyio.run(
+                run_program,
+                loaded,
+                db_url(db),
+                None if no_audit else audit_dir,
+                session,
+                content,
+                interactive,
+                quiet,
+                as_json,
+                stop,
+            )
     except onlooker.OnlookerError as exc:  # the engine could not start: a database, a plugin
         stderr.print(f"[red]error[/]: {escape(str(exc))}")
         raise typer.Exit(1) from None
     except Stopped as stopped:
-        for number in _STOPPING:  # the run is closed: a late second signal changes nothing
-            signal.signal(number, signal.SIG_IGN)  # (Python's exit would take it by default)
         raise typer.Exit(128 + stopped.signum) from None
-    finally:
-        if not stop.received:  # else the process is on its way out: a later signal must not
-            for number, handler in previous.items():  # kill it before it has said how it ended
-                signal.signal(number, handler)
+    if stop.received:  # it ended before the stop reached it (a tool that caught it): as asked
+        raise typer.Exit(128 + stop.signum)
     raise typer.Exit(0 if status == "completed" else 1)
-
-
-_STOPPING: Final = (signal.SIGINT, signal.SIGTERM)
-
-
-class Stopped(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM: a ``KeyboardInterrupt``, raised where the main thread is (in a
-    synchronous tool too), on which anyio cancels the run, recorded ``cancelled``;
-    ``signum`` gives the exit code."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)  # what the record says: "SIGINT"
-        self.signum = signum
-
-
-class _Stop:
-    """The signal handler of ``onlooker run``: the first Ctrl-C or SIGTERM stops the run.
-
-    A later one must not cut the close short, which writes what the record
-    still holds (an interrupted close could hang, and lose it): it is told
-    so. ``timeout`` sends its SIGTERM twice (to the process and to its group),
-    an impatient user presses Ctrl-C twice. A third one stops the process at
-    once, record or not.
-    """
-
-    def __init__(self) -> None:
-        self.received = 0
-
-    def __call__(self, signum: int, frame: object) -> None:
-        self.received += 1
-        if self.received == 1:
-            raise Stopped(signum)
-        if self.received == 2:
-            os.write(2, b"onlooker: stopping; writing the record (a third signal stops at once)\n")
-            return
-        os.write(2, b"onlooker: stopped at once; the record may lack the run's last events\n")
-        os._exit(128 + signum)
 
 
 def _parse_answer(raw: str) -> dict[str, Any]:

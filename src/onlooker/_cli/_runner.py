@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
@@ -33,6 +34,7 @@ from ._common import escape, printable, stderr, stdout
 from ._program import LoadedProgram
 from ._prompt import GaveUp, StdinLines, ask
 from ._render import event_line, execution_tree, summary_table
+from ._stopping import Stop, Stopped
 
 __all__ = ["run_program"]
 
@@ -50,6 +52,7 @@ async def run_program(
     interactive: bool,
     quiet: bool,
     as_json: bool = False,
+    stop: Stop | None = None,
 ) -> str:
     """Run ``function`` with every built-in plugin, print its tree and summary; its status."""
     from onlooker.plugins import audit, history, metrics, summary
@@ -88,8 +91,18 @@ async def run_program(
         engine.bus.subscribe(
             lambda event: None if started else started.append(event.execution_id), name="cli-root"
         )
-        with printed:
-            result = await _executed(engine, program, answer, trigger, owner, started)
+        with anyio.CancelScope() as signalled, printed:
+            if stop is not None:  # the run ends on Ctrl-C, even if the program catches it
+                loop = asyncio.get_running_loop()
+                stop.arm(lambda: loop.call_soon_threadsafe(signalled.cancel))
+            try:
+                result = await _executed(engine, program, answer, trigger, owner, started)
+            finally:
+                if stop is not None:
+                    stop.arm(None)
+        if signalled.cancelled_caught:
+            assert stop is not None
+            raise Stopped(stop.signum)
         report = engine.extension(summaries).get(result.execution_id)
         if report is not None:
             report = _redacted(report, redactor)

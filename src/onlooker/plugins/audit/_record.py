@@ -15,8 +15,9 @@ A few records are the writer's own notes, chained like the others, with a
 
     {"v":1,"seq":7,"at":"...Z","session_id":"...","prev":"<hex>","note":{"kind":"gap",...},"hash":"<hex>"}
 
-``{"kind":"retired","through_seq":N}`` follows a rotation that deleted the
-oldest segment: records up to seq ``N`` are gone on purpose (``verify``
+``{"kind":"retired","through_seq":N}`` ends the segment a rotation closes,
+written before that rotation deletes the oldest segment (``keep=0``: right
+after it): records up to seq ``N`` are gone on purpose (``verify``
 accepts a trail whose first record is ``N + 1`` only with this proof).
 ``{"kind":"gap","since":...,"until":...,"attempts":...,"error":...,
 "dropped":...}`` is the first record written after the disk refused writes:
