@@ -352,6 +352,19 @@ class TestSchemaVersion:
                 pass
         assert (info.value.found, info.value.supported) == (99, history.HISTORY_SCHEMA_VERSION)
 
+    async def test_a_numeric_version_column_is_read_as_its_integer(self, tmp_path: Path) -> None:
+        """As a migration tool may have altered it on PostgreSQL (``numeric``)."""
+        for url in backend_url("postgres", tmp_path):
+            async with history.open(url) as store:
+                await store.write_events(execution_events("kept"))
+            engine = sa.create_engine(url)
+            with engine.begin() as conn:
+                conn.exec_driver_sql("ALTER TABLE schema_version ALTER COLUMN version TYPE numeric")
+            engine.dispose()
+            for read_only in (True, False):
+                async with history.open(url, read_only=read_only) as store:
+                    assert (await store.get_execution("kept")) is not None
+
     async def test_older_schema_is_migrated(self, url: str) -> None:
         events = execution_events("old", tools=[("a", "completed", 1.0)])
         async with history.open(url) as store:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any, Final
 
 import sqlalchemy as sa
@@ -281,6 +282,8 @@ def _version(conn: Connection, inspector: sa.Inspector, name: str) -> int | None
             "but not onlooker's events table; give history a database of its own"
         )
     found = conn.execute(sa.select(sa.func.max(schema_version.c.version))).scalar()
+    if isinstance(found, Decimal) and found == found.to_integral_value():
+        found = int(found)  # a numeric column (a migration tool's): the same version
     if found is not None and (isinstance(found, bool) or not isinstance(found, int)):
         raise HistoryError(
             f"{name} is not an onlooker history database: its schema_version holds "
