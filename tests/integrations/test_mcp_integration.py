@@ -28,19 +28,21 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types import (
     INVALID_PARAMS,
     CallToolRequestParams,
     CallToolResult,
+    ElicitResult,
     ListToolsResult,
     PaginatedRequestParams,
     TextContent,
     Tool,
 )
 from mcp_types.jsonrpc import JSONRPCNotification, JSONRPCRequest
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BaseModel
 
 import onlooker
 from onlooker import (
@@ -422,6 +424,52 @@ class TestNoSessions:
                 if status is not None
             },
         )
+
+
+class Confirm(BaseModel):
+    ok: bool
+
+
+def confirm(amount: int) -> Elicit:
+    return Elicit(f"pay {amount}?", Confirm)
+
+
+def asks_first(ran: list[int]) -> MCPServer:
+    """A tool whose argument the 2026 protocol asks the person for (``input_required``)."""
+    server = MCPServer("pay")
+
+    @server.tool()  # its annotations are read from this module's globals
+    async def pay(amount: int, ok: Annotated[Confirm, Resolve(confirm)]) -> str:
+        """Pay, once the person confirmed."""
+        ran.append(amount)
+        return "paid"
+
+    return server
+
+
+async def accepts(context: Any, params: Any) -> ElicitResult:
+    return ElicitResult(action="accept", content={"ok": True})
+
+
+class TestInputRequired:
+    async def test_a_post_hook_abort_on_the_question_refuses_the_call(self, tmp_path: Path) -> None:
+        """The round that asks is a result the post-hooks judge: an ABORT there was logged as
+        the adapter's own failure, the client asked the person, and the tool then ran."""
+
+        def abort(use: ToolUseContext, output: Any) -> PostHookResult:
+            return PostHookResult(action=HookAction.ABORT, reason="no payments today")
+
+        ran: list[int] = []
+        async with engine_for(tmp_path, hooks=[HookMatcher(post=(abort,))]) as recorded:
+            server = asks_first(ran)
+            server.middleware.append(OnlookerMiddleware(recorded.engine, server=server))
+            async with Client(server, elicitation_callback=accepts) as client:
+                result = await client.call_tool("pay", {"amount": 5})
+        assert ran == []
+        assert (result.is_error, text(result)) == (True, "no payments today")
+        (finished,) = recorded.recorder.of(ToolCallFinished)
+        assert finished.status == "blocked"
+        assert [e.status for e in recorded.recorder.of(ExecutionFinished)] == ["failed"]
 
 
 def copies_as_text(use: ToolUseContext) -> PreHookResult | None:

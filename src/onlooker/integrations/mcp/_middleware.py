@@ -278,17 +278,18 @@ class OnlookerMiddleware:
         """Record the handler's result; what the client gets (the post-hooks' output)."""
         wire = as_wire(result)
         body, envelope = split_envelope(wire)
-        if wire.get("resultType") == "input_required":
-            body.pop("requestState", None)  # the server's own state, sealed for the client
-            await call.finished(body)
-            return result
-        if body.get("isError") is True:
+        if body.get("isError") is True and wire.get("resultType") != "input_required":
             await call.failed(text_of(body) or "the tool returned an error result")
             return result
+        asks = wire.get("resultType") == "input_required"
+        if asks:
+            body.pop("requestState", None)  # the server's own state, sealed for the client
         try:
             output = await call.finished(body)
         except onlooker.HookAbortError as abort:  # a post-hook ended the execution
             return self._refusal(abort.reason or str(abort), envelope)
+        if asks:  # a question for the client, as the server put it: not a rewritable result
+            return result
         if output is body:
             return result
         rewritten = merge_envelope(self._rewritten(output), envelope)
