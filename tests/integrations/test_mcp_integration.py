@@ -430,7 +430,7 @@ class Confirm(BaseModel):
     ok: bool
 
 
-def confirm(amount: int) -> Elicit:
+def confirm(amount: int) -> Elicit[Confirm]:
     return Elicit(f"pay {amount}?", Confirm)
 
 
