@@ -504,6 +504,27 @@ class TestEscaping:
         assert hostile_id in text_of(page.text)
         assert "call/<i>1</i>" in text_of(detail.text)
 
+    def test_an_id_ending_in_a_newline_opens_its_own_execution(self, tmp_path: Path) -> None:
+        """The route took ``victim\\n`` as ``victim``: another execution's page and events."""
+        url = sqlite_url(tmp_path / "h.db")
+
+        async def go() -> None:
+            async with onlooker.ExecutionEngine(plugins=[history.plugin(url)]) as engine:
+                for execution_id, tool in (("victim", "secret_tool"), ("victim\n", "own_tool")):
+                    async with engine.track("agent", execution_id=execution_id) as run:
+                        call = await run.tool_started(tool, {})
+                        await call.finished("ok")
+
+        anyio.run(go)
+        with client(create_app(url)) as c:
+            page = c.get(f"/executions/{quote('victim' + chr(10), safe='')}")
+            events = c.get(f"/executions/{quote('victim' + chr(10), safe='')}?format=json")
+            unknown = c.get(f"/executions/{quote('nobody' + chr(10), safe='')}")
+        assert page.status_code == 200
+        assert "own_tool" in page.text and "secret_tool" not in page.text
+        assert {e["execution_id"] for e in events.json()} == {"victim\n"}
+        assert unknown.status_code == 404
+
     def test_undecodable_file_names_are_shown_escaped(self, tmp_path: Path) -> None:
         """A lone surrogate (an undecodable file name) in a value, a key or a program's name:
         no response can encode one; each page shows it escaped, as the trail writes it."""

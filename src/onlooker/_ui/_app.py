@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from starlette.applications import Starlette
+from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -106,12 +107,22 @@ def _declarations(tools: Iterable[Tool[..., Any] | ToolDeclaration]) -> dict[str
     return found
 
 
+class _AnyId(PathConvertor):
+    """An execution id, whatever it holds: a framework's own ids may end in a newline, which
+    the ``path`` convertor's ``.*`` leaves out (its route then opened another execution)."""
+
+    regex = "(?s:.*)"
+
+
+register_url_convertor("onlooker_id", _AnyId())
+
+
 def _routes() -> list[BaseRoute]:
     return [
         Route("/", executions_page, name="executions"),
         Route("/stream/list", list_stream, name="list_stream"),
-        Route("/executions/{execution_id:path}", execution_page, name="execution"),
-        Route("/stream/executions/{execution_id:path}", execution_stream),
+        Route("/executions/{execution_id:onlooker_id}", execution_page, name="execution"),
+        Route("/stream/executions/{execution_id:onlooker_id}", execution_stream),
         Route("/stats", stats_page, name="stats"),
         Route("/audit", audit_page, name="audit"),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
