@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import logging
 import re
 import signal
 import socket
@@ -734,6 +735,36 @@ class TestLiveStreams:
         assert [e["event"] for e in events] == ["update", "done"]
         assert events[1]["data"] == "completed"
         assert 'class="lane"' in events[0]["data"]
+
+
+@pytest.mark.anyio
+async def test_a_stream_pauses_while_the_database_does_not_answer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """It raised out of the stream (a traceback in the server's log at each reconnect)."""
+    from types import SimpleNamespace
+
+    from onlooker._ui._streams import _updates
+
+    answers: list[tuple[str, str | None] | HistoryError] = [
+        HistoryError("the server is down"),
+        HistoryError("the server is down"),
+        ("<p>back</p>", "completed"),
+    ]
+
+    async def render() -> tuple[str, str | None]:
+        answer = answers.pop(0)
+        if isinstance(answer, HistoryError):
+            raise answer
+        return answer
+
+    state = SimpleNamespace(poll_interval=0.01, stopping=anyio.Event())
+    with caplog.at_level(logging.WARNING, logger="onlooker.ui"):
+        events = [e async for e in _updates(state, anyio.Event(), render)]  # type: ignore[arg-type]
+    assert [e["event"] for e in events] == ["update", "done"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "live view paused: the history database cannot be read: the server is down"
+    ]
 
 
 def _parse_events(body: str) -> list[dict[str, str]]:

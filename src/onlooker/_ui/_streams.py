@@ -9,6 +9,7 @@ returns) when the server stops.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
@@ -17,12 +18,16 @@ from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import Response
 
+from onlooker import HistoryError
+
 from ._filters import list_filters
 from ._pages import execution_node, list_context, live_context
 from ._render import fragment_for_stream
 from ._state import UiState, rendered, state_of
 
 __all__ = ["execution_stream", "list_stream"]
+
+logger: Final = logging.getLogger("onlooker.ui")
 
 _GRACE: Final = 1.0  # seconds a live stream gets to end by itself when the server stops
 
@@ -41,10 +46,24 @@ Render = Callable[[], Awaitable[tuple[str, str | None]]]
 async def _updates(
     state: UiState, shutdown: anyio.Event, render: Render
 ) -> AsyncIterator[dict[str, str]]:
-    """An ``update`` event with each new rendering; a ``done`` event with the final status."""
+    """An ``update`` event with each new rendering; a ``done`` event with the final status.
+
+    A database that stops answering pauses the stream (one warning, no event): the
+    page keeps what it shows and goes on once the database answers again.
+    """
     last = None
+    unavailable = False
     while True:
-        html, final_status = await render()
+        try:
+            html, final_status = await render()
+        except HistoryError as exc:
+            if not unavailable:
+                logger.warning("live view paused: the history database cannot be read: %s", exc)
+            unavailable = True
+            if not await _next_tick(state, shutdown):
+                return
+            continue
+        unavailable = False
         if html != last:
             yield {"event": "update", "data": fragment_for_stream(html)}
             last = html
