@@ -853,7 +853,7 @@ class TestCommand:
         assert done.returncode == 1, done.stderr
         assert "address already in use" in done.stderr
 
-    @pytest.mark.parametrize("host", ["127.0.0.2", "::1"])
+    @pytest.mark.parametrize("host", ["127.0.0.2", "::1", "[::1]"])
     def test_the_loopback_address_it_was_given_is_answered(
         self, recorded: dict[str, Any], monkeypatch: pytest.MonkeyPatch, host: str
     ) -> None:
@@ -866,11 +866,20 @@ class TestCommand:
             cli_app, ["ui", "--db", str(recorded["path"]), "--host", host, "--port", "0"]
         )
         assert result.exit_code == 0, result.output
-        named = f"[{host}]" if ":" in host else host
+        named = f"[{host.strip('[]')}]" if ":" in host else host  # [::1], as URLs write it
         with TestClient(served[0], base_url=f"http://{named}:8080") as c:
             assert c.get("/").status_code == 200
         with TestClient(served[0], base_url="http://rebinding.example:8080") as c:
             assert c.get("/").status_code == 400
+
+    @pytest.mark.parametrize("host", ["256.1.1.1", "nowhere.invalid"])
+    def test_a_host_it_cannot_listen_on_is_named(self, recorded: dict[str, Any], host: str) -> None:
+        """uvicorn said only "[Errno -2] Name or service not known"."""
+        result = CliRunner().invoke(
+            cli_app, ["ui", "--db", str(recorded["path"]), "--host", host, "--port", "0"]
+        )
+        assert result.exit_code == 2
+        assert f"cannot listen on '{host}'" in " ".join(result.output.replace("│", " ").split())
 
     def test_help_has_examples(self) -> None:
         result = CliRunner().invoke(cli_app, ["ui", "--help"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
@@ -65,6 +66,7 @@ def ui(
     _require_the_extra()
     if audit is not None and not audit.is_dir():
         raise typer.BadParameter(f"no such directory: {str(audit)!r}", param_hint="--audit")
+    host = _listenable(host)
 
     from onlooker._ui import LOOPBACK_HOSTS, create_app, serve
 
@@ -83,6 +85,20 @@ def ui(
 
     with contextlib.suppress(KeyboardInterrupt):
         serve(app, host, port, on_start=lambda address: _announce(label, address, loopback))
+
+
+def _listenable(host: str) -> str:
+    """``host`` as the server takes it (``[::1]``, as URLs write it, is ``::1``); a usage
+    error naming it when it is no address of this machine's resolver."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        socket.getaddrinfo(bare or None, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise typer.BadParameter(
+            f"cannot listen on {host!r}: {reason}", param_hint="--host"
+        ) from None
+    return bare
 
 
 def _require_the_extra() -> None:
