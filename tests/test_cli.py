@@ -255,6 +255,19 @@ def process(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def wait_for(marker: Path) -> None:
+    """Until a program run in a process writes ``marker`` (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def statuses(directory: Path, table: str = "executions") -> list[str]:
+    """The statuses in a table of the history a run in ``directory`` recorded."""
+    with contextlib.closing(sqlite3.connect(directory / ".onlooker" / "history.db")) as db:
+        return [status for (status,) in db.execute(f"SELECT status FROM {table}")]
+
+
 def invoke(*args: str, input: str | None = None) -> Any:
     return runner.invoke(app, list(args), input=input)
 
@@ -998,9 +1011,7 @@ class TestEndToEnd:
             stderr=subprocess.DEVNULL,
         )
         try:
-            deadline = time.monotonic() + 30
-            while not (tmp_path / "asking").exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(tmp_path / "asking")
             time.sleep(0.5)  # the prompt's thread is reading by now
             process.send_signal(signal.SIGINT)
             assert process.wait(timeout=30) == 130
@@ -1008,8 +1019,7 @@ class TestEndToEnd:
             process.kill()
             assert process.stdin is not None
             process.stdin.close()
-        with contextlib.closing(sqlite3.connect(tmp_path / ".onlooker" / "history.db")) as db:
-            assert db.execute("SELECT status FROM executions").fetchall() == [("cancelled",)]
+        assert statuses(tmp_path) == ["cancelled"]
 
     def test_sigterm_ends_the_run_recorded_cancelled(self, tmp_path: Path) -> None:
         """timeout, docker stop, systemd and CI stop a process with SIGTERM: the run is
@@ -1023,15 +1033,12 @@ class TestEndToEnd:
             stderr=subprocess.DEVNULL,
         )
         try:
-            deadline = time.monotonic() + 30
-            while not (tmp_path / "waiting").exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(tmp_path / "waiting")
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=30) == 143
         finally:
             process.kill()
-        with contextlib.closing(sqlite3.connect(tmp_path / ".onlooker" / "history.db")) as db:
-            assert db.execute("SELECT status FROM executions").fetchall() == [("cancelled",)]
+        assert statuses(tmp_path) == ["cancelled"]
 
     @pytest.mark.parametrize(
         ("signals", "code"),
@@ -1056,9 +1063,7 @@ class TestEndToEnd:
             text=True,
         )
         try:
-            deadline = time.monotonic() + 30
-            while not (tmp_path / "waiting").exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(tmp_path / "waiting")
             for number in signals:
                 process.send_signal(number)
                 time.sleep(0.005)
@@ -1069,9 +1074,8 @@ class TestEndToEnd:
             process.kill()
             if process.stderr is not None:
                 process.stderr.close()
-        with contextlib.closing(sqlite3.connect(tmp_path / ".onlooker" / "history.db")) as db:
-            assert db.execute("SELECT status FROM executions").fetchall() == [("cancelled",)]
-            assert db.execute("SELECT status FROM tool_calls").fetchall() == [("cancelled",)]
+        assert statuses(tmp_path) == ["cancelled"]
+        assert statuses(tmp_path, "tool_calls") == ["cancelled"]
 
     def test_a_program_that_catches_the_interrupt_is_stopped_all_the_same(
         self, workdir: Path
@@ -1094,8 +1098,7 @@ class TestEndToEnd:
         result = invoke("run", "stubborn.py", "--quiet", "--no-audit")
         assert result.exit_code == 130
         assert {number: signal.getsignal(number) for number in before} == before
-        with contextlib.closing(sqlite3.connect(workdir / ".onlooker" / "history.db")) as db:
-            assert db.execute("SELECT status FROM executions").fetchall() == [("cancelled",)]
+        assert statuses(workdir) == ["cancelled"]
 
     def test_a_question_the_program_gave_up_on_does_not_eat_the_next_answer(
         self, tmp_path: Path
@@ -1110,9 +1113,7 @@ class TestEndToEnd:
             stderr=subprocess.DEVNULL,
         )
         try:
-            deadline = time.monotonic() + 30
-            while not (tmp_path / "second").exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(tmp_path / "second")
             time.sleep(0.3)  # the second prompt waits for its lines by now
             out, _ = process.communicate(b"y\nann\n", timeout=30)
         finally:
