@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import itertools
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -520,6 +527,56 @@ class TestRotation:
             assert writer.statistics().rotations > 2
         report = audit.verify(tmp_path / "s1")
         assert report.ok and report.records == 42
+
+
+class TestReadingDuringARotation:
+    """Readers list and open a session's files under the writers' lock, so that a rotation
+    half done (the live file renamed, its successor not yet created) is never seen: it made
+    ``verify`` report a missing segment, ``tail`` find no trail, and ``tail -f`` follow a
+    rotated segment for ever."""
+
+    @staticmethod
+    @contextlib.contextmanager
+    def rotation_half_done(session: Path) -> Iterator[None]:
+        fd = os.open(session / ".lock", os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.replace(session / "events.jsonl", session / "moving")
+        try:
+            yield
+            time.sleep(0.2)  # the reader has reached the lock meanwhile
+        finally:
+            os.replace(session / "moving", session / "events.jsonl")
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def test_verify_and_tail_wait_for_the_rotation(self, tmp_path: Path) -> None:
+        session = write_trail(tmp_path, tool_events(10), max_bytes=1500, keep=3)
+        with ThreadPoolExecutor(2) as pool:
+            with self.rotation_half_done(session):
+                report = pool.submit(audit.verify, session)
+                events = pool.submit(lambda: list(audit.tail(session)))
+            assert report.result(timeout=30).ok
+            assert events.result(timeout=30)[-1].event_id == "exec-1-f"
+
+    def test_tail_follow_started_meanwhile_follows_the_live_file(self, tmp_path: Path) -> None:
+        session = write_trail(tmp_path, tool_events(10), max_bytes=1500, keep=3)
+        seen: queue.Queue[str] = queue.Queue()
+
+        def follow() -> None:
+            for event in audit.tail(session, follow=True, poll_interval=0.01):
+                seen.put(event.event_id)
+                if event.event_id == "exec-2-f":
+                    return
+
+        follower = threading.Thread(target=follow, daemon=True)  # a lost follower never ends
+        with self.rotation_half_done(session):
+            follower.start()
+        write_trail(tmp_path, tool_events(1, "exec-2"), max_bytes=1500, keep=3)
+        follower.join(timeout=30)
+        assert not follower.is_alive(), "the follower missed the new live file"
+        ids = [seen.get_nowait() for _ in range(seen.qsize())]
+        assert ids[-4:] == ["exec-2-s", "exec-2-0a", "exec-2-0b", "exec-2-f"]
+        assert ids[:-4] == [event["event_id"] for event in tool_events(10)][-len(ids) + 4 :]
 
 
 WORKER = """

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Generator, Iterator, Sequence
@@ -13,7 +12,7 @@ import onlooker
 from onlooker import AuditError, EventValidationError, ExecutionEvent
 from onlooker._shared import json_loads
 
-from ._verify import is_note, iter_records, segments_of
+from ._verify import is_note, iter_records, opened_segments, records_in
 from ._writer import LIVE_NAME
 
 __all__ = ["EventSink", "replay", "tail"]
@@ -46,17 +45,12 @@ def tail(
     ``poll_interval`` seconds) and follows it across rotations; ``close()``
     it to release the file.
     """
-    files = segments_of(path)
     if not follow:
         for file, line, record in iter_records(path):
             yield _event(file, line, record)
         return
-    last_seq = -1
-    for segment in files[:-1]:
-        for file, line, record in iter_records(segment):
-            last_seq = _seq_of(record, last_seq)
-            yield _event(file, line, record)
-    yield from _Follower(files[-1], last_seq, poll_interval).events()
+    follower = _Follower(poll_interval)
+    yield from follower.events(path)
 
 
 def _seq_of(record: dict[str, object], default: int) -> int:
@@ -67,14 +61,13 @@ def _seq_of(record: dict[str, object], default: int) -> int:
 class _Follower:
     """Reads the live file as it grows; on rotation, the segments it missed, then the new file."""
 
-    def __init__(self, file: Path, last_seq: int, poll_interval: float) -> None:
-        self.file = file
-        self.last_seq = last_seq
+    def __init__(self, poll_interval: float) -> None:
+        self.last_seq = -1
         self.poll_interval = poll_interval
-        self.rotates = file.name == LIVE_NAME
 
-    def events(self) -> Iterator[ExecutionEvent]:
-        handle = open(self.file, "rb")  # noqa: SIM115  # re-opened on rotation below
+    def events(self, path: str | os.PathLike[str]) -> Iterator[ExecutionEvent]:
+        file, handle = yield from self._read_rotated(path, None)
+        rotates = file.name == LIVE_NAME
         try:
             buffer, line_no = b"", 0
             while True:
@@ -84,34 +77,37 @@ class _Follower:
                     *lines, buffer = buffer.split(b"\n")
                     for raw in lines:
                         line_no += 1
-                        event = self._parse(self.file, line_no, raw)
+                        event = self._parse(file, line_no, raw)
                         if event is not None:
                             yield event
                     continue
-                if not self.rotates or not _rotated(handle, self.file):
+                if not rotates or not _rotated(handle, file):
                     time.sleep(self.poll_interval)
                     continue
                 old = os.fstat(handle.fileno()).st_ino
                 handle.close()
-                yield from self._missed(old)
-                handle = open(self.file, "rb")  # noqa: SIM115
+                file, handle = yield from self._read_rotated(file.parent, old)
                 buffer, line_no = b"", 0
         finally:
             handle.close()
 
-    def _missed(self, old_inode: int) -> Iterator[ExecutionEvent]:
-        """Records in segments rotated since ours (ours included), past the last seq seen."""
-        rotated = segments_of(self.file.parent)[:-1]
-        start = 0
-        for index, segment in enumerate(rotated):
-            with contextlib.suppress(OSError):
-                if segment.stat().st_ino == old_inode:
+    def _read_rotated(
+        self, path: str | os.PathLike[str], since_inode: int | None
+    ) -> Generator[ExecutionEvent, None, tuple[Path, BinaryIO]]:
+        """Records of every segment but the newest (from the one ``since_inode`` names, if
+        still there) past the last seq seen; returns the newest segment, open, to follow."""
+        with opened_segments(path) as opened:
+            *rotated, (newest, live) = opened
+            start = 0
+            for index, (_, handle) in enumerate(rotated):
+                if os.fstat(handle.fileno()).st_ino == since_inode:
                     start = index
-        for segment in rotated[start:]:
-            for file, line, record in iter_records(segment):
-                if _seq_of(record, self.last_seq + 1) > self.last_seq:
-                    self.last_seq = _seq_of(record, self.last_seq)
-                    yield _event(file, line, record)
+            for file, handle in rotated[start:]:
+                for line, record in records_in(file, handle, last=True):
+                    if _seq_of(record, self.last_seq + 1) > self.last_seq:
+                        self.last_seq = _seq_of(record, self.last_seq)
+                        yield _event(file, line, record)
+            return newest, os.fdopen(os.dup(live.fileno()), "rb")
 
     def _parse(self, file: Path, line_no: int, raw: bytes) -> ExecutionEvent | None:
         try:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal, TypeAlias, final
+from typing import Any, BinaryIO, Final, Literal, TypeAlias, final
 
 from onlooker._errors import AuditError
-from onlooker._shared import json_loads
+from onlooker._shared import json_loads, lock_file_within, unlock_file
 
 from ._record import GENESIS, LIVE_NAME, RECORD_VERSION
 
@@ -21,6 +22,8 @@ __all__ = [
     "VerifyReport",
     "is_note",
     "iter_records",
+    "opened_segments",
+    "records_in",
     "segments_of",
     "verify",
 ]
@@ -39,6 +42,8 @@ Reason: TypeAlias = Literal[
 """Why :func:`verify` rejected a trail (see docs/audit.md)."""
 
 _SEGMENT: Final = re.compile(r"events(?:\.([1-9][0-9]*))?\.jsonl")
+_LOCK_NAME: Final = ".lock"  # the writers' session lock (``_segments.py``)
+_LOCK_WAIT: Final = 10.0  # seconds; past it, a reader lists the files without the lock
 _HEX64: Final = re.compile(rb"[0-9a-f]{64}")
 _SUFFIX: Final = len(b',"hash":"') + 64 + len(b'"}')
 _FIELDS: Final = ("v", "seq", "at", "session_id", "prev", "hash")
@@ -111,6 +116,48 @@ def segments_of(path: str | os.PathLike[str]) -> list[Path]:
     raise AuditError(f"no such audit trail: {str(target)!r}")
 
 
+@contextlib.contextmanager
+def opened_segments(path: str | os.PathLike[str]) -> Iterator[list[tuple[Path, BinaryIO]]]:
+    """The segments of a trail (:func:`segments_of`), each open for reading, closed after.
+
+    They are listed and opened under the session's lock, so that no
+    writer's rotation renames, deletes or re-creates a file in between
+    (a reader would otherwise miss a segment, fail on one just deleted, or
+    find no trail at all while the live file is being replaced). Read-only:
+    without a lock file (a trail no writer of this version wrote, or one
+    the reader may not open) the files are listed as they are.
+    """
+    target = Path(path)
+    with contextlib.ExitStack() as stack:
+        opened: list[tuple[Path, BinaryIO]] = []
+        with _session_quiet(target if target.is_dir() else target.parent):
+            for file in segments_of(target):
+                try:
+                    opened.append((file, stack.enter_context(open(file, "rb"))))
+                except OSError as exc:
+                    raise AuditError(f"cannot read audit trail {str(file)!r}: {exc}") from exc
+        yield opened
+
+
+@contextlib.contextmanager
+def _session_quiet(session_dir: Path) -> Iterator[None]:
+    """Holds the writers' session lock, if there is one this process can open, for a while."""
+    try:
+        fd = os.open(session_dir / _LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        locked = lock_file_within(fd, _LOCK_WAIT)  # a writer stuck with it: read anyway
+        try:
+            yield
+        finally:
+            if locked:
+                unlock_file(fd)
+    finally:
+        os.close(fd)
+
+
 def _segment_number(path: Path) -> int | None:
     match = _SEGMENT.fullmatch(path.name)
     return None if match is None else int(match.group(1) or 0)
@@ -165,11 +212,16 @@ def verify(path: str | os.PathLike[str]) -> VerifyReport:
     from the head of a trail are ``head_truncated``. One file given alone is
     held to this only when it is the trail's only segment.
     """
-    files = segments_of(path)
+    with opened_segments(path) as opened:
+        return _verify(path, opened)
+
+
+def _verify(path: str | os.PathLike[str], opened: list[tuple[Path, BinaryIO]]) -> VerifyReport:
+    files = [file for file, _ in opened]
     from_genesis = Path(path).is_dir() or _only_segment(files[0])  # held to seq 0
     state = _Chain()
     numbers = [_segment_number(file) for file in files]
-    for index, file in enumerate(files):
+    for index, (file, handle) in enumerate(opened):
         last_file = index == len(files) - 1
         # A number missing between two segments: records lost, unless the chain links across
         # it (a rotation cut short by a crash renamed the older segments, not the newer ones).
@@ -179,29 +231,28 @@ def verify(path: str | os.PathLike[str]) -> VerifyReport:
             if numbers[index] != expected:
                 missing = LIVE_NAME if expected == 0 else f"events.{expected}.jsonl"
         try:
-            with open(file, "rb") as handle:
-                for line_no, raw in enumerate(handle, 1):
-                    whole = raw.endswith(b"\n")
-                    body = raw[:-1] if whole else raw
-                    try:
-                        record = _parse(body)
-                        if missing is not None and line_no == 1 and not _links(state, record):
-                            detail = f"{missing} is missing"
-                            return state.report(files, BadLine(file, 1), "missing_segment", detail)
-                        state.link(record)
-                    except _Bad as bad:
-                        head = _head_truncated(state, files, from_genesis)
-                        if head is not None:  # the first bad line is the trail's first
-                            return head
-                        if not whole and last_file and bad.reason == "malformed":
-                            return state.report(
-                                files,
-                                BadLine(file, line_no),
-                                "torn_tail",
-                                "the last line is cut short (a crash mid-write); "
-                                "every record before it is intact",
-                            )
-                        return state.report(files, BadLine(file, line_no), bad.reason, bad.detail)
+            for line_no, raw in enumerate(handle, 1):
+                whole = raw.endswith(b"\n")
+                body = raw[:-1] if whole else raw
+                try:
+                    record = _parse(body)
+                    if missing is not None and line_no == 1 and not _links(state, record):
+                        detail = f"{missing} is missing"
+                        return state.report(files, BadLine(file, 1), "missing_segment", detail)
+                    state.link(record)
+                except _Bad as bad:
+                    head = _head_truncated(state, files, from_genesis)
+                    if head is not None:  # the first bad line is the trail's first
+                        return head
+                    if not whole and last_file and bad.reason == "malformed":
+                        return state.report(
+                            files,
+                            BadLine(file, line_no),
+                            "torn_tail",
+                            "the last line is cut short (a crash mid-write); "
+                            "every record before it is intact",
+                        )
+                    return state.report(files, BadLine(file, line_no), bad.reason, bad.detail)
         except OSError as exc:
             raise AuditError(f"cannot read audit trail {str(file)!r}: {exc}") from exc
     head = _head_truncated(state, files, from_genesis)
@@ -321,22 +372,27 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[tuple[Path, int, dict
     is skipped; any other line that is not JSON raises
     :class:`onlooker.AuditError` naming the file and line.
     """
-    files = segments_of(path)
-    for index, file in enumerate(files):
-        last_file = index == len(files) - 1
-        with open(file, "rb") as handle:
-            for line_no, raw in enumerate(handle, 1):
-                try:
-                    record = json_loads(raw)
-                except ValueError:
-                    if last_file and not raw.endswith(b"\n"):
-                        return  # a torn tail: a crash mid-write
-                    raise AuditError(f"{file}:{line_no}: not a JSON audit record") from None
-                if is_note(record):
-                    continue
-                if not isinstance(record, dict) or not isinstance(record.get("event"), dict):
-                    raise AuditError(f"{file}:{line_no}: not an audit record (no event)")
+    with opened_segments(path) as opened:
+        for index, (file, handle) in enumerate(opened):
+            for line_no, record in records_in(file, handle, last=index == len(opened) - 1):
                 yield file, line_no, record
+
+
+def records_in(file: Path, handle: BinaryIO, *, last: bool) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The event records of one open segment as ``(line, record)``, as :func:`iter_records`
+    reads them; a torn line ends the ``last`` segment, in any other it is an error."""
+    for line_no, raw in enumerate(handle, 1):
+        try:
+            record = json_loads(raw)
+        except ValueError:
+            if last and not raw.endswith(b"\n"):
+                return  # a torn tail: a crash mid-write
+            raise AuditError(f"{file}:{line_no}: not a JSON audit record") from None
+        if is_note(record):
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("event"), dict):
+            raise AuditError(f"{file}:{line_no}: not an audit record (no event)")
+        yield line_no, record
 
 
 def is_note(record: object) -> bool:
