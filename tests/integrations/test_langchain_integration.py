@@ -809,6 +809,127 @@ async def test_a_resume_given_the_same_run_id_is_its_own_execution(
     assert not caplog.records
 
 
+MODES = ["handler", "wrapper", "handler+wrapper"]
+
+
+class CountingRecorder(RecordingObserver):
+    """A recorder that says when it has seen ``calls`` tool calls end."""
+
+    def __init__(self, calls: int) -> None:
+        super().__init__()
+        self.calls = calls
+        self.ended = anyio.Event()
+
+    def handle(self, event: ExecutionEvent) -> None:
+        super().handle(event)
+        if len(self.of(ToolCallFinished)) >= self.calls:
+            self.ended.set()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_sibling_still_running_at_an_interrupt_is_recorded_as_it_ends(
+    mode: str, tmp_path: Path, check_stream: CheckStream
+) -> None:
+    """Two parallel calls, one pausing the graph with interrupt(): LangGraph returns at
+    the interrupt while the other still runs (ToolNode gathers its calls and cancels
+    none), keeps neither call's result, and runs both again on resume. Each run is
+    recorded as it happens: the sibling's first run completed with its result, the
+    interrupting call cancelled by the interrupt, then both runs of the resume."""
+    release = anyio.Event()
+    ran: list[str] = []
+
+    @tool
+    async def lookup(order_id: str) -> str:
+        """Look an order up (slowly)."""
+        await release.wait()
+        ran.append(f"lookup:{order_id}")
+        return f"order {order_id}: shipped"
+
+    @tool
+    def approve(order_id: str) -> str:
+        """Ask a person to approve."""
+        ran.append(f"approve:{order_id}")
+        return f"approved {order_id}: {interrupt(f'approve {order_id}?')}"
+
+    both = AIMessage(
+        content="",
+        tool_calls=[
+            {"name": "lookup", "args": {"order_id": "A1"}, "id": "c1"},
+            {"name": "approve", "args": {"order_id": "A1"}, "id": "c2"},
+        ],
+    )
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    recorder = CountingRecorder(calls=2)
+    first, second = uuid.uuid4(), uuid.uuid4()
+    async with onlooker.ExecutionEngine(plugins=[history.plugin(url)]) as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine) if "wrapper" in mode else None)
+        chat = model(both, AIMessage(content="done"))
+        graph = agent.graph("bot", chat, [lookup, approve], checkpointer=InMemorySaver())
+
+        def run_config(run_id: uuid.UUID) -> RunnableConfig:
+            handler: RunnableConfig = (
+                config(OnlookerCallbackHandler(engine), run_id) if "handler" in mode else {}
+            )
+            return {**handler, "configurable": {"thread_id": "t"}}
+
+        state = await graph.ainvoke({"messages": [HumanMessage("x")]}, run_config(first))
+        assert "__interrupt__" in state
+        assert ran == ["approve:A1"]  # the graph returned; lookup still runs
+        if "handler" in mode:  # so its execution waits for it
+            assert str(first) not in {e.execution_id for e in recorder.of(ExecutionFinished)}
+        release.set()
+        with anyio.fail_after(5):
+            await recorder.ended.wait()  # the sibling's end is recorded
+        state = await graph.ainvoke(Command(resume="yes"), run_config(second))
+        assert [m.content for m in state["messages"] if isinstance(m, ToolMessage)] == [
+            "order A1: shipped",
+            "approved A1: yes",
+        ]
+    # LangGraph kept neither result of the first run: both calls ran again on resume.
+    assert sorted(ran) == ["approve:A1", "approve:A1", "lookup:A1", "lookup:A1"]
+    events = recorder.events
+    check_stream(events)
+    finished = recorder.of(ToolCallFinished)
+    assert [(e.tool_call_id, e.status) for e in finished[:2]] == [
+        ("c2", "cancelled"),
+        ("c1", "completed"),
+    ]
+    paused, sibling = finished[:2]
+    assert paused.error is not None
+    assert (paused.error.type, paused.error.cause) == ("GraphInterrupt", "interrupt")
+    assert "approve A1?" in paused.error.message
+    assert sibling.result == "order A1: shipped" and sibling.error is None
+    assert sorted((e.tool_call_id, e.status, e.result) for e in finished[2:]) == [
+        ("c1", "completed", "order A1: shipped"),
+        ("c2", "completed", "approved A1: yes"),
+    ]
+    if mode == "wrapper":  # each call an execution of its own
+        own = {e.execution_id: e for e in recorder.of(ExecutionFinished)}
+        end = own[paused.execution_id]
+        assert end.status == "cancelled"
+        assert end.error is not None and end.error.cause == "interrupt"
+        assert own[sibling.execution_id].status == "completed"
+        return
+    # The paused run's execution finishes once the sibling has ended, and holds both.
+    assert paused.execution_id == sibling.execution_id == str(first)
+    ends = [(e.execution_id, e.status) for e in recorder.of(ExecutionFinished)]
+    assert ends == [(str(first), "completed"), (str(second), "completed")]
+    async with history.open(url) as store:
+        tree = await store.get_execution(str(first))
+        resumed = await store.get_execution(str(second))
+    assert tree is not None and tree.status == "completed"
+    assert sorted((c.tool_call_id, c.status) for c in tree.tool_calls) == [
+        ("c1", "completed"),
+        ("c2", "cancelled"),
+    ]
+    assert resumed is not None and resumed.status == "completed"
+    assert sorted((c.tool_call_id, c.status) for c in resumed.tool_calls) == [
+        ("c1", "completed"),
+        ("c2", "completed"),
+    ]
+
+
 @pytest.mark.parametrize("wrapped", [False, True], ids=["handler", "handler+wrapper"])
 async def test_a_command_is_recorded_by_the_tool_message_inside_it(wrapped: bool) -> None:
     """A tool that updates the graph's state returns a Command; its ToolMessage says how the

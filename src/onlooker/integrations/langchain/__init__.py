@@ -22,7 +22,8 @@ LangChain / LangGraph                              onlooker
                                                    + ``start()``
 ``on_chain_start`` of a graph node whose graph is  ``parent.child(graph name, parent_tool_call_id=``
 nested (a subgraph, or a graph run by a tool)      the enclosing tool call) + ``start()``
-``on_chain_end`` of a root / subgraph run          ``finish("completed", result=outputs)``
+``on_chain_end`` of a root / subgraph run          ``finish("completed", result=outputs)`` (a
+                                                   root: once its calls still running ended)
 ``on_chain_error`` of a root / subgraph run        ``finish("failed", error=...)`` (``cancelled``
                                                    for a cancellation or a graph interrupt)
 ``on_tool_start``                                  ``tool_started(name, inputs, tool_call_id=``
@@ -30,7 +31,8 @@ nested (a subgraph, or a graph run by a tool)      the enclosing tool call) + ``
 ``on_tool_end`` (a ``ToolMessage``)                ``finished(content)``
 ``on_tool_end`` (``ToolMessage(status="error")``,  ``failed(content)``
 a handled ``ToolException``)
-``on_tool_error``                                  ``failed(error)``
+``on_tool_error``                                  ``failed(error)`` (``cancelled``, cause
+                                                   ``interrupt``, for an ``interrupt()``)
 ``awrap_tool_call(request, execute)``              ``tool_started`` with the ``args`` as the
                                                    tool's ``args_schema`` validates them
                                                    (``validate=`` that schema); refused: a

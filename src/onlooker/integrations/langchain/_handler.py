@@ -19,9 +19,11 @@ from .._json import json_copy
 from ._shared import (
     Run,
     finish_ended,
+    interrupt_info,
     interrupted,
     logger,
     open_call,
+    paused,
     registry_of,
     text,
     tool_message,
@@ -288,20 +290,31 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
     async def _chain_ended(
         self, run_id: UUID, outputs: object, error: BaseException | None
     ) -> None:
-        runs = self._registry.runs
+        registry = self._registry
+        runs = registry.runs
         run = runs.pop(run_id, None)
         if run is None or not run.own:
             return
-        if error is None:
-            await run.execution.finish("completed", result=outputs)
-        else:
-            await finish_ended(run.execution, error)
-        if run.parent_run_id is None:
-            # LangChain reports no end for the runs a cancellation cut short (a node; a
-            # tool too before langchain-core 1.7.5): once their root has ended, nothing
-            # will, and they would stay for ever.
-            for stale in [key for key, entry in runs.items() if entry.execution.finished]:
-                del runs[stale]
+        execution = run.execution
+
+        async def end() -> None:
+            if error is None:
+                await execution.finish("completed", result=outputs)
+            else:
+                await finish_ended(execution, error)
+            if run.parent_run_id is None:
+                # LangChain reports no end for the runs a cancellation cut short (a node;
+                # a tool too before langchain-core 1.7.5): once their root has ended,
+                # nothing will, and they would stay for ever.
+                for stale in [key for key, entry in runs.items() if entry.execution.finished]:
+                    del runs[stale]
+
+        if error is None and registry.running(execution.execution_id):
+            # LangGraph returned at an interrupt() while parallel siblings of the
+            # interrupting call still run: they end (and are recorded) first.
+            registry.park(execution.execution_id, end)
+            return
+        await end()
 
     async def _tool_started(
         self,
@@ -353,8 +366,12 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
         failure: BaseException | str | None = error
         if failure is None and getattr(message, "status", None) == "error":
             failure = text(output)  # a handled failure
-        if call is not None and not call.done and not (error is not None and interrupted(error)):
-            if failure is not None:
+        if call is not None and not call.done:
+            if error is not None and paused(error):  # closed now: its siblings may run on
+                await call.failed(interrupt_info(error))
+            elif error is not None and interrupted(error):
+                pass  # a handoff to the parent graph: closes, cancelled, with its execution
+            elif failure is not None:
                 await call.failed(failure)
             else:
                 # A post-hook's ABORT is recorded (the call blocked, the execution to finish
@@ -368,6 +385,8 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
                 await finish_ended(run.execution, failure)
             else:
                 await run.execution.finish("failed", error=failure)
+        else:
+            await self._registry.settle(run.execution.execution_id)
 
 
 def _run_name(

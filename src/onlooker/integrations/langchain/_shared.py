@@ -23,7 +23,7 @@ from uuid import UUID
 import anyio.from_thread
 import anyio.lowlevel
 
-from onlooker import TrackingError
+from onlooker import ErrorInfo, TrackingError
 
 from .._arguments import Validate
 from .._ids import suffixed
@@ -38,9 +38,11 @@ __all__ = [
     "Registry",
     "Run",
     "finish_ended",
+    "interrupt_info",
     "interrupted",
     "logger",
     "open_call",
+    "paused",
     "registry_of",
     "text",
     "tool_message",
@@ -202,7 +204,7 @@ class Run:
 class Registry:
     """What the handlers and wrappers of one engine share."""
 
-    __slots__ = ("governed", "home", "raised", "runs")
+    __slots__ = ("governed", "held", "home", "parked", "raised", "runs")
 
     def __init__(self) -> None:
         self.runs: dict[UUID, Run] = {}
@@ -211,6 +213,11 @@ class Registry:
         self.raised: dict[tuple[UUID, str], BaseException] = {}
         """What the tool of a governed call raised, as the handler saw it: a ``ToolNode``
         that handles tool errors hands the wrapper only an error message."""
+        self.held: dict[str, int] = {}
+        """Execution id -> the calls a wrapper opened in it and has not finished recording."""
+        self.parked: dict[str, Callable[[], Awaitable[None]]] = {}
+        """Execution id -> how to finish an execution whose run ended while some of its
+        tool calls still ran (see :meth:`park`)."""
         self.home = Home()
 
     def govern(self, key: tuple[UUID, str]) -> None:
@@ -223,6 +230,46 @@ class Registry:
         if left:
             self.governed[key] = left
         return self.raised.pop(key, None)
+
+    def running(self, execution_id: str) -> bool:
+        """Whether a tool call of this execution is still running: one the handler
+        recorded and saw no end of, or one a wrapper holds."""
+        if self.held.get(execution_id):
+            return True
+        return any(
+            run.call is not None
+            and not run.call.done
+            and run.execution.execution_id == execution_id
+            for run in self.runs.values()
+        )
+
+    def park(self, execution_id: str, end: Callable[[], Awaitable[None]]) -> None:
+        """Finish an execution (``end``) once its last running tool call has ended.
+
+        LangGraph returns from a run that an ``interrupt()`` paused while parallel
+        sibling calls of the interrupting one still run (``ToolNode`` gathers its
+        calls without cancelling the rest): they run to their end, and the
+        execution stays open until they have, so that they are recorded as they end.
+        """
+        self.parked[execution_id] = end
+
+    async def settle(self, execution_id: str) -> None:
+        """A call of this execution ended: finish the execution if it waited for it."""
+        end = self.parked.get(execution_id)
+        if end is not None and not self.running(execution_id):
+            del self.parked[execution_id]
+            await end()
+
+    def hold(self, execution_id: str) -> None:
+        """A wrapper opened a call in this execution."""
+        self.held[execution_id] = self.held.get(execution_id, 0) + 1
+
+    async def unhold(self, execution_id: str) -> None:
+        """A wrapper is done recording a call of this execution."""
+        left = self.held.pop(execution_id, 1) - 1
+        if left:
+            self.held[execution_id] = left
+        await self.settle(execution_id)
 
 
 _REGISTRIES: Final[weakref.WeakKeyDictionary[ExecutionEngine, Registry]] = (
@@ -270,6 +317,21 @@ def interrupted(error: BaseException) -> bool:
     return _is(error, "GraphBubbleUp")
 
 
+def paused(error: BaseException) -> bool:
+    """Whether ``error`` is LangGraph pausing a run for input (``interrupt()``)."""
+    return _is(error, "GraphInterrupt")
+
+
+def interrupt_info(error: BaseException) -> ErrorInfo:
+    """How a call or a run an ``interrupt()`` paused is closed: ``cancelled``, cause
+    ``interrupt``, the question(s) it asked as the message."""
+    interrupts = error.args[0] if error.args else ()
+    values = interrupts if isinstance(interrupts, list | tuple) else [interrupts]
+    asked = "; ".join(text(getattr(value, "value", value)) for value in values)
+    message = "paused by a LangGraph interrupt" + (f": {asked}" if asked else "")
+    return ErrorInfo(type=type(error).__name__, message=message, cause="interrupt")
+
+
 def _is(error: BaseException, name: str) -> bool:
     # By name: the handler runs without LangGraph installed.
     return any(cls.__name__ == name for cls in type(error).__mro__)
@@ -278,9 +340,13 @@ def _is(error: BaseException, name: str) -> bool:
 async def finish_ended(execution: TrackedExecution, error: BaseException) -> None:
     """Finish an execution that ``error`` ended: ``completed`` when it handed over to its
     parent graph (a ``ParentCommand``: a sub-agent's handoff), with that ``Command`` as its
-    result; ``cancelled`` by an interrupt or a cancellation; else ``failed``."""
+    result; ``cancelled`` by an interrupt (an ``interrupt()``: :func:`interrupt_info`) or a
+    cancellation; else ``failed``."""
     if _is(error, "ParentCommand"):
         await execution.finish("completed", result=error.args[0] if error.args else None)
+        return
+    if paused(error):
+        await execution.finish("cancelled", error=interrupt_info(error))
         return
     status: ExecutionStatus = (
         "cancelled" if interrupted(error) or not isinstance(error, Exception) else "failed"

@@ -23,9 +23,11 @@ from ._arguments import validator
 from ._shared import (
     Home,
     finish_ended,
+    interrupt_info,
     interrupted,
     logger,
     open_call,
+    paused,
     registry_of,
     text,
     tool_message,
@@ -105,6 +107,24 @@ class _ToolNodeGovernor:
         except Exception:
             logger.exception("onlooker could not record LangGraph tool call %r", tool_call_id)
             return await execute(request)
+        try:
+            return await self._govern(request, execute, call, standalone, given, node_run_id)
+        finally:  # the graph's execution may wait for this call to end (see Registry.park)
+            with anyio.CancelScope(shield=True):
+                await _quietly(self._home, partial(self._registry.unhold, call.execution_id))
+
+    async def _govern(
+        self,
+        request: ToolCallRequest,
+        execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+        call: TrackedToolCall,
+        standalone: TrackedExecution | None,
+        given: Mapping[str, Any],
+        node_run_id: UUID | None,
+    ) -> ToolMessage | Command[Any]:
+        """Enforce the verdict on an opened call, run the tool, record the result."""
+        tool_call = request.tool_call
+        tool_call_id = tool_call.get("id") or ""
         if not call.allowed:
             return await self._refuse(call, standalone, tool_call["name"], tool_call_id)
         if call.input != given:  # rewritten; else LangChain validates the model's own args once
@@ -142,6 +162,7 @@ class _ToolNodeGovernor:
         call = await open_call(
             execution, tool_call["name"], given, tool_call.get("id") or None, validate
         )
+        self._registry.hold(call.execution_id)
         return call, standalone, given
 
     async def _refuse(
@@ -240,7 +261,9 @@ async def _failed(
 ) -> None:
     if call.done:
         _ended_late(call)
-    elif not interrupted(error):  # an interrupted call closes, cancelled, with its execution
+    elif paused(error):  # closed now: its siblings may run on (see Registry.park)
+        await call.failed(interrupt_info(error))
+    elif not interrupted(error):  # a handoff to the parent graph closes with its execution
         await call.failed(error)
     if standalone is not None:
         await finish_ended(standalone, error)
