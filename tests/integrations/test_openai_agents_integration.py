@@ -37,6 +37,7 @@ from agents.exceptions import (
     OutputGuardrailTripwireTriggered,
     ToolInputGuardrailTripwireTriggered,
 )
+from agents.run_config import ToolExecutionConfig
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 import onlooker
@@ -45,6 +46,8 @@ from onlooker import (
     ExecutionStarted,
     HookAction,
     HookMatcher,
+    InteractionResolved,
+    InteractionStarted,
     PostHookResult,
     PreHookResult,
     ToolCallFinished,
@@ -996,6 +999,129 @@ class TestGovernanceLimits:
         logged = [r.getMessage() for r in caplog.records if r.name == LOGGER]
         assert any("runs unrecorded" in message for message in logged)
         caplog.clear()  # those errors were the point
+
+
+class TestApprovals:
+    """``needs_approval``: the run the SDK interrupts is paused, and resumed by ``Runner.run(agent, state)``."""
+
+    @pytest.mark.parametrize("processor", [True, False], ids=["processor", "hooks-only"])
+    @pytest.mark.parametrize("before", [False, True], ids=["guarded-after", "guarded-before"])
+    @pytest.mark.parametrize("approve", [True, False], ids=["approved", "rejected"])
+    async def test_an_approval_is_an_interaction_of_one_execution(
+        self, processor: bool, before: bool, approve: bool, check_stream: Check
+    ) -> None:
+        ran: list[int] = []
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            if processor:
+                set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks, guard = OnlookerRunHooks(engine), tool_guardrail(engine)
+
+            @function_tool(needs_approval=True, tool_input_guardrails=[guard])
+            def pay(amount: int) -> str:
+                """Pay an amount."""
+                ran.append(amount)
+                return f"paid {amount}"
+
+            model = ScriptedModel(
+                [[function_call("pay", {"amount": 5}, call_id="call_1")], [assistant_message("ok")]]
+            )
+            agent = Agent(name="payer", model=model, tools=[pay])
+            config = RunConfig(
+                tool_execution=ToolExecutionConfig(pre_approval_tool_input_guardrails=before)
+            )
+            result = await Runner.run(agent, "pay 5", hooks=hooks, run_config=config)
+            [item] = result.interruptions
+            await asyncio.sleep(0)  # what the processor deferred lands
+            # Paused, not finished: the question is open (with the processor, or when the
+            # guardrail saw the call before the SDK asked; else nothing tells it yet).
+            assert not recorder.of(ExecutionFinished)
+            asked = recorder.of(InteractionStarted)
+            assert len(asked) == (1 if processor or before else 0)
+            assert len(recorder.of(ToolCallStarted)) == (1 if before else 0)
+
+            state = result.to_state()
+            if approve:
+                state.approve(item)
+            else:
+                state.reject(item)
+            resumed = await Runner.run(agent, state, hooks=hooks, run_config=config)
+            assert resumed.final_output == "ok"
+            # Finished by the resumed run, not by the engine's close.
+            [end] = recorder.of(ExecutionFinished)
+            assert (end.status, end.result) == ("completed", "ok")
+
+        assert ran == ([5] if approve else [])
+        assert len({event.execution_id for event in recorder.events}) == 1
+        [question] = recorder.of(InteractionStarted)
+        assert question.message == "tool 'pay' (call call_1) awaits approval"
+        [answer] = recorder.of(InteractionResolved)
+        assert answer.interaction_id == question.interaction_id
+        assert answer.status == ("accepted" if approve else "declined")
+        calls = [(e.tool_call_id, e.status) for e in recorder.of(ToolCallFinished)]
+        if approve:  # recorded once, whether the guardrail decided it before or after
+            assert calls == [("call_1", "completed")]
+        elif before:  # the pre-hooks allowed it, the person did not
+            assert calls == [("call_1", "failed")]
+            [finished] = recorder.of(ToolCallFinished)
+            assert finished.error is not None
+            assert finished.error.type == "ToolApprovalRejected"
+        else:  # the SDK never runs a rejected call's guardrail or hooks
+            assert calls == []
+        check_stream(recorder.events)
+
+    async def test_a_call_the_pre_hooks_refuse_before_the_approval_is_never_asked(
+        self, check_stream: Check
+    ) -> None:
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine(hooks=GOVERNANCE) as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks, guard = OnlookerRunHooks(engine), tool_guardrail(engine)
+            tools = Tools(guard)
+            tools.delete_file.needs_approval = True
+            model = ScriptedModel(
+                [
+                    [function_call("delete_file", {"path": "/etc"}, call_id="call_1")],
+                    [assistant_message("refused")],
+                ]
+            )
+            agent = Agent(name="cleaner", model=model, tools=[tools.delete_file])
+            config = RunConfig(
+                tool_execution=ToolExecutionConfig(pre_approval_tool_input_guardrails=True)
+            )
+            result = await Runner.run(agent, "clean", hooks=hooks, run_config=config)
+
+        assert result.interruptions == [] and result.final_output == "refused"
+        assert tool_events(recorder.events) == [
+            ("start", "cleaner"),
+            ("call", "delete_file", "call_1"),
+            ("done", "delete_file", "call_1", "blocked"),
+            ("end", "completed"),
+        ]
+        assert not recorder.of(InteractionStarted)
+        check_stream(recorder.events)
+
+    async def test_a_run_left_unanswered_closes_its_question_at_the_engine_close(
+        self, check_stream: Check
+    ) -> None:
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks, guard = OnlookerRunHooks(engine), tool_guardrail(engine)
+            tools = Tools(guard)
+            tools.lookup.needs_approval = True
+            model = ScriptedModel([[function_call("lookup", {"city": "Rome"}, call_id="c1")]])
+            agent = Agent(name="asker", model=model, tools=[tools.lookup])
+            result = await Runner.run(agent, "weather?", hooks=hooks)
+            assert len(result.interruptions) == 1
+
+        [answer] = recorder.of(InteractionResolved)
+        [end] = recorder.of(ExecutionFinished)
+        assert (answer.status, end.status) == ("cancelled", "cancelled")
+        check_stream(recorder.events)
 
 
 class TestHandoff:

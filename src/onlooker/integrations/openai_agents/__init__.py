@@ -27,6 +27,8 @@ tool input guardrail (``tool_guardrail``)  ``run.tool_started(tool_name, argumen
                                            run stays open until its agent span ends, so
                                            ``tool_started`` refuses the rest of the batch;
                                            without the processor ``run.finish()`` at once)
+``on_llm_end``                             notes the response's function calls: one no hook
+                                           sees is awaiting approval (``needs_approval``)
 ``on_tool_start``                          ``run.tool_started(...)`` only for a call the
                                            guardrail did not open (watch only)
 ``on_tool_end``                            ``call.failed(...)`` when the tool's trace span
@@ -40,6 +42,10 @@ function span ends, call still open        ``call.failed(...)``: ``cancelled`` w
                                            ``failure_error_function``), or the
                                            SDK's timeout message as output; else
                                            ``call.finished(span output)``
+agent span ends, calls awaiting approval   the run is paused: ``run.interaction_started(...)``
+                                           per awaited call; ``Runner.run(agent, state)``
+                                           goes on with the same execution and resolves them
+                                           ``accepted`` / ``declined``
 agent span ends, run still open            after an ``ABORT`` ``run.finish()`` (``failed``);
 (``OnlookerTracingProcessor``)             ``run.finish("cancelled")`` when the run's task is
                                            being cancelled; ``run.finish("failed",

@@ -8,7 +8,7 @@ from agents import ToolGuardrailFunctionOutput, ToolInputGuardrail, ToolInputGua
 
 from onlooker import HookAction
 
-from ._shared import CURRENT, arguments, guarded, logger, state_of
+from ._shared import CURRENT, arguments, awaiting_approval, guarded, logger, state_of
 
 if TYPE_CHECKING:
     from onlooker import ExecutionEngine, TrackedToolCall
@@ -45,11 +45,17 @@ class _Guardrail:
         state = self._state
         context = data.context
         try:
-            if state.call_for(context) is not None:  # guarded twice: the first one decided
+            found = state.call_for(context)
+            if found is None:
+                run = state.run_for(context) or await state.open_run(
+                    context, data.agent, program=None, owner=None
+                )
+                found = state.call_for(context)  # held for approval in the run it resumes
+            if found is not None:  # guarded twice: the first one decided
+                if found.awaiting:  # the person approved it: it runs now
+                    state.approved(found, context)
+                    CURRENT.set(found)
                 return ToolGuardrailFunctionOutput.allow()
-            run = state.run_for(context) or await state.open_run(
-                context, data.agent, program=None, owner=None
-            )
             if run.aborted and run.track.finished:  # nothing left to record this call in
                 return ToolGuardrailFunctionOutput.raise_exception(
                     output_info={"onlooker": HookAction.ABORT.value, "reason": _ABORTED}
@@ -86,6 +92,9 @@ class _Guardrail:
             return ToolGuardrailFunctionOutput.reject_content(
                 f"Tool call refused by onlooker: {reason}.", output_info=info
             )
+        if awaiting_approval(context):  # the SDK asks a person next; the tool does not run yet
+            await guarded(state.hold(entry, context.tool_call_id), "a call awaiting approval")
+            return ToolGuardrailFunctionOutput.allow(output_info=info)
         state.remember(entry)
         CURRENT.set(entry)
         return ToolGuardrailFunctionOutput.allow(output_info=info)

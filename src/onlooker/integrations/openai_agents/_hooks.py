@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agents import Agent, RunContextWrapper, RunHooks, Tool
+from agents import Agent, ModelResponse, RunContextWrapper, RunHooks, Tool
 from agents.run_context import AgentHookContext
 from agents.tool_context import ToolContext
 from agents.tracing import get_current_span
+from openai.types.responses import ResponseFunctionToolCall
 
 from ._shared import arguments, logger, span_failure, state_of, timeout_failure
 
@@ -82,6 +83,23 @@ class OnlookerRunHooks(RunHooks[Any]):
             state.finish_run(run, "completed", result=output)
         except Exception:
             logger.exception("could not record the end of agent %r", agent.name)
+
+    async def on_llm_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
+    ) -> None:
+        """Note the function calls the model asked for: one that no guardrail or hook then
+        sees is one the SDK asks a person to approve (``needs_approval``)."""
+        try:
+            run = self._state.run_for(context)
+            if run is not None:
+                run.opened = set()
+                run.requested = {
+                    item.call_id: item.name
+                    for item in response.output
+                    if isinstance(item, ResponseFunctionToolCall)
+                }
+        except Exception:
+            logger.exception("could not note the calls of a model response")
 
     async def on_handoff(
         self, context: RunContextWrapper[Any], from_agent: Agent[Any], to_agent: Agent[Any]

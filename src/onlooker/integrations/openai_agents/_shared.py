@@ -31,10 +31,12 @@ if TYPE_CHECKING:
 __all__ = [
     "CANCELLED",
     "CURRENT",
+    "Approval",
     "Call",
     "Run",
     "State",
     "arguments",
+    "awaiting_approval",
     "cancelling",
     "guarded",
     "logger",
@@ -53,11 +55,17 @@ CANCELLED: Final = ErrorInfo(
 )
 """What a call the SDK cancelled closes with (``call.failed`` records it ``cancelled``)."""
 
+REJECTED: Final = ErrorInfo(
+    type="ToolApprovalRejected", message="a person rejected the call", cause="failure"
+)
+"""What a call the pre-hooks allowed before the SDK asked for approval closes with when the
+person rejects it (the SDK then never runs the tool, its guardrails or its hooks)."""
+
 
 class Call:
     """One tool call onlooker tracks, and what ties it to the SDK's objects."""
 
-    __slots__ = ("call", "context", "run", "span_id", "tool_name")
+    __slots__ = ("awaiting", "call", "context", "run", "span_id", "tool_name")
 
     def __init__(
         self,
@@ -72,6 +80,19 @@ class Call:
         self.context = context  # the ToolContext the guardrail and the tool hooks both get
         self.tool_name = tool_name
         self.span_id = _span_id(span) if span is not None else None
+        self.awaiting = False  # allowed by the pre-hooks, waiting for a person's approval
+
+
+class Approval:
+    """A call the SDK asks a person to approve (``needs_approval``): the interaction that
+    records the question, and the call if the guardrail opened it before the SDK asked."""
+
+    __slots__ = ("entry", "interaction_id", "tool_name")
+
+    def __init__(self, tool_name: str, interaction_id: str, entry: Call | None) -> None:
+        self.tool_name = tool_name
+        self.interaction_id = interaction_id
+        self.entry = entry
 
 
 class Run:
@@ -81,13 +102,16 @@ class Run:
         "aborted",
         "agent",
         "agent_span_id",
+        "asked",
         "calls",
         "handing_off",
         "handoff",
         "key",
         "local",
+        "opened",
         "output",
         "parent",
+        "requested",
         "state",
         "trace_id",
         "track",
@@ -119,6 +143,11 @@ class Run:
         self.output: tuple[object] | None = None
         # A turn span's error (an input guardrail's tripwire): its agent span carries none.
         self.turn_error: str | None = None
+        # The function calls of the model's last response (call id -> tool name), and those
+        # onlooker saw: one neither the guardrail nor the hooks saw is awaiting approval.
+        self.requested: dict[str, str] = {}
+        self.opened: set[str] = set()
+        self.asked: dict[str, Approval] = {}  # the approvals recorded as interactions
 
 
 # The call whose tool is running: the guardrail sets it in the task the SDK runs
@@ -205,6 +234,9 @@ class State:
             self.forget(stale)  # closed without on_agent_end (the engine closed it, ...)
         parent = self.parent()
         key = self.key(context.usage)
+        paused = None if parent is not None else await self.paused_run(context)
+        if paused is not None:
+            return await self.resume(paused, context, agent, key)
         turn_input = json_copy(list(context.turn_input))
         if parent is not None:
             track = parent.run.track.child(
@@ -224,6 +256,61 @@ class State:
             raise
         self.watch_agent_span(run)
         return run
+
+    async def paused_run(self, context: RunContextWrapper[Any]) -> Run | None:
+        """The run that ``Runner.run(agent, state)`` resumes: the one whose calls awaiting
+        approval this run's context (the state's) has decisions for."""
+        await self.drain()  # the processor's record of the interruption comes first
+        for run in self.runs.values():
+            if run.parent is None and any(
+                context.is_tool_approved(tool_name, call_id) is not None
+                for call_id, tool_name in self.awaited(run).items()
+            ):
+                return run
+        return None
+
+    async def resume(
+        self, run: Run, context: RunContextWrapper[Any], agent: Agent[Any], key: tuple[int, int]
+    ) -> Run:
+        """Go on with the interrupted ``run`` in the ``Runner.run`` that resumes it, and
+        record each decision the person took as the answer to its interaction."""
+        if self.runs.get(run.key) is run:
+            del self.runs[run.key]
+            if not any(k[0] == run.key[0] for k in self.runs):
+                self.pinned.pop(run.key[0], None)
+        run.key, run.agent, run.handoff = key, agent, False
+        self.runs[key] = run
+        self.pinned[key[0]] = context.usage
+        for call_id, tool_name in self.awaited(run).items():
+            approved = context.is_tool_approved(tool_name, call_id)
+            if approved is None:
+                continue  # not decided yet: the SDK asks again
+            run.requested.pop(call_id, None)
+            approval = run.asked.pop(call_id, None) or Approval(
+                tool_name, await run.track.interaction_started(asks(tool_name, call_id)), None
+            )
+            await run.track.interaction_resolved(
+                approval.interaction_id, "accepted" if approved else "declined"
+            )
+            if approval.entry is not None and not approved:
+                self.forget_call(approval.entry)
+                await approval.entry.call.failed(REJECTED)
+        self.watch_agent_span(run)
+        return run
+
+    def awaited(self, run: Run) -> dict[str, str]:
+        """The calls of ``run`` the SDK asks a person to approve (call id -> tool name): those
+        the guardrail held, and those of the model's last response no hook saw."""
+        unseen = {c: name for c, name in run.requested.items() if c not in run.opened}
+        return unseen | {call_id: approval.tool_name for call_id, approval in run.asked.items()}
+
+    async def pause(self, run: Run) -> None:
+        """Record the questions of a run the SDK interrupted for approvals; it stays open
+        until the ``Runner.run`` that resumes it ends (or the engine closes)."""
+        for call_id, tool_name in self.awaited(run).items():
+            if call_id not in run.asked:
+                interaction_id = await run.track.interaction_started(asks(tool_name, call_id))
+                run.asked[call_id] = Approval(tool_name, interaction_id, None)
 
     def forget(self, run: Run) -> None:
         if self.runs.get(run.key) is run:
@@ -300,9 +387,26 @@ class State:
         tool_call_id: str | None,
     ) -> tuple[TrackedToolCall, Call]:
         span = _function_span()
+        if tool_call_id is not None:
+            run.opened.add(tool_call_id)
         call = await run.track.tool_started(tool, args, tool_call_id=tool_call_id)
         entry = Call(run, call, context, tool, span)
         return call, entry
+
+    async def hold(self, entry: Call, call_id: str) -> None:
+        """Hold a call the pre-hooks allowed before the SDK asks a person to approve it
+        (``pre_approval_tool_input_guardrails``): no span closes it, the decision does."""
+        run = entry.run
+        entry.awaiting, entry.context = True, None
+        run.calls[entry.call.tool_call_id] = entry
+        interaction_id = await run.track.interaction_started(asks(entry.tool_name, call_id))
+        run.asked[call_id] = Approval(entry.tool_name, interaction_id, entry)
+
+    def approved(self, entry: Call, context: ToolContext[Any]) -> None:
+        """The held call runs now that the person approved it: its span and hooks close it."""
+        entry.awaiting, entry.context = False, context
+        entry.span_id = _span_id(span) if (span := _function_span()) is not None else None
+        self.remember(entry)
 
     def remember(self, entry: Call) -> None:
         entry.run.calls[entry.call.tool_call_id] = entry
@@ -399,6 +503,22 @@ async def guarded(work: Coroutine[Any, Any, None], what: str) -> None:
         await work
     except Exception:
         logger.exception("could not record %s", what)
+
+
+def asks(tool_name: str, call_id: str) -> str:
+    """The question a call awaiting approval records."""
+    return f"tool {tool_name!r} (call {call_id}) awaits approval"
+
+
+def awaiting_approval(context: ToolContext[Any]) -> bool:
+    """Whether the guardrail runs before the SDK asks a person to approve the call
+    (``ToolExecutionConfig(pre_approval_tool_input_guardrails=True)``), not before the
+    tool runs: no decision yet, and the SDK has not marked the call executed, which it
+    does right before the guardrails of a call it is about to run (SDK 0.24 internals)."""
+    if context.is_tool_approved(context.tool_name, context.tool_call_id) is not None:
+        return False
+    record = getattr(context, "_tool_invocations", {}).get(context.tool_call_id)
+    return record is not None and getattr(record, "executed", True) is False
 
 
 def arguments(raw: str) -> dict[str, Any]:

@@ -85,6 +85,11 @@ class OnlookerTracingProcessor(TracingProcessor):
                 elif _handed_off(run, span):
                     del state.span_runs[span.span_id]  # the run goes on with the next agent
                     run.agent_span_id = None
+                elif _interrupted(run, span) and state.awaited(run):
+                    # Interrupted for approvals: the run waits for the Runner.run resuming it.
+                    del state.span_runs[span.span_id]
+                    run.agent_span_id = None
+                    state.schedule(lambda: state.pause(run))
                 else:
                     status, error = _run_end(run, span)
                     result = run.output[0] if run.output and status == "completed" else None
@@ -115,6 +120,12 @@ def _handed_off(run: Run, span: Span[Any]) -> bool:
         and span_error(span) is None
         and not cancelling()
     )
+
+
+def _interrupted(run: Run, span: Span[Any]) -> bool:
+    """Whether ``run`` ended without output, error or cancellation: its ``Runner.run`` returned
+    with interruptions (calls awaiting approval) if it has calls no hook saw run."""
+    return _run_end(run, span) == ("completed", None) and not run.aborted and run.output is None
 
 
 def _run_end(run: Run, span: Span[Any]) -> tuple[ExecutionStatus, str | None]:
