@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import re
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -251,10 +252,23 @@ class TestTrailBytes:
 class TestHookStartUp:
     def test_recording_imports_neither_json_nor_re_nor_their_kin(self, tmp_path: Path) -> None:
         # The hook's start-up target (bench/hook.py) depends on it: json alone brings re and enum.
+        # The console script as a current pip writes it: the one pip 23 (Python 3.11's ensurepip)
+        # wrote imports re itself, before onlooker, which would hide any re onlooker imports.
+        script = tmp_path / "bin" / "onlooker"
+        script.parent.mkdir()
+        script.write_text(
+            f"#!{sys.executable}\nimport sys\nfrom onlooker._cli import main\n"
+            "if __name__ == '__main__':\n"
+            "    sys.argv[0] = sys.argv[0].removesuffix('.exe')\n    sys.exit(main())\n"
+        )
+        script.chmod(0o755)
+        trail = tmp_path / "audit"
         imported: set[str] = set()
         for payload in (bash("toolu_1", "ls"),
                         post("toolu_1", "Bash", {"command": "ls"}, {"stdout": "a\nb"})):  # fmt: skip
-            done = hook_process(tmp_path, payload, env={"PYTHONPROFILEIMPORTTIME": "1"})
+            done = hook_process(
+                trail, payload, env={"PYTHONPROFILEIMPORTTIME": "1"}, executable=str(script)
+            )
             assert done.returncode == 0, done.stderr
             imported |= {
                 line.split("|")[-1].strip()
@@ -264,7 +278,7 @@ class TestHookStartUp:
         assert "onlooker.plugins.audit._writer" in imported
         heavy = {"json", "re", "enum", "threading", "contextlib", "importlib", "typing"}
         assert not imported & heavy
-        report = audit.verify(next(p for p in tmp_path.iterdir() if p.is_dir()))
+        report = audit.verify(next(p for p in trail.iterdir() if p.is_dir()))
         assert report.ok and report.records == 3  # the session's start, the call's start and end
 
 

@@ -117,12 +117,17 @@ def hook_process(
     data: dict[str, Any] | str,
     *extra: str,
     env: dict[str, str] | None = None,
+    executable: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the hook as Claude Code does: a fresh process, the payload on stdin."""
-    assert EXECUTABLE is not None, "the onlooker console script is not installed in the venv"
+    """Run the hook as Claude Code does: a fresh process, the payload on stdin.
+
+    ``executable`` replaces the installed console script (default: :data:`EXECUTABLE`).
+    """
+    executable = executable or EXECUTABLE
+    assert executable is not None, "the onlooker console script is not installed in the venv"
     raw = data if isinstance(data, str) else json.dumps(data)
     return subprocess.run(
-        [EXECUTABLE, "hook", "claude-code", "--audit-dir", str(audit_dir), *extra],
+        [executable, "hook", "claude-code", "--audit-dir", str(audit_dir), *extra],
         input=raw,
         capture_output=True,
         text=True,
