@@ -823,6 +823,22 @@ class TestPostgres:
 
 
 class TestCommand:
+    @pytest.mark.parametrize(
+        ("absent", "said"),
+        [
+            (["uvicorn"], "needs uvicorn, which is not installed"),
+            (["uvicorn", "jinja2"], "needs uvicorn, jinja2, which are not installed"),
+        ],
+    )
+    def test_without_the_extra_it_names_what_to_install(
+        self, absent: list[str], said: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    ) -> None:
+        for name in absent:
+            monkeypatch.setitem(sys.modules, name, None)  # find_spec: None, as if not installed
+        result = CliRunner().invoke(cli_app, ["ui", "--db", str(tmp_path / "h.db")])
+        assert result.exit_code == 1
+        assert said in result.output and 'pip install "onlooker[ui]"' in result.output
+
     def test_a_missing_database_exits_1_and_creates_nothing(self, tmp_path: Path) -> None:
         result = CliRunner().invoke(cli_app, ["ui", "--db", str(tmp_path / "none" / "h.db")])
         assert result.exit_code == 1

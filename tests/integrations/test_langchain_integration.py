@@ -570,7 +570,7 @@ async def test_a_subgraph_node_is_a_child_execution(check_stream: CheckStream) -
         builder.add_edge("delegate", END)
         await builder.compile(name="outer").ainvoke(
             {"messages": [HumanMessage("B2?")]},
-            config(OnlookerCallbackHandler(engine, program="shop"), root_id),
+            config(OnlookerCallbackHandler(engine, program="shop", owner="ana"), root_id),
         )
     check_stream(recorder.events)
     assert steps(recorder.events, str(root_id)) == [
@@ -584,6 +584,7 @@ async def test_a_subgraph_node_is_a_child_execution(check_stream: CheckStream) -
     child = recorder.of(ExecutionStarted)[1]
     assert child.attribution.parent_execution_id == str(root_id)
     assert child.attribution.parent_tool_call_id is None
+    assert (child.trigger.kind, child.owner) == ("langgraph", "ana")  # its root's, not "spawn"
 
 
 async def test_a_synchronous_invoke_on_a_worker_thread_is_recorded(

@@ -237,6 +237,7 @@ class TestGovernedRun:
             < order.index((root.execution_id, "ToolCallFinished", "call_4"))
         )
         assert root.trigger.kind == "openai-agents" and root.owner == "ana"
+        assert (child_start.trigger.kind, child_start.owner) == ("openai-agents", "ana")
         assert root.input == [{"content": "help me", "role": "user"}]
         attribution = child_start.attribution
         assert attribution.parent_execution_id == root.execution_id

@@ -105,8 +105,10 @@ def _require_the_extra() -> None:
     missing = [name for name in _EXTRA_MODULES if not _importable(name)]
     if missing:
         stderr.print(
-            f"[red]error[/]: onlooker ui needs {', '.join(missing)}, which is not installed: "
-            'pip install "onlooker\\[ui]"'
+            f"[red]error[/]: onlooker ui needs {', '.join(missing)}, "
+            f"which {'is' if len(missing) == 1 else 'are'} not installed: "
+            'pip install "onlooker\\[ui]"',
+            soft_wrap=True,  # the command stays whole, to copy
         )
         raise typer.Exit(1)
 

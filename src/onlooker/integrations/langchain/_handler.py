@@ -268,7 +268,9 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
         child = run.execution.child(
             run.name,
             parent_tool_call_id=self._calling_tool(run.parent_run_id),
+            trigger=self._trigger or "langgraph",
             input=json_copy(run.inputs),
+            owner=self._owner,
             execution_id=str(run_id),
         )
         await child.start()

@@ -240,7 +240,11 @@ class State:
         turn_input = json_copy(list(context.turn_input))
         if parent is not None:
             track = parent.run.track.child(
-                agent.name, parent_tool_call_id=parent.call.tool_call_id, input=turn_input
+                agent.name,
+                parent_tool_call_id=parent.call.tool_call_id,
+                trigger=_TRIGGER,
+                input=turn_input,
+                owner=owner,
             )
         else:
             track = self.engine.track(
