@@ -2,8 +2,12 @@
 
 The root or the home as any operand of ``rm -r``, ``sudo`` after a ``VAR=$(...)``
 prefix or in a ``case`` branch, the other spellings of the documented rules, and
-programs whose names only contain ``shutdown`` or ``reboot``. Each command is judged
-by the hook (a rule file holding ``@defaults``) and by the library's policy alike.
+programs whose names only contain ``shutdown`` or ``reboot``; then a second audit's:
+programs that run their arguments (``nice``, ``timeout``, ``xargs``, ``/usr/bin/env``,
+``eval``), a shell given options with values or a here-string, an escaped blank in a
+``VAR=`` value, a quoted or escaped name (``\\sudo``, ``"sudo"``), ``find / -delete`` and
+``cd / && rm -rf *``. Each command is judged by the hook (a rule file holding ``@defaults``)
+and by the library's policy alike.
 """
 
 from __future__ import annotations
@@ -79,6 +83,48 @@ DENIED: list[tuple[str, str]] = [
     ("rm-recursive-root", "rm -rf 'x #' ~"),
     ("rm-recursive-root", 'rm -rf "old\nbuild" /*'),
     ("chmod-recursive-root", 'chmod -R 777 "a #" /'),
+    # the second audit: a VAR= value with an escaped blank
+    ("sudo", "VAR=a\\ b sudo reboot"),
+    ("sudo", "A=x\\;y sudo ls"),
+    # programs that run the command their arguments start, after their options
+    ("sudo", "nice sudo ls"),
+    ("sudo", "nice -n 5 sudo ls"),
+    ("sudo", "nice -5 sudo ls"),
+    ("power", "nice --adjustment=5 reboot"),
+    ("sudo", "timeout 5 sudo ls"),
+    ("sudo", "timeout -s KILL 5s sudo ls"),
+    ("sudo", "timeout --kill-after=5 10 sudo ls"),
+    ("sudo", "xargs sudo rm"),
+    ("sudo", "find . -name x | xargs -0 -I {} sudo rm {}"),
+    ("sudo", "xargs -rn 1 sudo rm"),
+    ("sudo", "/usr/bin/env sudo ls"),
+    ("sudo", "env -u HOME sudo ls"),
+    ("sudo", 'env -S "sudo ls"'),
+    ("sudo", "/usr/bin/time -v sudo ls"),
+    ("sudo", "/usr/bin/nohup sudo ls"),
+    ("sudo", "eval sudo ls"),
+    ("sudo", "eval 'sudo ls'"),
+    # a shell given an option with a value before -c, or its script as a here-string
+    ("sudo", "bash -o pipefail -c 'sudo ls'"),
+    ("sudo", "bash --norc -eo pipefail -c 'sudo ls'"),
+    ("sudo", "bash <<< 'sudo ls'"),
+    ("sudo", 'bash -s <<<"sudo ls"'),
+    ("power", "sh <<<reboot"),
+    # a name quoted or escaped (the shell runs the same program)
+    ("sudo", "\\sudo ls"),
+    ("sudo", '"sudo" ls'),
+    ("sudo", "'sudo' ls"),
+    ("sudo", 'x; "/usr/bin/sudo" ls'),
+    ("power", "\\reboot"),
+    ("rm-recursive-root", '"rm" -rf /'),
+    # find deleting all it finds on the root or the home; rm in the root or the home
+    ("find-delete-root", "find / -delete"),
+    ("find-delete-root", "find / -exec rm -rf {} +"),
+    ("find-delete-root", "find ~ -depth -delete"),
+    ("find-delete-root", "find -H $HOME -execdir /bin/rm {} \\;"),
+    ("rm-recursive-root", "cd / && rm -rf *"),
+    ("rm-recursive-root", "cd ~; rm -r ./*"),
+    ("rm-recursive-root", "cd && rm -rf *"),  # cd alone: the home
 ]
 
 ALLOWED: list[str] = [
@@ -107,6 +153,27 @@ ALLOWED: list[str] = [
     # prose is no case statement: "in (...)" outside one
     'git commit -m "fix race in (rare) shutdown path"',
     'echo "logged in (admin) sudo mode"',
+    # the second audit's forms, as words or arguments, or not reaching the root or the home
+    "echo sudo",
+    "grep reboot log",
+    "echo 'sudo ls'",
+    "timeout 5 make test",
+    "nice -n 10 make",
+    "xargs grep sudo",
+    "env | grep sudo",
+    'echo "nice sudo"',
+    "cat <<< 'sudo ls'",  # a here-string to another program: its data
+    'eval "$(ssh-agent -s)"',
+    "echo eval sudo",
+    "FOO=a\\ b make",
+    'ls "sudo"',
+    "find / -name '*.pyc' -delete",  # a test before -delete: a targeted deletion
+    "find ~ -name .DS_Store -delete",
+    "find . -delete",
+    "find /tmp/x -exec rm -rf {} +",
+    "cd /tmp && rm -rf *",
+    "cd / && rm -rf tmp/*",
+    "cd ~ && rm -rf *.log",
 ]
 
 
@@ -185,6 +252,18 @@ class TestLongCommands:
             "sh" + repeat(" -x") + " -c 'x",
             repeat("rm -r \\\n"),
             repeat("systemctl -x "),
+            repeat("nice -n "),
+            repeat("xargs -n 1 "),
+            repeat("timeout -s "),
+            repeat("env -u "),
+            repeat("/x/env "),
+            "nice" + repeat(" -n -n"),
+            repeat("A=\\ "),
+            repeat("cd && rm -r "),
+            "find" + repeat(" /"),
+            repeat("find / -depth "),
+            "bash" + repeat(" -o x"),
+            repeat("sh <<< "),
         ],
         ids=lambda command: repr(command[:16]),
     )

@@ -273,22 +273,38 @@ _WORD: Final = r"[^\s;&|()<>`]*"
 _BARE: Final = r"[^\s;&|()<>`'\"]*"
 """An unquoted word: no quote in it, so a quoted value can be read one way only (two ways
 would make the repeated prefixes below try 2^n paths on a command they do not match)."""
-_TOKENS: Final = r"[^\s;&|()<>`'\"]|\"[^\"\n]*\"|'[^'\n]*'|\$\(\(?[^()\n;&|`]*\)\)?"
+_TOKENS: Final = r"[^\s;&|()<>`'\"\\]|\\[^\n]|\"[^\"\n]*\"|'[^'\n]*'|\$\(\(?[^()\n;&|`]*\)\)?"
 _VALUE: Final = r"(?:" + _TOKENS + r"|`[^`\n;&|]*`)*"
-"""A ``VAR=`` value: plain characters, quoted texts, ``$(...)``, ``$((...))`` and backticks
-(not nested), one token at a time; each token's first character tells which it is (one way
-to read it)."""
+"""A ``VAR=`` value: plain characters, escaped ones (``a\\ b``), quoted texts, ``$(...)``,
+``$((...))`` and backticks (not nested), one token at a time; each token's first character
+tells which it is (one way to read it)."""
 _CASE_PATTERN: Final = r"\(?(?:\"[^\"\n]*\"|'[^'\n]*'|" + _BARE + r")\)"
 """A ``case`` branch's pattern, ``start)`` or ``(*)``: the command after it starts one."""
+
+
+_VALUED: Final = "CEILPadfknosu"
+"""The letters of the runners' options that take a value (``env -u NAME -C DIR``, ``nice -n 5``,
+``time -f FORMAT -o FILE``, ``timeout -s KILL -k 5``, ``xargs -a -d -E -I -L -n -P -s``);
+not ``env -S``, whose value is a command line."""
+_RUNNERS: Final = (
+    r"(?:nohup|env|nice|time|timeout|xargs)(?:[ \t]+(?:-[^\s;&|()<>`'\"" + _VALUED + r"]*"
+    r"(?:[" + _VALUED + r"][ \t]*[^\s;&|()<>`]+)?|\d[\d.]*[smhd]?))*"
+)
+"""Programs that run the command their arguments start, and their options: a word starting
+with ``-``, letters (``-0r``) or a long option (``--null``, ``--signal=KILL``), or letters
+ending with one of :data:`_VALUED` and its value, attached or the next word (``-n 5``,
+``-sKILL``; no letter before it is one of them: each word is read one way only); and numbers
+(``timeout 5``)."""
 
 
 def _prefixes(value: str) -> str:
     """Any reserved words or prefixes that run the next word as a command, each a whole word."""
     return (
-        r"(?:(?:[!{]|if|then|elif|else|do|while|until|builtin|nohup"
-        r"|time(?:[ \t]+-p)?"
+        r"(?:(?:[!{]|if|then|elif|else|do|while|until|builtin|eval"
         r"|command(?:[ \t]+-p)?(?:[ \t]+--)?"  # command -v only prints: not a run
-        r"|env(?:[ \t]+-" + _BARE + r")*"  # env -i; options taking a value are not followed
+        # programs that run their arguments, at a path or not (/usr/bin/env), after their
+        # options (env -u NAME, nice -n 5, timeout -s KILL 5, xargs -I {}, time -p)
+        r"|(?:" + _BARE + r"/)?(?:" + _RUNNERS + ")"
         # exec -a NAME: NAME is not run (a name of one character or more: an empty one would
         # let a run of blanks be split many ways, in exponential time)
         r"|exec(?:[ \t]+-a[ \t]+" + _BARE + r"[^\s;&|()<>`'\"]|[ \t]+-[cl]+)*"
@@ -301,10 +317,13 @@ _SEP: Final = (
     # case WORD in PATTERN) ...: "in" after a case on that line (not in prose: "in (rare) x")
     r"|\bcase[ \t](?:(?!\bcase\b)[^\n;&|])*?\bin[ \t]+" + _CASE_PATTERN + r"[ \t]+"
     r"|\$?\([ \t]*"  # after "$(", a "WORD)" closes the substitution: no pattern
-    # the command a shell is given to run: sh -c 'CMD', bash -lc "CMD"
+    # the command a shell is given to run: sh -c 'CMD', bash -lc "CMD", bash -o pipefail -c,
+    # bash <<< 'CMD' (a here-string is its script)
     # (four options at most before -c: each start of a search then scans a bounded text)
-    # (the -c option's letters read one way only: before the c, none is a c)
-    r"|\b(?:ba|z|k|da)?sh(?:[ \t]+-[a-zA-Z]+){0,4}?[ \t]+-[abd-zA-Z]*c[a-zA-Z]*[ \t]+[\"']?[ \t]*)"
+    # (the -c option's letters read one way only: before the c, none is a c; -o NAME and
+    # -O NAME take a value)
+    r"|\b(?:ba|z|k|da)?sh(?:[ \t]+(?:[-+][a-zA-Z]*[oO][ \t]+[\w-]+|[-+][a-zA-Z]+|--[\w-]+)){0,4}?"
+    r"(?:[ \t]+-[abd-zA-Z]*c[a-zA-Z]*[ \t]+|[ \t]*<<<[ \t]*)[\"']?[ \t]*)"
     + _prefixes(_VALUE)
     # A backtick opens or closes a substitution, and a value may hold one: after a
     # backtick, values hold none, or each one in a row of VAR=`x` would scan to the end.
@@ -314,8 +333,10 @@ _SEP: Final = (
 )
 """Command position: the start, or after a separator (a newline too), a subshell, a
 substitution or a ``case`` pattern; then any reserved word or prefix that runs the next word
-as a command (``then``, ``do``, ``{``, ``!``, ``time``, ``exec``, ``env``, ``VAR=value``,
-...)."""
+as a command (``then``, ``do``, ``{``, ``!``, ``time``, ``exec``, ``env``, ``nice``,
+``timeout``, ``xargs``, ``VAR=value``, ...)."""
+_NAME: Final = r"[\\\"']?(?:" + _WORD + r"/)?"
+"""Before a program's name: a backslash or an opening quote (``\\sudo``, ``"sudo"``), a path."""
 _END: Final = r"(?=$|[\s;&|)`<>'\"])"
 """The end of a word: a space, a separator, a redirection or a closing quote."""
 
@@ -340,7 +361,7 @@ def _operands(command: str, flag: str, target: str) -> str:
     flag_then += r")*?" + _BLANKS + target
     target_then = target + r"(?:" + _BLANKS + r"(?!" + again + head + target + r")" + word
     target_then += r")*?" + _BLANKS + flag
-    return r"\b" + command + head + "(?:" + flag_then + "|" + target_then + ")"
+    return r"\b" + command + r"[\"']?" + head + "(?:" + flag_then + "|" + target_then + ")"
 
 
 _BLANKS: Final = r"(?:[ \t]|\\\n)+"
@@ -351,14 +372,24 @@ _BLANKS: Final = r"(?:[ \t]|\\\n)+"
 _ROOT_OR_HOME: Final = r"[\"']?(?:/|~|\$\{?HOME\}?)[\"']?[/*]*[\"']?"
 _DOWNLOAD: Final = r"\b(?:curl|wget|fetch)\b"
 _UNTIL_DOWNLOAD: Final = r"(?:(?!" + _DOWNLOAD + r")[^;&|])*"
+_RM_RECURSIVE: Final = r"-[a-qs-zA-QS-Z]*[rR][a-zA-Z]*|--recursive"
+# cd to the root or the home (cd alone: the home), then at once rm: * and ./* are that folder's
+_IN_ROOT_OR_HOME: Final = (
+    r"(?P<in_root>\bcd(?:[ \t]+" + _ROOT_OR_HOME + r")?[ \t]*(?:&&|;|\n)[ \t]*" + _NAME + ")?"
+)
 
 DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
     # -r up to its first r or R (one way to read it): any option holding one, --recursive
-    "rm-recursive-root": _operands(
-        "rm", r"-[a-qs-zA-QS-Z]*[rR][a-zA-Z]*|--recursive", _ROOT_OR_HOME
+    "rm-recursive-root": _IN_ROOT_OR_HOME
+    + _operands("rm", _RM_RECURSIVE, _ROOT_OR_HOME + r"|(?(in_root)(?:\./)?\.?\*|(?!))"),
+    # find on the root or the home deleting all it finds: no test (-name, -type) before
+    "find-delete-root": (
+        r"\bfind(?:[ \t]+-[HLP])*(?:[ \t]+" + _ROOT_OR_HOME + r")+"
+        r"(?:[ \t]+-(?:depth|xdev|mount|noleaf|(?:min|max)depth[ \t]+\d+))*"
+        r"[ \t]+-(?:delete|exec(?:dir)?[ \t]+" + _NAME + r"rm)" + _END
     ),
-    "sudo": _SEP + r"(?:" + _WORD + r"/)?(?:sudo|doas)\b",
-    "su": _SEP + r"(?:" + _WORD + r"/)?su" + _END,
+    "sudo": _SEP + _NAME + r"(?:sudo|doas)\b",
+    "su": _SEP + _NAME + r"su" + _END,
     "mkfs": r"\bmkfs(?:\.\w+)?\b",
     # up to the next dd at most (a later search starts there): linear on "dd dd dd ..."
     "dd-to-device": r"\bdd\b(?:(?!\bdd\b)[^;&|])*?\bof=[\"']?/dev/",
@@ -378,18 +409,17 @@ DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
     ),
     "power": (
         _SEP
-        + r"(?:"
-        + _WORD
-        + r"/)?(?:systemctl[ \t]+(?:-[^\s;&|]*[ \t]+)*)?(?:shutdown|reboot|poweroff|halt)"
+        + _NAME
+        + r"(?:systemctl[ \t]+(?:-[^\s;&|]*[ \t]+)*)?(?:shutdown|reboot|poweroff|halt)"
         + _END
     ),
 }
 """The built-in command rules: rule name -> regular expression (``re.search``).
 
-A floor against obvious accidents (``rm -rf /``, ``sudo``, ``mkfs``, writing
-to a disk device, fork bombs, ``curl ... | sh``, ``chmod -R ... /``,
-``shutdown``), not a sandbox: a determined program can spell a command in
-ways no pattern list foresees.
+A floor against obvious accidents (``rm -rf /``, ``cd / && rm -rf *``,
+``find / -delete``, ``sudo``, ``mkfs``, writing to a disk device, fork bombs,
+``curl ... | sh``, ``chmod -R ... /``, ``shutdown``), not a sandbox: a determined
+program can spell a command in ways no pattern list foresees.
 """
 
 
