@@ -345,6 +345,59 @@ class TestAContextKeptAfterItsExecution:
                     assert caught.value.execution_id == ctx.execution_id
         assert len(recorder.events) == seen  # nothing recorded for a finished execution
 
+    async def test_a_call_and_a_question_still_running_at_the_end_close_cancelled(
+        self, check_stream: Check
+    ) -> None:
+        """Started in a task the program does not wait for (or shielded from its
+        cancellation), they outlive the execution: they close with it, ``cancelled``,
+        and their own ends, when they come, are dropped (they were never closed)."""
+        release = anyio.Event()
+        asked = anyio.Event()
+        outcomes: list[object] = []
+
+        @onlooker.tool
+        async def slow() -> str:
+            """Wait for the test."""
+            await release.wait()
+            return "late"
+
+        async def answer(elicitation: Elicitation) -> InteractionResponse:
+            asked.set()
+            await release.wait()
+            return InteractionResponse.accept({"ok": True})
+
+        recorder = RecordingObserver()
+        async with ExecutionEngine(tools=[slow]) as engine, anyio.create_task_group() as outer:
+            engine.bus.subscribe(recorder)
+
+            async def program(ctx: ExecutionContext) -> str:
+                async def call() -> None:
+                    outcomes.append(await ctx.call("slow"))
+
+                async def question() -> None:
+                    outcomes.append((await ctx.elicit("go on?")).action)
+
+                outer.start_soon(call)
+                outer.start_soon(question)
+                await asked.wait()
+                return "left them running"
+
+            result = await engine.execute(program, on_elicitation=answer)
+            release.set()
+        assert result.status == "completed"
+        assert sorted(map(str, outcomes)) == ["accept", "late"]  # the program got both
+        check_stream(recorder.events)
+        assert [e.kind for e in recorder.events[-3:]] == [
+            "ToolCallFinished",
+            "InteractionResolved",
+            "ExecutionFinished",
+        ]
+        [finished] = recorder.of(ToolCallFinished)
+        [resolved] = recorder.of(InteractionResolved)
+        assert (finished.status, resolved.status) == ("cancelled", "cancelled")
+        assert finished.error is not None and resolved.error is not None
+        assert finished.error.message == resolved.error.message == "closed with its execution"
+
 
 class TestToolFailures:
     async def test_a_tools_exception_reaches_the_program_unchanged(

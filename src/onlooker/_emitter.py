@@ -10,7 +10,7 @@ emitter publishes to the engine's bus and to the ``observing()`` scope.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Literal, TypedDict, final
+from typing import Any, Final, Literal, Protocol, TypedDict, final
 
 from pydantic import JsonValue
 
@@ -39,7 +39,20 @@ from ._events import (
 )
 from ._scope import _attribution, _observers, _Scoped
 
-__all__ = ["Emitter"]
+__all__ = ["CANCELLED", "Emitter", "OpenCall"]
+
+CANCELLED: Final = ErrorInfo(
+    type="Cancelled", message="closed with its execution", cause="interrupt"
+)
+"""The error a call, interaction or child left open at its execution's end closes with."""
+
+
+class OpenCall(Protocol):
+    """A tool call whose ``ToolCallStarted`` was emitted and ``ToolCallFinished`` not yet."""
+
+    def cut_short(self) -> None:
+        """Close it ``cancelled`` (:data:`CANCELLED`): its execution is finishing."""
+        ...
 
 
 class _ExecutionStartedFields(TypedDict):
@@ -124,7 +137,17 @@ class Emitter:
     ``onlooker.attribution(...)`` around a call still counts.
     """
 
-    __slots__ = ("_base", "_bus", "_scope", "_seq", "execution_id", "finished", "tracked")
+    __slots__ = (
+        "_base",
+        "_bus",
+        "_open_questions",
+        "_scope",
+        "_seq",
+        "execution_id",
+        "finished",
+        "open_calls",
+        "tracked",
+    )
 
     def __init__(
         self,
@@ -143,6 +166,9 @@ class Emitter:
         """Whether ``ExecutionFinished`` was emitted (nothing is emitted after it)."""
         self.tracked = base_attribution is not None
         """A tracked execution's emitter (driven from any context), not a native one's."""
+        self.open_calls: dict[str, OpenCall] = {}
+        """The calls started and not finished, by id: the caller keeps it (``_lifecycle``)."""
+        self._open_questions: set[str] = set()
 
     @property
     def scope(self) -> _Scoped:
@@ -166,6 +192,14 @@ class Emitter:
         """Fix the intent of a tracked execution's later events."""
         assert self._base is not None, "a native execution selects its intent in its context"
         self._base = self._base.model_copy(update={"intent_id": intent_id})
+
+    def _close_open_parts(self) -> None:
+        while self.open_calls:
+            next(iter(self.open_calls.values())).cut_short()  # removes itself
+        for interaction_id in sorted(self._open_questions):
+            self.interaction_resolved(
+                interaction_id=interaction_id, status="cancelled", response=None, error=CANCELLED
+            )
 
     def _audience(self) -> _Scoped | None:
         """Number the next event; who gets it, or ``None`` when nothing would.
@@ -290,6 +324,8 @@ class Emitter:
     ) -> None:
         """``InteractionStarted``; the schema is snapshotted only if someone observes."""
         scope = self._audience()
+        if not self.finished:
+            self._open_questions.add(interaction_id)
         if scope is None:
             return
         self._publish(
@@ -316,6 +352,7 @@ class Emitter:
     ) -> None:
         """``InteractionResolved``; ``response`` is snapshotted only if someone observes."""
         scope = self._audience()
+        self._open_questions.discard(interaction_id)
         if scope is None:
             return
         self._publish(
@@ -340,8 +377,13 @@ class Emitter:
     ) -> None:
         """``ExecutionFinished``; ``result`` is snapshotted only if someone observes.
 
-        Nothing is emitted after it.
+        What is still open closes first, ``cancelled`` (:data:`CANCELLED`): a call
+        or a question the program left running (in a task it did not wait for, or
+        shielded from its cancellation) would otherwise never close, for nothing is
+        emitted after it (its own end, when it comes, is dropped).
         """
+        if not self.finished:
+            self._close_open_parts()
         scope = self._audience()
         if scope is not None:
             self._publish(

@@ -23,12 +23,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any, Final, final
+from typing import Any, final
 
 from pydantic import JsonValue
 
 from ._bus import EventBus
-from ._emitter import Emitter
+from ._emitter import CANCELLED, Emitter
 from ._errors import HookAbortError, ToolBlockedError
 from ._events import ErrorInfo, ToolCallStatus
 from ._hooks import (
@@ -139,6 +139,8 @@ class CallState:
         if self.status is not None:
             return
         self.status = status
+        if self.started:
+            del self.emitter.open_calls[self.tool_call_id]
         self.emitter.tool_call_finished(
             tool_call_id=self.tool_call_id,
             tool=self.tool,
@@ -151,6 +153,10 @@ class CallState:
             metadata=self.metadata,
             attribution=self.attribution,
         )
+
+    def cut_short(self) -> None:
+        """Close the call ``cancelled``: its execution is finishing while it runs."""
+        self.close("cancelled", None, CANCELLED)
 
 
 def open_call(
@@ -204,6 +210,7 @@ def open_call(
         _refuse(call, exc)
         return call
     call.started = True  # _start(call), inlined: this is every call's path
+    emitter.open_calls[tool_call_id] = call
     try:
         emitter.tool_call_started(
             tool_call_id=tool_call_id,
@@ -278,6 +285,7 @@ def _refuse(call: CallState, exc: Exception) -> None:
 
 def _start(call: CallState) -> None:
     call.started = True
+    call.emitter.open_calls[call.tool_call_id] = call
     try:
         call.emitter.tool_call_started(
             tool_call_id=call.tool_call_id,
@@ -325,9 +333,3 @@ def fail_call(
     info = error if isinstance(error, ErrorInfo) else error_info(error)
     status: ToolCallStatus = "cancelled" if info.cause == "interrupt" else "failed"
     call.close(status, None, info, duration_ms)
-
-
-CANCELLED: Final = ErrorInfo(
-    type="Cancelled", message="closed with its execution", cause="interrupt"
-)
-"""The error a call, interaction or child left open at its execution's end closes with."""

@@ -19,7 +19,7 @@ from typing import Any, Final, Literal, final, get_args
 
 from pydantic import JsonValue
 
-from ._emitter import Emitter
+from ._emitter import CANCELLED, Emitter
 from ._errors import HookAbortError, TrackingError
 from ._events import (
     Attribution,
@@ -29,7 +29,7 @@ from ._events import (
     Trigger,
     child_attribution,
 )
-from ._lifecycle import CANCELLED, Runtime
+from ._lifecycle import Runtime
 from ._results import error_info
 from ._scope import _Scoped
 from ._tracked_call import TrackedCalls, TrackedToolCall, Validate

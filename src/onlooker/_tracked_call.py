@@ -12,12 +12,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias, final
 
-from ._emitter import Emitter
+from ._emitter import CANCELLED, Emitter
 from ._errors import ToolInputError, TrackingError
 from ._events import ErrorInfo, ToolCallStatus
 from ._hooks import HookAction, Revalidate
 from ._lifecycle import (
-    CANCELLED,
     AbortState,
     CallState,
     Runtime,

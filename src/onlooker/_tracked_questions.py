@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, final
 
-from ._emitter import Emitter
+from ._emitter import CANCELLED, Emitter
 from ._errors import TrackingError
 from ._events import ErrorInfo, InteractionStatus
-from ._lifecycle import CANCELLED
 from ._tracked_checks import given_id
 
 __all__ = ["TrackedQuestions"]
