@@ -651,6 +651,58 @@ class TestCancellation:
         assert statuses == ["completed", "failed", "failed"]
         check_stream(recorder.events)
 
+    async def test_the_callers_cancellation_goes_on_past_the_programs_own_error(
+        self, check_stream: Check
+    ) -> None:
+        """The same clean-up, the caller cancelling: the execution is recorded failed with the
+        program's error, and the caller's cancellation goes on (asyncio's task group left it
+        out of the group it raised: ``execute`` returned after the caller's deadline)."""
+
+        async def fragile() -> None:
+            try:
+                await anyio.sleep_forever()
+            finally:
+                raise ValueError("clean-up failed")
+
+        async def program(ctx: ExecutionContext) -> None:
+            async with anyio.create_task_group() as group:
+                group.start_soon(fragile)
+                await anyio.sleep_forever()
+
+        recorder = RecordingObserver()
+        returned: list[object] = []
+        async with ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            with anyio.move_on_after(0.05) as scope:
+                returned.append(await engine.execute(program))
+        assert scope.cancelled_caught and returned == []
+        [end] = recorder.of(ExecutionFinished)
+        assert end.status == "failed" and end.error is not None
+        assert "clean-up failed" in end.error.message
+        check_stream(recorder.events)
+
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # asyncio's own cancellations
+    async def test_an_asyncio_timeout_goes_on_past_the_programs_own_error(self) -> None:
+        import asyncio
+
+        async def program(ctx: ExecutionContext) -> None:
+            async def fragile() -> None:
+                try:
+                    await asyncio.sleep(3600)
+                finally:
+                    raise ValueError("clean-up failed")
+
+            async with asyncio.TaskGroup() as group:
+                group.create_task(fragile())
+                await asyncio.sleep(3600)
+
+        async with ExecutionEngine() as engine:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.05):
+                    await engine.execute(program)
+            task = asyncio.current_task()
+            assert task is not None and task.cancelling() == 0
+
     @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio's Cancelled is never stray
     async def test_a_stray_cancelled_error_fails_the_execution_and_stays_in(
         self, check_stream: Check

@@ -20,7 +20,13 @@ from ._emitter import Emitter
 from ._errors import ExecutionExpiredError, HookAbortError
 from ._events import Attribution, ErrorInfo, ExecutionStatus, Trigger, new_id
 from ._lifecycle import Runtime
-from ._results import ExecutionResult, error_info, stray_cancel
+from ._results import (
+    ExecutionResult,
+    cancel_requests,
+    cancelled_meanwhile,
+    error_info,
+    stray_cancel,
+)
 from ._run import RunState
 from ._scope import _attribution
 from ._tracking import ExecutionIds
@@ -58,6 +64,7 @@ async def run_execution(
     ctx = ExecutionContext(runtime, run, emitter, spawn, attribution, name, trigger, input)
     tokens = _enter(ctx, attribution, own_task=own_task)
     began = perf_counter()
+    cancel_requests_before = cancel_requests()
     try:
         try:
             emitter.execution_started(program=name, trigger=trigger, owner=owner, input=input)
@@ -81,6 +88,9 @@ async def run_execution(
                 raise cancelled from None  # the cancellation goes on, without the error
             if not isinstance(exc, Exception) and not stray:
                 raise
+            # On asyncio a task group raising the program's own error leaves out the
+            # caller's cancellation that came with it (trio's keeps it: above): it goes on.
+            await cancelled_meanwhile(cancel_requests_before, "cancelled while the program failed")
             return result
         result = _returned(execution_id, value, run, began)
         _finish(emitter, run, result)

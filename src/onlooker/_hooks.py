@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 import inspect
 import logging
-import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -19,12 +18,12 @@ from types import MappingProxyType
 from typing import Any, Final, Protocol, TypeAlias
 
 import anyio
-from anyio.lowlevel import checkpoint_if_cancelled
 from pydantic import JsonValue
 
 from ._bus import check_timeout
 from ._errors import HookAbortError, ToolBlockedError
 from ._events import Attribution
+from ._results import cancel_requests, cancelled_meanwhile
 
 __all__ = [
     "HookAction",
@@ -457,40 +456,13 @@ async def run_post_hooks(
 _RESULT_TYPES: Final = (PreHookResult, PostHookResult)
 
 
-def _cancel_requests() -> int:
-    """How many cancellations of the running asyncio task are pending (0 on trio)."""
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is None:
-        return 0
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # no asyncio loop: trio
-        return 0
-    return 0 if task is None else task.cancelling()
-
-
-async def _cancelled_meanwhile(requests_before: int) -> None:
-    """Raise the cancellation a hook caught and swallowed (it returned as if none came).
-
-    An anyio cancel scope still cancelled raises at this checkpoint; a native
-    asyncio cancellation (``task.cancel()``, ``asyncio.timeout``) requested
-    while the hook ran is still counted by the task, and is raised again here
-    (one pending from before, as in shielded clean-up code, is not).
-    """
-    await checkpoint_if_cancelled()
-    if _cancel_requests() > requests_before:
-        import asyncio
-
-        raise asyncio.CancelledError("cancelled while a hook ran")
-
-
 async def _call_hook(hook: Callable[..., Any], timeout: float, is_async: bool, *args: Any) -> Any:  # noqa: ASYNC109  # per-matcher timeout
     began = perf_counter()
     if is_async:
-        requests = _cancel_requests()
+        requests = cancel_requests()
         with anyio.fail_after(timeout):
             decision = await hook(*args)
-        await _cancelled_meanwhile(requests)
+        await cancelled_meanwhile(requests, "cancelled while a hook ran")
     else:
         decision = hook(*args)
         if (
@@ -498,10 +470,10 @@ async def _call_hook(hook: Callable[..., Any], timeout: float, is_async: bool, *
             and type(decision) not in _RESULT_TYPES
             and inspect.isawaitable(decision)  # a sync callable that returned an awaitable
         ):
-            requests = _cancel_requests()
+            requests = cancel_requests()
             with anyio.fail_after(max(timeout - (perf_counter() - began), 0.0)):
                 decision = await decision
-            await _cancelled_meanwhile(requests)
+            await cancelled_meanwhile(requests, "cancelled while a hook ran")
     # Late all the same: a sync hook cannot be interrupted, and an async one may have
     # shielded itself from the cancellation, or caught it and returned.
     if perf_counter() - began > timeout:

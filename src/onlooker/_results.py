@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar, final
 
+from anyio.lowlevel import checkpoint_if_cancelled
 from pydantic import JsonValue
 
 from ._errors import OnlookerError
@@ -18,6 +19,8 @@ __all__ = [
     "ExecutionResult",
     "InteractionResponse",
     "PausedExecution",
+    "cancel_requests",
+    "cancelled_meanwhile",
     "error_info",
     "stray_cancel",
 ]
@@ -149,6 +152,29 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]
 
 
 _LEAVES_SHOWN: Final = 3
+
+
+def cancel_requests() -> int:
+    """How many cancellations of the running asyncio task are pending (0 on trio)."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no asyncio loop: trio
+        return 0
+    return 0 if task is None else task.cancelling()
+
+
+async def cancelled_meanwhile(requests_before: int, message: str) -> None:
+    """Raise a cancellation that code under us swallowed (it returned or failed as if none
+    came): a hook that caught it, a task group that left it out of the group it raised.
+
+    An anyio cancel scope still cancelled raises at this checkpoint; a native
+    asyncio cancellation (``task.cancel()``, ``asyncio.timeout``) requested
+    meanwhile is still counted by the task, and is raised again here (one
+    pending from before, as in shielded clean-up code, is not).
+    """
+    await checkpoint_if_cancelled()
+    if cancel_requests() > requests_before:
+        raise asyncio.CancelledError(message)
 
 
 def stray_cancel(exc: BaseException) -> bool:
