@@ -21,12 +21,13 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client._memory import InMemoryTransport
+from mcp.client.session import ElicitationFnT
 from mcp.server import Server
 from mcp.server.auth.middleware.auth_context import auth_context_var
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp.shared.exceptions import MCPError
@@ -35,7 +36,10 @@ from mcp_types import (
     INVALID_PARAMS,
     CallToolRequestParams,
     CallToolResult,
+    ElicitRequest,
+    ElicitRequestFormParams,
     ElicitResult,
+    InputRequiredResult,
     ListToolsResult,
     PaginatedRequestParams,
     TextContent,
@@ -51,6 +55,8 @@ from onlooker import (
     ExecutionStarted,
     HookAction,
     HookMatcher,
+    InteractionResolved,
+    InteractionStarted,
     PostHookResult,
     PreHookResult,
     ToolCallFinished,
@@ -451,10 +457,111 @@ async def accepts(context: Any, params: Any) -> ElicitResult:
     return ElicitResult(action="accept", content={"ok": True})
 
 
+async def declines(context: Any, params: Any) -> ElicitResult:
+    return ElicitResult(action="decline")
+
+
+def noting_request_ids(server: MCPServer, ids: list[str]) -> None:
+    """An outer middleware noting the JSON-RPC id of each tools/call (each round's own)."""
+
+    async def note(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method == "tools/call":
+            ids.append(str(ctx.request_id))
+        return await call_next(ctx)
+
+    server.middleware.append(note)
+
+
+PAY_SCHEMA = {
+    "type": "object",
+    "properties": {"ok": {"title": "Ok", "type": "boolean"}},
+    "required": ["ok"],
+}
+
+ASKED = [
+    "ExecutionStarted",
+    "ToolCallStarted",
+    "InteractionStarted",
+    "InteractionResolved",
+    "ToolCallFinished",
+    "ExecutionFinished",
+]
+
+
 class TestInputRequired:
-    async def test_a_post_hook_abort_on_the_question_refuses_the_call(self, tmp_path: Path) -> None:
-        """The round that asks is a result the post-hooks judge: an ABORT there was logged as
-        the adapter's own failure, the client asked the person, and the tool then ran."""
+    """The 2026 protocol asks the person with ``input_required``; the client retries the call
+    with the answer, as a new request. The rounds were recorded as separate calls, the one
+    that asked ``completed`` with the question as its result, and no question recorded."""
+
+    @pytest.mark.parametrize(
+        ("answer", "question", "response", "call"),
+        [(accepts, "accepted", {"ok": True}, "completed"), (declines, "declined", None, "failed")],
+    )
+    async def test_the_rounds_are_one_call_and_the_question_an_interaction(
+        self,
+        tmp_path: Path,
+        check_stream: Check,
+        answer: ElicitationFnT,
+        question: str,
+        response: object,
+        call: str,
+    ) -> None:
+        ran: list[int] = []
+        request_ids: list[str] = []
+        async with engine_for(tmp_path) as recorded:
+            server = asks_first(ran)
+            noting_request_ids(server, request_ids)
+            server.middleware.append(OnlookerMiddleware(recorded.engine, server=server))
+            async with Client(server, elicitation_callback=answer) as client:
+                result = await client.call_tool("pay", {"amount": 5})
+        recorder = recorded.recorder
+
+        assert result.is_error is (call == "failed")
+        assert ran == ([5] if call == "completed" else [])
+        assert len(request_ids) == 2  # the question, then the retry with the answer
+        check_stream(recorder.events)
+        assert recorder.kinds() == ASKED  # one execution, one call, spanning both requests
+        (started,) = recorder.of(ToolCallStarted)
+        assert request_id_of(started.tool_call_id) == request_ids[0]
+        (asked,) = recorder.of(InteractionStarted)
+        assert (asked.message, asked.requested_schema) == ("pay 5?", PAY_SCHEMA)
+        (answered,) = recorder.of(InteractionResolved)
+        assert answered.interaction_id == asked.interaction_id
+        assert (answered.status, answered.response) == (question, response)
+        (finished,) = recorder.of(ToolCallFinished)
+        assert (finished.tool_call_id, finished.status) == (started.tool_call_id, call)
+        if call == "completed":
+            assert finished.result == {
+                "content": [{"type": "text", "text": "paid"}],
+                "isError": False,
+                "structuredContent": {"result": "paid"},
+            }
+
+    async def test_the_pre_hooks_judge_the_call_once_and_their_rewrite_holds_each_round(
+        self, tmp_path: Path
+    ) -> None:
+        judged: list[object] = []
+
+        def halve(use: ToolUseContext) -> PreHookResult:
+            judged.append(use.tool_input["amount"])
+            return PreHookResult(modified_input={"amount": use.tool_input["amount"] // 2})
+
+        ran: list[int] = []
+        async with engine_for(tmp_path, hooks=[HookMatcher(pre=(halve,))]) as recorded:
+            server = asks_first(ran)
+            server.middleware.append(OnlookerMiddleware(recorded.engine, server=server))
+            async with Client(server, elicitation_callback=accepts) as client:
+                result = await client.call_tool("pay", {"amount": 10})
+        assert (result.is_error, judged, ran) == (False, [10], [5])
+        (asked,) = recorded.recorder.of(InteractionStarted)
+        assert asked.message == "pay 5?"
+
+    async def test_a_post_hook_abort_judges_the_result_not_the_question(
+        self, tmp_path: Path
+    ) -> None:
+        """The question is no result of the tool: the post-hooks judge what it returns once
+        the person answered (an ABORT on the question was once logged as the adapter's own
+        failure, and the tool ran on the retry)."""
 
         def abort(use: ToolUseContext, output: Any) -> PostHookResult:
             return PostHookResult(action=HookAction.ABORT, reason="no payments today")
@@ -465,11 +572,151 @@ class TestInputRequired:
             server.middleware.append(OnlookerMiddleware(recorded.engine, server=server))
             async with Client(server, elicitation_callback=accepts) as client:
                 result = await client.call_tool("pay", {"amount": 5})
-        assert ran == []
+        assert ran == [5]
         assert (result.is_error, text(result)) == (True, "no payments today")
+        (answered,) = recorded.recorder.of(InteractionResolved)
+        assert answered.status == "accepted"
         (finished,) = recorded.recorder.of(ToolCallFinished)
         assert finished.status == "blocked"
         assert [e.status for e in recorded.recorder.of(ExecutionFinished)] == ["failed"]
+
+    async def test_a_question_never_answered_is_cancelled_when_the_engine_closes(
+        self, tmp_path: Path, check_stream: Check
+    ) -> None:
+        ran: list[int] = []
+        async with engine_for(tmp_path) as recorded:
+            server = asks_first(ran)
+            server.middleware.append(OnlookerMiddleware(recorded.engine, server=server))
+            async with Client(server, elicitation_callback=accepts) as client:  # never retries
+                asked = await client.session.call_tool(
+                    "pay", {"amount": 5}, allow_input_required=True
+                )
+            assert isinstance(asked, InputRequiredResult)
+            assert recorded.recorder.kinds() == ASKED[:3]  # still waiting for the answer
+        check_stream(recorded.recorder.events)  # the engine closes its calls, then its questions
+        assert recorded.recorder.kinds() == [
+            *ASKED[:3],
+            "ToolCallFinished",
+            "InteractionResolved",
+            "ExecutionFinished",
+        ]
+        assert [e.status for e in recorded.recorder.of(InteractionResolved)] == ["cancelled"]
+        assert [e.status for e in recorded.recorder.of(ToolCallFinished)] == ["cancelled"]
+        assert [e.status for e in recorded.recorder.of(ExecutionFinished)] == ["cancelled"]
+        assert ran == []
+
+    async def test_a_question_unanswered_in_time_expires(
+        self, tmp_path: Path, check_stream: Check
+    ) -> None:
+        """Past ``input_timeout`` (the SDK's requestState lives 600 s by default) the call
+        is given up on the next tools/call; a late retry is a call of its own."""
+        ran: list[int] = []
+        async with engine_for(tmp_path) as recorded:
+            server = asks_first(ran)
+            middleware = OnlookerMiddleware(recorded.engine, server=server, input_timeout=0)
+            server.middleware.append(middleware)
+            async with Client(server, elicitation_callback=accepts) as client:
+                result = await client.call_tool("pay", {"amount": 5})
+        recorder = recorded.recorder
+        assert (result.is_error, ran) == (False, [5])
+        check_stream(recorder.events)
+        assert recorder.kinds() == [
+            *ASKED,
+            "ExecutionStarted",
+            "ToolCallStarted",
+            "ToolCallFinished",
+            "ExecutionFinished",
+        ]
+        assert [e.status for e in recorder.of(InteractionResolved)] == ["expired"]
+        assert [e.status for e in recorder.of(ToolCallFinished)] == ["cancelled", "completed"]
+        assert [e.status for e in recorder.of(ExecutionFinished)] == ["expired", "completed"]
+
+    async def test_the_handler_gets_its_own_request_state_back(
+        self, tmp_path: Path, check_stream: Check
+    ) -> None:
+        """A low-level server, whose state nobody seals: round one asks without state, round
+        two keeps only state; the middleware's token never reaches the handler."""
+        states: list[str | None] = []
+        elicit = ElicitRequest(
+            params=ElicitRequestFormParams(message="which account?", requested_schema=PAY_SCHEMA)
+        )
+
+        async def call_tool(
+            ctx: ServerRequestContext[Any], params: CallToolRequestParams
+        ) -> CallToolResult | InputRequiredResult:
+            states.append(params.request_state)
+            if len(states) == 1:
+                return InputRequiredResult(input_requests={"account": elicit})
+            if len(states) == 2:
+                return InputRequiredResult(request_state="step-2")
+            return CallToolResult(content=[TextContent(type="text", text="done")])
+
+        async def list_tools(
+            ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
+        ) -> ListToolsResult:
+            return ListToolsResult(tools=[Tool(name="pay", input_schema={"type": "object"})])
+
+        async with engine_for(tmp_path) as recorded:
+            server = Server("bank", on_list_tools=list_tools, on_call_tool=call_tool)
+            server.middleware.append(OnlookerMiddleware(recorded.engine))
+            async with Client(server, elicitation_callback=accepts) as client:
+                result = await client.call_tool("pay", {"amount": 5})
+        assert (result.is_error, text(result)) == (False, "done")
+        assert states == [None, None, "step-2"]
+        check_stream(recorded.recorder.events)
+        assert recorded.recorder.kinds() == ASKED
+        (asked,) = recorded.recorder.of(InteractionStarted)
+        assert asked.message == "which account?"
+
+
+def wire(ran: list[str]) -> MCPServer:
+    """A tool asking the person mid-call (``ctx.elicit``: ``elicitation/create`` to the client)."""
+    server = MCPServer("wire")
+
+    @server.tool()
+    async def transfer(amount: int, ctx: Context) -> str:
+        """Transfer, once the person confirmed."""
+        answer = await ctx.elicit(f"transfer {amount}?", Confirm)
+        ran.append(answer.action)
+        return answer.action
+
+    return server
+
+
+class TestElicitation:
+    """``ctx.elicit`` on the handshake protocol asks the person while the call runs: a question
+    of that call (it was not recorded at all)."""
+
+    @pytest.mark.parametrize(
+        ("answer", "question", "response"),
+        [(accepts, "accepted", {"ok": True}), (declines, "declined", None)],
+    )
+    async def test_a_question_asked_mid_call_is_an_interaction(
+        self,
+        tmp_path: Path,
+        check_stream: Check,
+        answer: ElicitationFnT,
+        question: str,
+        response: object,
+    ) -> None:
+        ran: list[str] = []
+        async with engine_for(tmp_path) as recorded:
+            server = wire(ran)
+            server.middleware.append(OnlookerMiddleware(recorded.engine, server=server))
+            async with Client(server, mode="legacy", elicitation_callback=answer) as client:
+                result = await client.call_tool("transfer", {"amount": 5})
+        recorder = recorded.recorder
+        assert (result.is_error, ran) == (False, [{"accepted": "accept"}.get(question, "decline")])
+        check_stream(recorder.events)
+        assert recorder.kinds() == ASKED
+        (asked,) = recorder.of(InteractionStarted)
+        assert asked.message == "transfer 5?"
+        assert asked.requested_schema == {**PAY_SCHEMA, "title": "Confirm"}
+        (started,) = recorder.of(ToolCallStarted)
+        assert asked.interaction_id.startswith(started.tool_call_id)
+        (answered,) = recorder.of(InteractionResolved)
+        assert (answered.status, answered.response) == (question, response)
+        assert [e.status for e in recorder.of(ToolCallFinished)] == ["completed"]
 
 
 def copies_as_text(use: ToolUseContext) -> PreHookResult | None:

@@ -30,6 +30,14 @@ result with ``isError`` false             ``call.finished(result)``; a post-hook
 result with ``isError`` true              ``call.failed(its text)``
 handler raises (``MCPError``, ...)        ``call.failed(exc)``, then the error goes on
 request cancelled                         ``call.failed(cancellation)``: ``cancelled``
+``elicitation/create`` sent by the tool   ``run.interaction_started(message,
+                                          schema=requestedSchema)``, then
+                                          ``run.interaction_resolved`` with the answer
+result ``input_required`` (2026)          ``run.interaction_started`` per elicitation;
+                                          the call stays open for the client's retry
+the retry with ``inputResponses``         ``run.interaction_resolved``; the same call's
+                                          next round (no new ``tool_started``)
+no retry within ``input_timeout``         question ``expired``, call ``cancelled``
 session ends (connection exit stack)      ``run.finish(status="completed")``
 2026-07-28 request (no session)           one execution per ``tools/call``
 ========================================  ==============================================
@@ -70,9 +78,20 @@ receives that dict. Its ``modified_output`` may be such a dict, a
 a tool with an output schema needs its ``structuredContent`` too, so rewrite
 the whole dict there). A rewrite that is no ``CallToolResult`` is logged and
 the client gets the tool's own result, as when a post-hook raises.
-An ``input_required`` interim result (the 2026 multi-round-trip flow) is
-recorded as a completed call; the client's retry is a new request and a new
-call.
+
+**Questions to the person.** A tool asks one of two ways; both are recorded
+as interactions of its call. On the handshake protocol it sends
+``elicitation/create`` while it runs (``ctx.elicit``): the middleware hands
+the handler a session that records each one and its answer. On the 2026
+protocol it answers ``input_required`` and the client retries the same
+``tools/call`` with the answers, as a new request: the rounds are one call
+(its id carries the first request's id), open until the tool's result; the
+pre-hooks judge it once, the post-hooks its result, never a question. A
+retry is tied to its call by a token the middleware adds to the
+``requestState`` it hands out (inside ``MCPServer``'s seal) and removes
+before the handler sees it. Questions no retry answers within
+``input_timeout`` seconds are ``expired`` (noticed at the next
+``tools/call``); the engine closing cancels them first.
 
 The middleware never breaks the server: its own errors are logged on
 ``onlooker.integrations.mcp`` and the request passes through unchanged. The
