@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, TypedDict, TypeVar, Unpack, overload
 
+import anyio
 from pydantic import JsonValue
 
 import onlooker
@@ -91,3 +92,17 @@ async def run(
             result = await engine.execute(program, **execute)
         kept = recorder if extension is None else engine.extension(extension)
     return result, kept
+
+
+async def stray_cancellation() -> BaseException:
+    """The backend's cancellation exception, caught in a scope of its own that is closed
+    since: raised again, nothing is cancelling the task that raises it (a stray)."""
+    caught: BaseException | None = None
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        try:
+            await anyio.sleep(1)
+        except anyio.get_cancelled_exc_class() as exc:
+            caught = exc
+    assert caught is not None
+    return caught

@@ -29,7 +29,7 @@ from onlooker import (
     UnknownToolError,
 )
 from onlooker.testing import RecordingObserver
-from running import run
+from running import run, stray_cancellation
 
 pytestmark = pytest.mark.anyio
 
@@ -737,6 +737,21 @@ class TestCancellation:
             ("failed", "CancelledError"),
         ]
         check_stream(recorder.events)
+
+    async def test_a_stray_cancellation_raised_by_hand_fails_the_execution(self) -> None:
+        """On either backend (trio's Cancelled raised outside the scope it came from)."""
+
+        async def program(ctx: ExecutionContext) -> None:
+            raise await stray_cancellation()
+
+        recorder = RecordingObserver()
+        async with ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            result = await engine.execute(program)  # returns: the caller is not cancelled
+        name = anyio.get_cancelled_exc_class().__name__
+        assert result.status == "failed" and result.error is not None
+        assert (result.error.type, result.error.cause) == (name, "defect")
+        assert f"the program raised {name}, but nothing cancelled it" in result.error.message
 
 
 async def _bystander(ctx: ExecutionContext) -> str:

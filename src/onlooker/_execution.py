@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextvars import Token
 from time import perf_counter
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 from pydantic import JsonValue
@@ -80,7 +80,7 @@ async def run_execution(
                 execution_id,
                 "failed" if stray else _failure_status(exc, run),
                 None,
-                _STRAY_CANCEL if stray else _error_of(exc, run),
+                _stray_cancel(exc) if stray else _error_of(exc, run),
                 _ms(began),
             )
             _finish(emitter, run, result)
@@ -221,12 +221,13 @@ def _cancelled_and_failure(
     return cancelled, failure
 
 
-_STRAY_CANCEL: Final = ErrorInfo(
-    type="CancelledError",
-    message="the program raised CancelledError, but nothing cancelled it "
-    "(did it await a task it had cancelled?)",
-    cause="defect",
-)
+def _stray_cancel(exc: BaseException) -> ErrorInfo:
+    return ErrorInfo(
+        type=type(exc).__name__,
+        message=f"the program raised {type(exc).__name__}, but nothing cancelled it "
+        "(did it await a task it had cancelled, or raise a cancellation outside its scope?)",
+        cause="defect",
+    )
 
 
 def _error_of(exc: BaseException, run: RunState) -> ErrorInfo:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar, final
@@ -178,12 +180,19 @@ async def cancelled_meanwhile(requests_before: int, message: str) -> None:
 
 
 def stray_cancel(exc: BaseException) -> bool:
-    """An asyncio ``CancelledError`` while nothing cancels this task: the raiser's own
-    fault (a program or an observer awaited a task it had cancelled), not a cancellation."""
-    if not isinstance(exc, asyncio.CancelledError):
-        return False
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # raised by hand under trio, where there is no asyncio task
-        return False
-    return task is not None and task.cancelling() == 0
+    """A cancellation exception while nothing cancels this task: the raiser's own fault (a
+    program or an observer awaited a task it had cancelled, or re-raised trio's ``Cancelled``
+    outside the scope it came from), not a cancellation."""
+    if isinstance(exc, asyncio.CancelledError):
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # raised by hand under trio, where there is no asyncio task
+            return False
+        return task is not None and task.cancelling() == 0
+    trio = sys.modules.get("trio")  # only trio raises trio's Cancelled: never imported here
+    if trio is not None and isinstance(exc, trio.Cancelled):
+        try:
+            return bool(trio.current_effective_deadline() != -math.inf)  # -inf: cancelled
+        except RuntimeError:  # outside trio.run
+            return False
+    return False
