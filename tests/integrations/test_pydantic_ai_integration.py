@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent, ApprovalRequired, ModelRetry, RunContext
+from pydantic import BaseModel
+from pydantic_ai import Agent, ApprovalRequired, CallDeferred, ModelRetry, RunContext, ToolFailed
 from pydantic_ai.capabilities import HandleDeferredToolCalls, Hooks
 from pydantic_ai.exceptions import SkipToolExecution
 from pydantic_ai.messages import (
@@ -224,6 +225,7 @@ class TestRun:
         flaky = finished["call-flaky"].error
         assert flaky is not None and flaky.type == "ModelRetry"
         assert flaky.message == "the service is busy, try later"
+        assert flaky.cause == "failure"  # PydanticAI's typed "retry" signal, not a defect
         assert started["call-delete"].args == {"path": "/"}
         assert finished["call-delete"].result is None
         assert finished["call-delegate"].result == "30 days"
@@ -571,10 +573,15 @@ class TestFrameworkFeatures:
         finished = [(e.tool, e.tool_call_id, e.status) for e in recorder.of(ToolCallFinished)]
         assert ("delete_everything", "c0#2", "blocked") in finished
 
-    async def test_a_deferral_left_to_a_later_run_is_cancelled_in_this_one(
-        self, check_stream: Check
+    @pytest.mark.parametrize("approved", [True, False], ids=["approved", "denied"])
+    @pytest.mark.parametrize("deferral", ["requires_approval", "ApprovalRequired"])
+    async def test_a_run_awaiting_approval_is_paused_and_the_next_run_resumes_it(
+        self, deferral: str, approved: bool, check_stream: Check
     ) -> None:
-        script = Script(ToolCallPart("pay", {"amount": 5}, tool_call_id="p1"), "paid")
+        """``DeferredToolRequests`` output: the execution stays open with its question; the
+        run given the decision goes on in it, answers the question, and runs the call once."""
+        script = Script(ToolCallPart("pay", {"amount": 5}, tool_call_id="p1"), "over")
+        paid: list[int] = []
         recorder = RecordingObserver()
         async with onlooker.ExecutionEngine() as engine:
             engine.bus.subscribe(recorder, name="recorder")
@@ -585,32 +592,206 @@ class TestFrameworkFeatures:
                 output_type=[str, DeferredToolRequests],
             )
 
-            @agent.tool
-            def pay(ctx: RunContext[None], amount: int) -> str:
-                if not ctx.tool_call_approved:
-                    raise ApprovalRequired()
-                return f"paid {amount}"
+            if deferral == "requires_approval":
+
+                @agent.tool_plain(requires_approval=True)
+                def pay(amount: int) -> str:
+                    paid.append(amount)
+                    return f"paid {amount}"
+
+            else:
+
+                @agent.tool
+                def pay(ctx: RunContext[None], amount: int) -> str:
+                    if not ctx.tool_call_approved:
+                        raise ApprovalRequired()
+                    paid.append(amount)
+                    return f"paid {amount}"
 
             first = await agent.run("pay")
             assert isinstance(first.output, DeferredToolRequests)
+            assert shape(recorder.events)[-1] == ("InteractionStarted",)  # paused, not finished
+            decision = True if approved else ToolDenied("not today")
             second = await agent.run(
                 message_history=first.all_messages(),
-                deferred_tool_results=first.output.build_results(approve_all=True),
+                deferred_tool_results=DeferredToolResults(approvals={"p1": decision}),
             )
-            assert second.output == "paid"
+            assert second.output == "over"
 
         check_stream(recorder.events)
-        first_id, second_id = (e.execution_id for e in recorder.of(ExecutionStarted))
-        assert [
-            row[1:]
-            for row in shape(recorder.for_execution(first_id))
-            if row[0] == "ToolCallFinished"
-        ] == [("pay", "p1", "cancelled")]
-        assert recorder.of(onlooker.InteractionResolved)[0].status == "cancelled"
-        assert shape(recorder.for_execution(second_id))[1:-1] == [
-            ("ToolCallStarted", "pay", "p1"),
-            ("ToolCallFinished", "pay", "p1", "completed"),
+        assert paid == ([5] if approved else [])
+        held = deferral == "ApprovalRequired"  # the tool started, then asked
+        rows = shape(recorder.events)
+        asked = [("InteractionStarted",), ("InteractionResolved",)]
+        if approved:
+            ran = [("ToolCallStarted", "pay", "p1"), ("ToolCallFinished", "pay", "p1", "completed")]
+            expected = (
+                [ran[0], *asked, ran[1]] if held else [*asked, *ran]
+            )  # one call, the framework's id
+        else:
+            expected = [
+                *([("ToolCallStarted", "pay", "p1")] if held else []),
+                *asked,
+                *([("ToolCallFinished", "pay", "p1", "failed")] if held else []),
+            ]
+        assert rows == [
+            ("ExecutionStarted", "payer"),
+            *expected,
+            ("ExecutionFinished", "completed"),
         ]
+        (question,) = recorder.of(onlooker.InteractionStarted)
+        assert question.message == "tool 'pay' (call p1) awaits approval"
+        (answer,) = recorder.of(onlooker.InteractionResolved)
+        assert answer.status == ("accepted" if approved else "declined")
+        if not approved:
+            assert answer.response == {"tool_call_approved": False, "message": "not today"}
+        if held and not approved:
+            error = recorder.of(ToolCallFinished)[0].error
+            assert error is not None and error.type == "ToolApprovalRejected"
+            assert error.cause == "failure"
+        assert recorder.of(ExecutionFinished)[0].result == "over"
+
+    async def test_a_paused_run_never_resumed_closes_with_the_engine(
+        self, check_stream: Check
+    ) -> None:
+        script = Script(ToolCallPart("pay", {"amount": 5}, tool_call_id="p1"), "over")
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder, name="recorder")
+            agent: Agent[None, str | DeferredToolRequests] = Agent(
+                script.model(),
+                name="payer",
+                capabilities=[OnlookerCapability(engine)],
+                output_type=[str, DeferredToolRequests],
+            )
+
+            @agent.tool_plain(requires_approval=True)
+            def pay(amount: int) -> str:
+                return f"paid {amount}"
+
+            assert isinstance((await agent.run("pay")).output, DeferredToolRequests)
+
+        check_stream(recorder.events)
+        assert recorder.of(onlooker.InteractionResolved)[0].status == "cancelled"
+        assert recorder.of(ExecutionFinished)[0].status == "cancelled"
+
+    @pytest.mark.parametrize("decision", ["approve", "deny", "external"])
+    async def test_a_decision_taken_inline_answers_the_question(
+        self, decision: str, check_stream: Check
+    ) -> None:
+        """``HandleDeferredToolCalls``: approved, the call runs once; denied, the question is
+        declined (and a call the tool held fails ``ToolApprovalRejected``); an external
+        result answers it, and the call the tool deferred is not recorded with it."""
+
+        async def decide(
+            ctx: RunContext[None], requests: DeferredToolRequests
+        ) -> DeferredToolResults:
+            if decision == "external":
+                return DeferredToolResults(calls={"p1": "paid elsewhere"})
+            if decision == "deny":
+                return requests.build_results(approvals={"p1": ToolDenied("no")})
+            return requests.build_results(approve_all=True)
+
+        script = Script(ToolCallPart("pay", {"amount": 5}, tool_call_id="p1"), "over")
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder, name="recorder")
+            agent: Agent[None, str] = Agent(
+                script.model(),
+                name="payer",
+                capabilities=[OnlookerCapability(engine), HandleDeferredToolCalls(handler=decide)],
+            )
+
+            if decision == "approve":
+
+                @agent.tool_plain(requires_approval=True)
+                def pay(amount: int) -> str:
+                    return f"paid {amount}"
+
+            else:
+
+                @agent.tool
+                def pay(ctx: RunContext[None], amount: int) -> str:
+                    if decision == "external":
+                        raise CallDeferred()
+                    if not ctx.tool_call_approved:
+                        raise ApprovalRequired()
+                    return f"paid {amount}"
+
+            assert (await agent.run("pay")).output == "over"
+
+        check_stream(recorder.events)
+        (answer,) = recorder.of(onlooker.InteractionResolved)
+        finished = [(e.status, e.result) for e in recorder.of(ToolCallFinished)]
+        if decision == "approve":
+            assert answer.status == "accepted"
+            assert shape(recorder.events)[1:3] == [
+                ("InteractionStarted",),
+                ("InteractionResolved",),
+            ]
+            assert finished == [("completed", "paid 5")]
+        elif decision == "deny":
+            assert answer.status == "declined"
+            assert finished == [("failed", None)]
+        else:
+            assert (answer.status, answer.response) == ("accepted", {"result": "paid elsewhere"})
+            assert finished == [("cancelled", None)]
+            error = recorder.of(ToolCallFinished)[0].error
+            assert error is not None and error.type == "ExternalResult"
+
+    @pytest.mark.parametrize("signal", [ModelRetry, ToolFailed])
+    async def test_a_tools_retry_or_failure_signal_is_an_expected_failure(
+        self, signal: type[ModelRetry | ToolFailed], check_stream: Check
+    ) -> None:
+        script = Script(ToolCallPart("fetch", {}, tool_call_id="f1"), "ok")
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder, name="recorder")
+            agent: Agent[None, str] = Agent(
+                script.model(), name="fetcher", capabilities=[OnlookerCapability(engine)]
+            )
+
+            @agent.tool_plain
+            def fetch() -> str:
+                raise signal("the service is busy")
+
+            assert (await agent.run("go")).output == "ok"
+
+        check_stream(recorder.events)
+        (finished,) = recorder.of(ToolCallFinished)
+        assert finished.status == "failed" and finished.error is not None
+        assert (finished.error.type, finished.error.cause) == (signal.__name__, "failure")
+        assert recorder.of(ExecutionFinished)[0].status == "completed"
+
+    async def test_an_output_tool_is_the_runs_result_not_a_tool_call(
+        self, check_stream: Check
+    ) -> None:
+        class Refund(BaseModel):
+            order: int
+
+        def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            name = info.output_tools[0].name
+            if len(messages) == 1:  # the first answer does not validate: PydanticAI retries
+                return ModelResponse(parts=[ToolCallPart(name, {"order": "x"}, tool_call_id="o1")])
+            return ModelResponse(parts=[ToolCallPart(name, {"order": 42}, tool_call_id="o2")])
+
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder, name="recorder")
+            agent: Agent[None, Refund] = Agent(
+                FunctionModel(respond),
+                name="refunder",
+                output_type=Refund,
+                capabilities=[OnlookerCapability(engine)],
+            )
+            assert (await agent.run("go")).output == Refund(order=42)
+
+        check_stream(recorder.events)
+        assert shape(recorder.events) == [
+            ("ExecutionStarted", "refunder"),
+            ("ExecutionFinished", "completed"),
+        ]
+        assert recorder.of(ExecutionFinished)[0].result == {"order": 42}
 
     async def test_a_rewrite_that_does_not_validate_fails_the_call(
         self, check_stream: Check

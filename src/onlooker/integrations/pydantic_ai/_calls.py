@@ -11,34 +11,61 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, final
+from weakref import WeakKeyDictionary
 
 import anyio
 from pydantic import JsonValue
-from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, SkipToolExecution, ToolFailed
-from pydantic_ai.messages import ToolCallPart, UserContent
-from pydantic_ai.tools import RunContext
+from pydantic_ai.exceptions import SkipToolExecution, ToolFailed
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequestPart,
+    ModelResponse,
+    ToolCallPart,
+    ToolReturnPart,
+    UserContent,
+)
+from pydantic_ai.tools import DeferredToolRequests, RunContext
 
 from onlooker import ErrorInfo, ExecutionStatus, HookAbortError, HookAction, InteractionStatus
+from onlooker._results import error_info
 
 from .._json import json_copy
 
 if TYPE_CHECKING:
-    from onlooker import TrackedExecution, TrackedToolCall
+    from onlooker import ExecutionEngine, TrackedExecution, TrackedToolCall
 
 __all__ = [
     "RunState",
-    "defer",
+    "ask",
+    "ask_all",
+    "expected",
     "fail_call",
     "finish_call",
     "finish_run",
     "logger",
+    "pause",
     "prompt_json",
     "refuse",
     "resolve",
+    "resumed",
+    "settle",
     "validator",
 ]
 
 logger: Final = logging.getLogger("onlooker.integrations.pydantic_ai")
+
+REJECTED: Final = ErrorInfo(
+    type="ToolApprovalRejected", message="a person rejected the call", cause="failure"
+)
+"""What a call held for approval closes with when the person denies it (``ToolDenied``)."""
+
+ANSWERED_OUTSIDE: Final = ErrorInfo(
+    type="ExternalResult",
+    message="the call's result came from outside the run (DeferredToolResults.calls): "
+    "it is the response of the call's interaction",
+    cause="interrupt",
+)
+"""What a call the tool deferred (``CallDeferred``) closes with when its result is given."""
 
 
 @final
@@ -57,37 +84,132 @@ class RunState:
 class Deferred:
     """A call awaiting approval or an external result."""
 
-    call: TrackedToolCall
+    tool: str
     question: str
     """The open interaction that asks for it."""
-    args: dict[str, Any]
-    """The arguments PydanticAI gave (before any pre-hook's rewrite): an approval that
-    overrides them is a call the pre-hooks have not seen."""
+    approval: bool
+    """Awaits a person's approval (else an external result)."""
+    call: TrackedToolCall | None = None
+    """The call the tool deferred while running (``None``: deferred before any tool
+    hook, ``requires_approval=True`` or an external tool); it stays open."""
+    args: dict[str, Any] | None = None
+    """The arguments PydanticAI gave that call (before any pre-hook's rewrite): an
+    approval that overrides them is a call the pre-hooks have not seen."""
 
 
-async def defer(
+async def ask(
     run: TrackedExecution,
     state: RunState,
-    tracked: TrackedToolCall,
     call: ToolCallPart,
-    args: dict[str, Any],
-    deferral: ApprovalRequired | CallDeferred,
+    *,
+    approval: bool,
+    tracked: TrackedToolCall | None = None,
+    args: dict[str, Any] | None = None,
 ) -> None:
-    """Record a deferral as a question; the call stays open until PydanticAI runs it again.
+    """Record a deferred call as a question (once): it waits for PydanticAI's next decision.
 
-    Approved inline (``HandleDeferredToolCalls``), the call runs again under its id
-    and the question is ``accepted``; otherwise the run's end closes both ``cancelled``
-    (the approved call then runs in a later run, a new execution).
+    Approved (inline by ``HandleDeferredToolCalls``, or by the ``deferred_tool_results``
+    of the run that resumes this one), the call runs and the question is ``accepted``;
+    denied, it is ``declined`` (see :func:`settle`).
     """
-    waits = "approval" if isinstance(deferral, ApprovalRequired) else "an external result"
+    if call.tool_call_id in state.deferred:
+        return
+    waits = "approval" if approval else "an external result"
+    shown = call.tool_call_id if tracked is None else tracked.tool_call_id
     try:
         question = await run.interaction_started(
-            f"tool {call.tool_name!r} (call {tracked.tool_call_id}) awaits {waits}"
+            f"tool {call.tool_name!r} (call {shown}) awaits {waits}"
         )
     except Exception:
-        logger.exception("onlooker could not record the deferral of %s", tracked.tool_call_id)
+        logger.exception("onlooker could not record the deferral of %s", call.tool_call_id)
         return
-    state.deferred[call.tool_call_id] = Deferred(tracked, question, args)
+    state.deferred[call.tool_call_id] = Deferred(call.tool_name, question, approval, tracked, args)
+
+
+async def ask_all(run: TrackedExecution, state: RunState, requests: DeferredToolRequests) -> None:
+    """Ask about each call of ``requests`` not asked yet (see :func:`ask`)."""
+    for call in requests.approvals:
+        await ask(run, state, call, approval=True)
+    for call in requests.calls:
+        await ask(run, state, call, approval=False)
+
+
+async def settle(run: TrackedExecution, state: RunState, parts: Sequence[ModelRequestPart]) -> None:
+    """Record the decisions PydanticAI answered deferred calls with, but did not run.
+
+    A call a person denied (``ToolDenied``: its return's outcome is ``denied``) is
+    ``declined``, and the call the tool deferred, if any, ``failed``
+    (``ToolApprovalRejected``); an external result is ``accepted`` (the result is the
+    response), and the call the tool deferred closes ``cancelled``: its tool did not
+    produce the result. An approved call is resolved when it runs (``wrap_tool_execute``).
+    """
+    for part in parts:
+        if not isinstance(part, ToolReturnPart):
+            continue
+        pending = state.deferred.get(part.tool_call_id)
+        if pending is None or pending.tool != part.tool_name:
+            continue
+        if pending.approval and part.outcome != "denied":
+            continue  # approved: resolved as the call runs; else it closes with the run
+        del state.deferred[part.tool_call_id]
+        if part.outcome == "denied":
+            await resolve(
+                run,
+                pending.question,
+                "declined",
+                {"tool_call_approved": False, "message": str(part.content)},
+            )
+            error = REJECTED
+        else:
+            await resolve(run, pending.question, "accepted", {"result": json_copy(part.content)})
+            error = ANSWERED_OUTSIDE
+        if pending.call is not None:
+            await fail_call(pending.call, error)
+
+
+@final
+@dataclass(eq=False, slots=True)
+class _Paused:
+    run: TrackedExecution
+    state: RunState
+
+
+_PAUSED: WeakKeyDictionary[ExecutionEngine, list[_Paused]] = WeakKeyDictionary()
+"""Per engine: the runs that ended awaiting decisions, until a run resumes them."""
+
+
+def pause(engine: ExecutionEngine, run: TrackedExecution, state: RunState) -> None:
+    """Keep ``run`` open, awaiting its questions' answers, for the run that resumes it."""
+    _PAUSED.setdefault(engine, []).append(_Paused(run, state))
+
+
+def resumed(
+    engine: ExecutionEngine, messages: Sequence[ModelMessage]
+) -> tuple[TrackedExecution, RunState] | None:
+    """The paused run a new agent run goes on with: the one whose awaited calls are
+    calls of the history's last model response (PydanticAI answers those with the
+    ``deferred_tool_results`` given, or runs them again)."""
+    paused = _PAUSED.get(engine)
+    if not paused:
+        return None
+    paused[:] = [entry for entry in paused if not entry.run.finished]
+    response = next((m for m in reversed(messages) if isinstance(m, ModelResponse)), None)
+    if response is None:
+        return None
+    calls = {call.tool_call_id: call.tool_name for call in response.tool_calls}
+    for entry in reversed(paused):
+        awaited = {call_id: d.tool for call_id, d in entry.state.deferred.items()}
+        if awaited and awaited.items() <= calls.items():
+            paused.remove(entry)
+            return entry.run, entry.state
+    return None
+
+
+def expected(exc: BaseException) -> ErrorInfo:
+    """``ModelRetry`` / ``ToolFailed`` from a tool: PydanticAI's typed, expected outcomes
+    (the model reads a retry prompt or a failed result), so cause ``failure``."""
+    info = error_info(exc)
+    return ErrorInfo(type=info.type, message=info.message, cause="failure")
 
 
 async def resolve(

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, final
 
 from pydantic import JsonValue, ValidationError
+from pydantic_ai import ModelRequestNode
 from pydantic_ai.capabilities import (
     AbstractCapability,
+    AgentNode,
     CapabilityOrdering,
     RawToolArgs,
     ValidatedToolArgs,
@@ -23,22 +26,27 @@ from pydantic_ai.exceptions import (
     ToolFailedError,
     ToolRetryError,
 )
-from pydantic_ai.messages import ToolCallPart
-from pydantic_ai.tools import RunContext, ToolDefinition
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelRequestPart, ToolCallPart
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolDefinition
 
 from onlooker import ErrorInfo, ExecutionStatus, ToolInputError, Trigger
 
 from .._ids import unused_id
 from ._calls import (
     RunState,
-    defer,
+    ask,
+    ask_all,
+    expected,
     fail_call,
     finish_call,
     finish_run,
     logger,
+    pause,
     prompt_json,
     refuse,
     resolve,
+    resumed,
+    settle,
     validator,
 )
 
@@ -78,7 +86,8 @@ class OnlookerCapability(AbstractCapability[object]):
     call carrying ``ToolCallPart.tool_call_id``. onlooker's pre-hooks decide
     each call before it runs (skip, block, abort, rewrite its arguments); post-hooks
     may rewrite what the model reads. One capability may serve many agents
-    and concurrent runs: it keeps no per-run state.
+    and concurrent runs: it keeps no per-run state (a run paused awaiting
+    decisions is remembered per engine, for the run that resumes it).
     """
 
     def __init__(
@@ -113,9 +122,14 @@ class OnlookerCapability(AbstractCapability[object]):
     async def wrap_run(
         self, ctx: RunContext[object], *, handler: WrapRunHandler
     ) -> AgentRunResult[Any]:
-        """Track the run: started before ``handler()``, finished with its outcome."""
-        run = await self._start_run(ctx)
-        token = _scope.set(None if run is None else _Scope(self.engine, run, None, RunState()))
+        """Track the run: started before ``handler()``, finished with its outcome.
+
+        A run that ends awaiting decisions (``DeferredToolRequests``) is paused, not
+        finished: the run given those calls' history goes on in the same execution.
+        """
+        paused = resumed(self.engine, ctx.messages)
+        run, state = paused if paused is not None else (await self._start_run(ctx), RunState())
+        token = _scope.set(None if run is None else _Scope(self.engine, run, None, state))
         try:
             result = await handler()
         except BaseException as exc:
@@ -125,8 +139,15 @@ class OnlookerCapability(AbstractCapability[object]):
             raise
         finally:
             _scope.reset(token)
-        if run is not None:
-            await finish_run(run, "completed", result.output, None)
+        if run is None:
+            return result
+        await settle(run, state, [p for m in result.new_messages() for p in _request_parts(m)])
+        if isinstance(result.output, DeferredToolRequests):
+            await ask_all(run, state, result.output)
+            if state.deferred:
+                pause(self.engine, run, state)
+                return result
+        await finish_run(run, "completed", result.output, None)
         return result
 
     async def _start_run(self, ctx: RunContext[object]) -> TrackedExecution | None:
@@ -157,6 +178,30 @@ class OnlookerCapability(AbstractCapability[object]):
             )
             return None
         return run
+
+    async def before_node_run(
+        self, ctx: RunContext[object], *, node: AgentNode[object]
+    ) -> AgentNode[object]:
+        """Record the decisions on deferred calls that PydanticAI answered without running
+        them (a denial, an external result): the request to the model carries them."""
+        scope = _scope.get()
+        if (
+            isinstance(node, ModelRequestNode)
+            and scope is not None
+            and scope.engine is self.engine
+            and scope.state.deferred
+        ):
+            await settle(scope.run, scope.state, node.request.parts)
+        return node
+
+    async def handle_deferred_tool_calls(
+        self, ctx: RunContext[object], *, requests: DeferredToolRequests
+    ) -> DeferredToolResults | None:
+        """Record each deferred call as a question before any handler decides it; decide none."""
+        scope = _scope.get()
+        if scope is not None and scope.engine is self.engine and not scope.run.finished:
+            await ask_all(scope.run, scope.state, requests)
+        return None
 
     # -- tool calls ------------------------------------------------------------------
 
@@ -217,11 +262,12 @@ class OnlookerCapability(AbstractCapability[object]):
             return await finish_call(tracked, skip.result)
         except (ToolRetryError, ToolFailedError) as exc:  # ModelRetry / ToolFailed from the tool
             cause = exc.__cause__
-            await fail_call(tracked, cause if isinstance(cause, Exception) else exc)
+            await fail_call(tracked, expected(cause if isinstance(cause, Exception) else exc))
             raise
         except (ApprovalRequired, CallDeferred) as deferral:
             # Not an end: the call waits for a person's approval or an external result.
-            await defer(run, state, tracked, call, args, deferral)
+            approval = isinstance(deferral, ApprovalRequired)
+            await ask(run, state, call, approval=approval, tracked=tracked, args=args)
             raise
         except BaseException as exc:
             await fail_call(tracked, exc)
@@ -236,20 +282,27 @@ async def _open_call(
 ) -> tuple[TrackedToolCall, dict[str, Any]] | None:
     """The tracked call and the arguments its tool gets; ``None`` if it cannot be recorded.
 
-    An approved deferred call goes on under its tracked call, with the
-    arguments the pre-hooks left; a new one is decided by the pre-hooks, whose
+    An approved call the tool deferred goes on under its tracked call, with the
+    arguments the pre-hooks left; a new one (also an approved call deferred
+    before it ran, ``requires_approval=True``) is decided by the pre-hooks, whose
     refusal raises here. An approval that overrides the arguments is a new
     call (the deferred one closes ``cancelled``): the pre-hooks decide it too.
     """
     run, state = scope.run, scope.state
     pending = state.deferred.get(call.tool_call_id)
-    # Only the approved re-run of the same tool: a model may reuse a denied call's id.
-    if pending is not None and ctx.tool_call_approved and pending.call.tool == call.tool_name:
-        del state.deferred[call.tool_call_id]
-        await resolve(run, pending.question, "accepted", {"tool_call_approved": True})
-        if args == pending.args:
-            return pending.call, pending.call.input
-        await fail_call(pending.call, _overridden(call))
+    # Only the same tool: a model may reuse the id of a call decided earlier.
+    if pending is not None and pending.tool == call.tool_name:
+        held = pending.call if pending.call is not None and args == pending.args else None
+        if not ctx.tool_call_approved:
+            if held is not None:
+                return held, held.input  # run again undecided: the same call still waits
+        else:
+            del state.deferred[call.tool_call_id]
+            await resolve(run, pending.question, "accepted", {"tool_call_approved": True})
+            if held is not None:
+                return held, held.input
+            if pending.call is not None:
+                await fail_call(pending.call, _overridden(call))
     try:
         tracked = await run.tool_started(
             call.tool_name,
@@ -276,3 +329,7 @@ def _overridden(call: ToolCallPart) -> ErrorInfo:
         "new call, decided by the pre-hooks",
         cause="interrupt",
     )
+
+
+def _request_parts(message: ModelMessage) -> Sequence[ModelRequestPart]:
+    return message.parts if isinstance(message, ModelRequest) else ()
