@@ -682,6 +682,31 @@ class TestReadOnly:
         async with history.open(f"sqlite:///file:{real}?uri=true", read_only=True) as store:
             assert await store.get_execution("u1") is not None
 
+    async def test_a_reader_follows_the_file_at_its_path(self, tmp_path: Path) -> None:
+        """Replaced (a new database at the same path), the new file is read, not the old one
+        the pooled connections held (``onlooker ui`` showed the old data until restarted);
+        removed, a clear error; created again, read again."""
+        path, other = tmp_path / "h.db", tmp_path / "other.db"
+        async with history.open(f"sqlite:///{path}") as store:
+            await store.write_events(execution_events("old"))
+        async with history.open(f"sqlite:///{other}") as store:
+            await store.write_events(execution_events("new"))
+        async with history.open(f"sqlite:///{path}", read_only=True) as reader:
+
+            async def ids() -> list[str]:
+                return [e.execution_id for e in await reader.list_executions()]
+
+            assert await ids() == ["old"]
+            os.replace(other, path)
+            assert await ids() == ["new"]
+            path.unlink()
+            with pytest.raises(onlooker.HistoryError, match=r"no history database at .*h\.db"):
+                await ids()
+            assert not path.exists()  # nothing created
+            async with history.open(f"sqlite:///{path}") as store:
+                await store.write_events(execution_events("again"))
+            assert await ids() == ["again"]
+
     async def test_a_file_that_is_not_a_history_database(self, tmp_path: Path) -> None:
         other = tmp_path / "other.db"
         sqlite3.connect(other).close()

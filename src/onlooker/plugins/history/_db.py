@@ -383,7 +383,9 @@ class Database:
 
     def run(self, fn: Callable[[Connection], Any]) -> Any:
         """Call ``fn`` with a connection in a read transaction."""
-        if not self.read_only:
+        if self.read_only:
+            self._read_the_file_there_now()
+        else:
             try:
                 self._check_file()
             except Exception as exc:  # reads go on from what the pool has open
@@ -430,6 +432,22 @@ class Database:
             self._file.parent.mkdir(parents=True, exist_ok=True)
             self.setup()
             self.reopened += 1
+
+    def _read_the_file_there_now(self) -> None:
+        """A reader's pooled connections hold the file they opened: one removed or replaced
+        since (a new database at the path) is let go, so reads see what the path holds now."""
+        if self._file is None or self._identity is None:
+            return
+        if self._file_identity() == self._identity:
+            return
+        with self._reopen_lock:
+            found = self._file_identity()
+            if found == self._identity:
+                return  # another thread opened it anew
+            self.engine.dispose()
+            if found is None:
+                raise HistoryError(f"no history database at {str(self._file)!r} (it was removed)")
+            self.setup()  # the schema checked, as at open
 
     def dispose(self) -> None:
         """Close every connection (the checkpointer's first: the last one checkpoints the log)."""
