@@ -384,7 +384,7 @@ class Database:
     def run(self, fn: Callable[[Connection], Any]) -> Any:
         """Call ``fn`` with a connection in a read transaction."""
         if self.read_only:
-            self._read_the_file_there_now()
+            self._check_file()  # the file at the path now, or HistoryError
         else:
             try:
                 self._check_file()
@@ -409,7 +409,11 @@ class Database:
         return (stat.st_dev, stat.st_ino)
 
     def _check_file(self) -> None:
-        """Reopen the file database if its file was removed or replaced since it was opened."""
+        """Reopen the file database if its file was removed or replaced since it was opened.
+
+        A writer recreates a removed file. A reader (``read_only``) reads the file
+        the path holds now, and raises ``HistoryError`` when there is none.
+        """
         if self._file is None or self._identity is None:
             return
         if self._file_identity() == self._identity:
@@ -418,6 +422,14 @@ class Database:
             found = self._file_identity()
             if found == self._identity:
                 return  # another thread reopened it
+            self.engine.dispose()  # pooled connections hold the old file
+            if self.read_only:
+                if found is None:
+                    raise HistoryError(
+                        f"no history database at {str(self._file)!r} (it was removed)"
+                    )
+                self.setup()  # the schema checked, as at open
+                return
             what = "removed" if found is None else "replaced by another file"
             _logger.warning(
                 "history: the database file %s was %s while open; reopening it%s "
@@ -426,28 +438,11 @@ class Database:
                 what,
                 ", recreating it and its directory" if found is None else "",
             )
-            self.engine.dispose()  # pooled connections hold the old file
             if self._checkpointer is not None:
                 self._checkpointer.reconnect()
             self._file.parent.mkdir(parents=True, exist_ok=True)
             self.setup()
             self.reopened += 1
-
-    def _read_the_file_there_now(self) -> None:
-        """A reader's pooled connections hold the file they opened: one removed or replaced
-        since (a new database at the path) is let go, so reads see what the path holds now."""
-        if self._file is None or self._identity is None:
-            return
-        if self._file_identity() == self._identity:
-            return
-        with self._reopen_lock:
-            found = self._file_identity()
-            if found == self._identity:
-                return  # another thread opened it anew
-            self.engine.dispose()
-            if found is None:
-                raise HistoryError(f"no history database at {str(self._file)!r} (it was removed)")
-            self.setup()  # the schema checked, as at open
 
     def dispose(self) -> None:
         """Close every connection (the checkpointer's first: the last one checkpoints the log)."""
