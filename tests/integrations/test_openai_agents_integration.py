@@ -1072,6 +1072,49 @@ class TestApprovals:
             assert calls == []
         check_stream(recorder.events)
 
+    async def test_an_always_approve_resumes_only_its_own_run(self, check_stream: Check) -> None:
+        """``approve(item, always_approve=True)`` answers every call of the tool: another
+        run paused on it was taken for the one resumed (its question accepted, this
+        run's call recorded in it)."""
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks, guard = OnlookerRunHooks(engine), tool_guardrail(engine)
+
+            @function_tool(needs_approval=True, tool_input_guardrails=[guard])
+            def pay(amount: int) -> str:
+                """Pay an amount."""
+                return f"paid {amount}"
+
+            def payer(name: str, call_id: str, amount: int) -> Agent[Any]:
+                model = ScriptedModel(
+                    [
+                        [function_call("pay", {"amount": amount}, call_id=call_id)],
+                        [assistant_message(f"ok {name}")],
+                    ]
+                )
+                return Agent(name=name, model=model, tools=[pay])
+
+            alice, bob = payer("alice", "call_A", 1), payer("bob", "call_B", 2)
+            await Runner.run(alice, "pay 1", hooks=hooks)
+            paused = await Runner.run(bob, "pay 2", hooks=hooks)
+            await asyncio.sleep(0)  # what the processor deferred lands
+            state = paused.to_state()
+            state.approve(paused.interruptions[0], always_approve=True)
+            await Runner.run(bob, state, hooks=hooks)
+            programs = {e.execution_id: e.program for e in recorder.of(ExecutionStarted)}
+            answered = [
+                (programs[e.execution_id], e.status) for e in recorder.of(InteractionResolved)
+            ]
+            assert answered == [("bob", "accepted")]
+            calls = [
+                (programs[e.execution_id], e.tool_call_id) for e in recorder.of(ToolCallFinished)
+            ]
+            assert calls == [("bob", "call_B")]
+            assert [programs[e.execution_id] for e in recorder.of(ExecutionFinished)] == ["bob"]
+        check_stream(recorder.events)
+
     async def test_a_call_the_pre_hooks_refuse_before_the_approval_is_never_asked(
         self, check_stream: Check
     ) -> None:

@@ -265,13 +265,30 @@ class State:
         """The run that ``Runner.run(agent, state)`` resumes: the one whose calls awaiting
         approval this run's context (the state's) has decisions for."""
         await self.drain()  # the processor's record of the interruption comes first
-        for run in self.runs.values():
-            if run.parent is None and any(
+        decided = [
+            run
+            for run in self.runs.values()
+            if run.parent is None
+            and any(
                 context.is_tool_approved(tool_name, call_id) is not None
                 for call_id, tool_name in self.awaited(run).items()
-            ):
-                return run
-        return None
+            )
+        ]
+        if len(decided) > 1:
+            # A sticky decision (approve(item, always_approve=True)) answers every call of
+            # its tool, in any paused run: the one resumed is the one whose calls the state
+            # holds (the SDK's record of the calls it made; SDK 0.24 internals).
+            held = getattr(context, "_tool_invocations", {})
+            ours = [run for run in decided if self.awaited(run).keys() <= held.keys()]
+            if len(ours) != 1:
+                logger.warning(
+                    "Runner.run resumes one of %d paused runs onlooker cannot tell apart; "
+                    "recorded as a new execution",
+                    len(decided),
+                )
+                return None
+            decided = ours
+        return decided[0] if decided else None
 
     async def resume(
         self, run: Run, context: RunContextWrapper[Any], agent: Agent[Any], key: tuple[int, int]
