@@ -578,6 +578,29 @@ class TestReadingDuringARotation:
         assert ids[-4:] == ["exec-2-s", "exec-2-0a", "exec-2-0b", "exec-2-f"]
         assert ids[:-4] == [event["event_id"] for event in tool_events(10)][-len(ids) + 4 :]
 
+    def test_a_trail_of_more_segments_than_open_files_allowed(self, tmp_path: Path) -> None:
+        """Readers opened every segment at once under the lock: a trail kept with a large
+        ``keep`` failed with "Too many open files" (past 256 segments on macOS's limit)."""
+        with TrailWriter(tmp_path, "s1", max_bytes=700, keep=1000) as writer:
+            for event in tool_events(150):
+                writer.write([event])
+        session = tmp_path / "s1"
+        assert len(list(session.glob("events*.jsonl"))) > 250
+        script = (
+            "import resource, sys\n"
+            f"sys.path.insert(0, {str(SRC)!r})\n"
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))\n"
+            "from onlooker.plugins import audit\n"
+            f"report = audit.verify({str(session)!r})\n"
+            f"events = list(audit.tail({str(session)!r}))\n"
+            "print(report.ok, report.records, len(events))\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+        )
+        assert (done.returncode, done.stderr) == (0, "")
+        assert done.stdout.split() == ["True", "302", "302"]
+
 
 WORKER = """
 import sys

@@ -97,17 +97,19 @@ class _Follower:
         """Records of every segment but the newest (from the one ``since_inode`` names, if
         still there) past the last seq seen; returns the newest segment, open, to follow."""
         with opened_segments(path) as opened:
-            *rotated, (newest, live) = opened
+            *rotated, newest = opened
             start = 0
-            for index, (_, handle) in enumerate(rotated):
-                if os.fstat(handle.fileno()).st_ino == since_inode:
+            for index, segment in enumerate(rotated):
+                if since_inode is not None and segment.inode() == since_inode:
                     start = index
-            for file, handle in rotated[start:]:
-                for line, record in records_in(file, handle, last=True):
-                    if _seq_of(record, self.last_seq + 1) > self.last_seq:
-                        self.last_seq = _seq_of(record, self.last_seq)
-                        yield _event(file, line, record)
-            return newest, os.fdopen(os.dup(live.fileno()), "rb")
+            for segment in rotated[start:]:
+                with segment.reading() as handle:
+                    for line, record in records_in(segment.file, handle, last=True):
+                        if _seq_of(record, self.last_seq + 1) > self.last_seq:
+                            self.last_seq = _seq_of(record, self.last_seq)
+                            yield _event(segment.file, line, record)
+            with newest.reading() as live:  # the newest is always opened at the listing
+                return newest.file, os.fdopen(os.dup(live.fileno()), "rb")
 
     def _parse(self, file: Path, line_no: int, raw: bytes) -> ExecutionEvent | None:
         try:

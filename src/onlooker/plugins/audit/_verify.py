@@ -19,6 +19,7 @@ from ._record import GENESIS, LIVE_NAME, RECORD_VERSION
 __all__ = [
     "BadLine",
     "Reason",
+    "Segment",
     "VerifyReport",
     "is_note",
     "iter_records",
@@ -116,27 +117,61 @@ def segments_of(path: str | os.PathLike[str]) -> list[Path]:
     raise AuditError(f"no such audit trail: {str(target)!r}")
 
 
+_MAX_OPEN: Final = 128
+"""Segments a reader opens at once under the lock; older ones (a trail kept with a large
+``keep``) are opened as they are read, so that no trail runs out of file descriptors."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One segment of a trail as a reader listed it: its file and, unless it was past
+    :data:`_MAX_OPEN`, its handle, opened at the listing."""
+
+    file: Path
+    handle: BinaryIO | None
+
+    def reading(self) -> contextlib.AbstractContextManager[BinaryIO]:
+        """The segment open for reading (the handle opened at the listing, or one now)."""
+        return contextlib.nullcontext(self.handle) if self.handle is not None else _open(self.file)
+
+    def inode(self) -> int | None:
+        """The segment's inode (``None`` if it is gone)."""
+        try:
+            return os.fstat(self.handle.fileno()).st_ino if self.handle else self.file.stat().st_ino
+        except OSError:
+            return None
+
+
 @contextlib.contextmanager
-def opened_segments(path: str | os.PathLike[str]) -> Iterator[list[tuple[Path, BinaryIO]]]:
-    """The segments of a trail (:func:`segments_of`), each open for reading, closed after.
+def opened_segments(path: str | os.PathLike[str]) -> Iterator[list[Segment]]:
+    """The segments of a trail (:func:`segments_of`), open for reading, closed after.
 
     They are listed and opened under the session's lock, so that no
     writer's rotation renames, deletes or re-creates a file in between
     (a reader would otherwise miss a segment, fail on one just deleted, or
     find no trail at all while the live file is being replaced). Read-only:
     without a lock file (a trail no writer of this version wrote, or one
-    the reader may not open) the files are listed as they are.
+    the reader may not open) the files are listed as they are. Past
+    :data:`_MAX_OPEN` segments, the oldest are opened when read.
     """
     target = Path(path)
     with contextlib.ExitStack() as stack:
-        opened: list[tuple[Path, BinaryIO]] = []
+        opened: list[Segment] = []
         with _session_quiet(target if target.is_dir() else target.parent):
-            for file in segments_of(target):
-                try:
-                    opened.append((file, stack.enter_context(open(file, "rb"))))
-                except OSError as exc:
-                    raise AuditError(f"cannot read audit trail {str(file)!r}: {exc}") from exc
+            files = segments_of(target)
+            later = len(files) - _MAX_OPEN
+            for index, file in enumerate(files):
+                handle = None if index < later else stack.enter_context(_open(file))
+                opened.append(Segment(file, handle))
         yield opened
+
+
+def _open(file: Path) -> BinaryIO:
+    try:
+        return open(file, "rb")
+    except OSError as exc:
+        raise AuditError(f"cannot read audit trail {str(file)!r}: {exc}") from exc
 
 
 @contextlib.contextmanager
@@ -216,13 +251,13 @@ def verify(path: str | os.PathLike[str]) -> VerifyReport:
         return _verify(path, opened)
 
 
-def _verify(path: str | os.PathLike[str], opened: list[tuple[Path, BinaryIO]]) -> VerifyReport:
-    files = [file for file, _ in opened]
+def _verify(path: str | os.PathLike[str], opened: list[Segment]) -> VerifyReport:
+    files = [segment.file for segment in opened]
     from_genesis = Path(path).is_dir() or _only_segment(files[0])  # held to seq 0
     state = _Chain()
     numbers = [_segment_number(file) for file in files]
-    for index, (file, handle) in enumerate(opened):
-        last_file = index == len(files) - 1
+    for index, segment in enumerate(opened):
+        file, last_file = segment.file, index == len(files) - 1
         # A number missing between two segments: records lost, unless the chain links across
         # it (a rotation cut short by a crash renamed the older segments, not the newer ones).
         missing: str | None = None
@@ -231,28 +266,29 @@ def _verify(path: str | os.PathLike[str], opened: list[tuple[Path, BinaryIO]]) -
             if numbers[index] != expected:
                 missing = LIVE_NAME if expected == 0 else f"events.{expected}.jsonl"
         try:
-            for line_no, raw in enumerate(handle, 1):
-                whole = raw.endswith(b"\n")
-                body = raw[:-1] if whole else raw
-                try:
-                    record = _parse(body)
-                    if missing is not None and line_no == 1 and not _links(state, record):
-                        detail = f"{missing} is missing"
-                        return state.report(files, BadLine(file, 1), "missing_segment", detail)
-                    state.link(record)
-                except _Bad as bad:
-                    head = _head_truncated(state, files, from_genesis)
-                    if head is not None:  # the first bad line is the trail's first
-                        return head
-                    if not whole and last_file and bad.reason == "malformed":
-                        return state.report(
-                            files,
-                            BadLine(file, line_no),
-                            "torn_tail",
-                            "the last line is cut short (a crash mid-write); "
-                            "every record before it is intact",
-                        )
-                    return state.report(files, BadLine(file, line_no), bad.reason, bad.detail)
+            with segment.reading() as handle:
+                for line_no, raw in enumerate(handle, 1):
+                    whole = raw.endswith(b"\n")
+                    body = raw[:-1] if whole else raw
+                    try:
+                        record = _parse(body)
+                        if missing is not None and line_no == 1 and not _links(state, record):
+                            detail = f"{missing} is missing"
+                            return state.report(files, BadLine(file, 1), "missing_segment", detail)
+                        state.link(record)
+                    except _Bad as bad:
+                        head = _head_truncated(state, files, from_genesis)
+                        if head is not None:  # the first bad line is the trail's first
+                            return head
+                        if not whole and last_file and bad.reason == "malformed":
+                            return state.report(
+                                files,
+                                BadLine(file, line_no),
+                                "torn_tail",
+                                "the last line is cut short (a crash mid-write); "
+                                "every record before it is intact",
+                            )
+                        return state.report(files, BadLine(file, line_no), bad.reason, bad.detail)
         except OSError as exc:
             raise AuditError(f"cannot read audit trail {str(file)!r}: {exc}") from exc
     head = _head_truncated(state, files, from_genesis)
@@ -373,9 +409,11 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[tuple[Path, int, dict
     :class:`onlooker.AuditError` naming the file and line.
     """
     with opened_segments(path) as opened:
-        for index, (file, handle) in enumerate(opened):
-            for line_no, record in records_in(file, handle, last=index == len(opened) - 1):
-                yield file, line_no, record
+        for index, segment in enumerate(opened):
+            with segment.reading() as handle:
+                last = index == len(opened) - 1
+                for line_no, record in records_in(segment.file, handle, last=last):
+                    yield segment.file, line_no, record
 
 
 def records_in(file: Path, handle: BinaryIO, *, last: bool) -> Iterator[tuple[int, dict[str, Any]]]:
