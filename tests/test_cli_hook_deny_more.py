@@ -174,6 +174,11 @@ ALLOWED: list[str] = [
     "cd /tmp && rm -rf *",
     "cd / && rm -rf tmp/*",
     "cd ~ && rm -rf *.log",
+    # a quoted name inside code: an argument, not a command
+    "python -c \"print('su')\"",
+    "python -c \"import os; os.getenv('su')\"",
+    "node -e \"require('sudo-prompt')\"",
+    "python -c \"print('reboot')\"",
 ]
 
 

@@ -335,7 +335,11 @@ _SEP: Final = (
 substitution or a ``case`` pattern; then any reserved word or prefix that runs the next word
 as a command (``then``, ``do``, ``{``, ``!``, ``time``, ``exec``, ``env``, ``nice``,
 ``timeout``, ``xargs``, ``VAR=value``, ...)."""
-_NAME: Final = r"[\\\"']?(?:" + _WORD + r"/)?"
+_NAME: Final = (
+    # a quote right after "(" only around a whole word ("('sudo' ls)"), not "print('su')"
+    r"(?:\\|(?<!\()[\"']|(?<=\()\"(?=[^\"\s]*\"[ \t])|(?<=\()'(?=[^'\s]*'[ \t]))?"
+    r"(?:" + _WORD + r"/)?"
+)
 """Before a program's name: a backslash or an opening quote (``\\sudo``, ``"sudo"``), a path."""
 _END: Final = r"(?=$|[\s;&|)`<>'\"])"
 """The end of a word: a space, a separator, a redirection or a closing quote."""
