@@ -1341,3 +1341,92 @@ class TestIngestManualSpans:
             await processor.flush()
         provider.shutdown()
         assert [e.program for e in recorder.of(ExecutionStarted)] == ["triage", "nightly"]
+
+    async def test_a_failure_keeps_the_error_type_the_span_gives(self) -> None:
+        provider = TracerProvider()
+        recorder = RecordingObserver()
+        tracer = provider.get_tracer("my-app")
+
+        def tool(call_id: str) -> dict[str, str]:
+            return {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "fetch",
+                "gen_ai.tool.call.id": call_id,
+            }
+
+        agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "support"}
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            processor = otel.OnlookerSpanProcessor(engine)
+            provider.add_span_processor(processor)
+            with (
+                contextlib.suppress(KeyError),
+                tracer.start_as_current_span("invoke_agent support", attributes=agent) as run,
+            ):
+                with tracer.start_as_current_span(
+                    "execute_tool fetch", attributes=tool("c1")
+                ) as span:
+                    span.set_attribute("error.type", "timeout")
+                    span.set_status(trace_api.Status(trace_api.StatusCode.ERROR, "read timed out"))
+                with (
+                    contextlib.suppress(ValueError),
+                    tracer.start_as_current_span("execute_tool fetch", attributes=tool("c2")),
+                ):
+                    raise ValueError("bad url")  # the SDK's exception event and status
+                with tracer.start_as_current_span(
+                    "execute_tool fetch", attributes=tool("c3")
+                ) as span:
+                    span.set_attribute("error.type", "500")  # no status: still a failure
+                run.set_attribute("error.type", "KeyError")
+                raise KeyError("missing")
+            await processor.flush()
+        provider.shutdown()
+
+        done = {e.tool_call_id: e for e in recorder.of(ToolCallFinished)}
+        errors = {
+            call_id: (
+                e.status,
+                e.error.type if e.error else None,
+                e.error.message if e.error else None,
+            )
+            for call_id, e in done.items()
+        }
+        assert errors == {
+            "c1": ("failed", "timeout", "read timed out"),
+            "c2": ("failed", "ValueError", "ValueError: bad url"),
+            "c3": ("failed", "500", "500"),
+        }
+        [finished] = recorder.of(ExecutionFinished)
+        assert finished.status == "failed"
+        assert finished.error is not None and finished.error.type == "KeyError"
+
+    async def test_structured_arguments_and_results_are_read_as_json(self) -> None:
+        provider = TracerProvider()
+        recorder = RecordingObserver()
+        tracer = provider.get_tracer("my-app")
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            processor = otel.OnlookerSpanProcessor(engine)
+            provider.add_span_processor(processor)
+            with tracer.start_as_current_span(
+                "execute_tool search",
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "search",
+                    "gen_ai.tool.call.id": "t1",
+                    # The conventions' preferred form where the SDK takes it (AnyValue).
+                    "gen_ai.tool.call.arguments": {
+                        "q": "x",
+                        "filters": {"lang": "en"},
+                        "ids": [1, 2],
+                    },
+                },
+            ) as span:
+                span.set_attribute("gen_ai.tool.call.result", {"hits": [{"id": 1}], "total": 1})
+            await processor.flush()
+        provider.shutdown()
+
+        [started] = recorder.of(ToolCallStarted)
+        assert started.args == {"q": "x", "filters": {"lang": "en"}, "ids": [1, 2]}
+        [finished] = recorder.of(ToolCallFinished)
+        assert finished.result == {"hits": [{"id": 1}], "total": 1}

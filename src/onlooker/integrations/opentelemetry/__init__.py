@@ -43,8 +43,9 @@ only when you opt in with ``record_content=True``.
 
 **Ingest** — :class:`OnlookerSpanProcessor` is an SDK ``SpanProcessor``:
 add it to the ``TracerProvider`` of any framework that emits GenAI spans
-(PydanticAI, OpenAI Agents, LangChain instrumentations, ...) and its tool
-calls become a tracked execution (``engine.track``):
+(``gen_ai.operation.name``: PydanticAI's instrumentation, your own spans; not
+OpenInference's or OpenLLMetry's own vocabularies) and its tool calls become
+a tracked execution (``engine.track``):
 
 =================================================  ===========================================
 span                                               tracked call
@@ -64,11 +65,12 @@ a tool span lacking its name or call id          its call recorded whole when th
 at its start (or only a tool at its end)           from its final attributes (earlier, as it
                                                    is, if an ``invoke_agent`` span starts in it)
 ``execute_tool`` span ends, status not ERROR       ``call.finished(gen_ai.tool.call.result,
-                                                   duration_ms=span duration)``
-``execute_tool`` span ends, status ERROR           ``call.failed(description or error.type,
-                                                   duration_ms=span duration)``
+and no ``error.type``                              duration_ms=span duration)``
+``execute_tool`` span ends, status ERROR or        ``call.failed(ErrorInfo(type=error.type or
+an ``error.type``                                  the exception's type, message=description
+                                                   ...), duration_ms=span duration)``
 ``invoke_agent`` span ends                         ``run.finish("completed")``, or ``"failed"``
-                                                   when its status is ERROR
+                                                   when its status is ERROR (or ``error.type``)
 the trace's last local span ends                   ``run.finish("completed")`` (per-trace run)
 ``shutdown()``                                     every run still open finishes ``cancelled``
 =================================================  ===========================================

@@ -404,7 +404,7 @@ class OnlookerSpanProcessor(SpanProcessor):
             if call is None or call.done or op.deferred:
                 return  # a deferred call did not run: the run's end closes it cancelled
             if op.error is not None:
-                await call.failed(_error(op.error, op.interrupt), duration_ms=op.duration_ms)
+                await call.failed(_error(op), duration_ms=op.duration_ms)
             else:
                 await call.finished(op.result, duration_ms=op.duration_ms)
             return
@@ -412,15 +412,19 @@ class OnlookerSpanProcessor(SpanProcessor):
         if run is None:
             return
         if op.error is not None and op.interrupt is not None:
-            await run.finish(status="cancelled", error=_error(op.error, op.interrupt))
+            await run.finish(status="cancelled", error=_error(op))
         elif op.error is not None:
-            await run.finish(status="failed", error=op.error)
+            await run.finish(status="failed", error=_error(op))
         else:
             await run.finish(status="completed")
 
 
-def _error(message: str, interrupt: str | None) -> str | ErrorInfo:
-    """A span's error as a call or run records it; a cancellation as one (``cancelled``)."""
-    if interrupt is None:
-        return message
-    return ErrorInfo(type=interrupt, message=message, cause="interrupt")
+def _error(op: End) -> str | ErrorInfo:
+    """A span's error as a call or run records it, typed by the span's ``error.type`` (or its
+    exception event's type); a cancellation as one (``cancelled``)."""
+    message = op.error or "error"
+    if op.interrupt is not None:
+        return ErrorInfo(type=op.interrupt, message=message, cause="interrupt")
+    if op.error_type:
+        return ErrorInfo(type=op.error_type, message=message, cause="failure")
+    return message

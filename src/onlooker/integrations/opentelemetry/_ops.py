@@ -112,6 +112,8 @@ class End:
     duration_ms: float | None
     interrupt: str | None = None
     """The cancellation's exception type (``CancelledError``) when the span ended on one."""
+    error_type: str | None = None
+    """The failure's class: the span's ``error.type``, else its exception event's type."""
     deferred: bool = False
     """A tool the framework deferred (PydanticAI's ``CallDeferred``): not run, not ended."""
 
@@ -214,14 +216,18 @@ def end_of(role: Role, span_id: int, span: ReadableSpan) -> End:
     attributes = span.attributes or {}
     error: str | None = None
     interrupt: str | None = None
-    if span.status.status_code is trace_api.StatusCode.ERROR:
+    error_type = text(attributes.get(ERROR_TYPE))
+    # The conventions' "Recording errors": a failed operation has status ERROR and/or
+    # ``error.type``; a successful one has neither.
+    if span.status.status_code is trace_api.StatusCode.ERROR or error_type:
         kind, message = _exception_of(span)
         error = (
             span.status.description
-            or text(attributes.get(ERROR_TYPE))
+            or error_type
             or (f"{kind}: {message}" if kind and message else kind or message or "error")
         )
         interrupt = _cancellation(kind)
+        error_type = error_type or kind
     duration = None
     if span.start_time is not None and span.end_time is not None:
         duration = max(span.end_time - span.start_time, 0) / 1e6
@@ -236,6 +242,7 @@ def end_of(role: Role, span_id: int, span: ReadableSpan) -> End:
         duration_ms=duration,
         interrupt=interrupt,
         deferred=role == "tool" and attributes.get(DEFERRAL_NAME) is not None,
+        error_type=error_type if error is not None else None,
     )
 
 
@@ -270,17 +277,26 @@ def after(name: str, prefix: str) -> str:
 
 
 def _decoded(value: object) -> JsonValue:
-    """An attribute as JSON: a JSON string decoded, other strings and scalars kept."""
+    """An attribute as JSON: a JSON string decoded, a structured value (the form the
+    conventions prefer for arguments and results) converted, other scalars kept."""
     if isinstance(value, str):
         try:
             decoded: JsonValue = json.loads(value)
         except ValueError:
             return value
         return decoded
-    if value is None or isinstance(value, bool | int | float):
+    return _structured(value)
+
+
+def _structured(value: object) -> JsonValue:
+    """A structured attribute value (OpenTelemetry's ``AnyValue``: maps and sequences,
+    nested) as JSON; strings in it are kept as they are, bytes and others as text."""
+    if value is None or isinstance(value, str | bool | int | float):
         return value
+    if isinstance(value, Mapping):
+        return {str(key): _structured(item) for key, item in value.items()}
     if isinstance(value, tuple | list):
-        return [item if isinstance(item, str | bool | int | float) else str(item) for item in value]
+        return [_structured(item) for item in value]
     return str(value)
 
 
