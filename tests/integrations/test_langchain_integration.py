@@ -962,6 +962,41 @@ async def test_a_command_is_recorded_by_the_tool_message_inside_it(wrapped: bool
     assert refused.error is not None and refused.error.message == "no seats left"
 
 
+@pytest.mark.parametrize("mode", ["handler", "wrapper", "handler+wrapper"])
+async def test_a_call_to_a_tool_the_tool_node_lacks_fails_unknown(
+    mode: str, check_stream: CheckStream
+) -> None:
+    """The ``ToolNode`` answers it with an error message and runs no tool (no callback tells
+    of it): recorded once, ``failed``, as ``ctx.call`` records a tool it does not know."""
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine) if "wrapper" in mode else None)
+        asked = AIMessage(
+            content="",
+            tool_calls=[
+                {"name": "teleport", "args": {"to": "mars"}, "id": "u1"},
+                {"name": "lookup", "args": {"order_id": "A1"}, "id": "u2"},
+            ],
+        )
+        handler = config(OnlookerCallbackHandler(engine), uuid.uuid4())
+        await agent.graph("bot", model(asked, AIMessage("ok")), agent.tools()[:1]).ainvoke(
+            {"messages": [HumanMessage("go")]}, handler if "handler" in mode else None
+        )
+    check_stream(recorder.events)
+    assert agent.tool_message("u1").status == "error"
+    assert sorted((e.tool_call_id, e.tool, e.args) for e in recorder.of(ToolCallStarted)) == [
+        ("u1", "teleport", {"to": "mars"}),
+        ("u2", "lookup", {"order_id": "A1"}),
+    ]
+    finished = {e.tool_call_id: e for e in recorder.of(ToolCallFinished)}
+    assert finished["u2"].status == "completed"
+    unknown = finished["u1"]
+    assert unknown.status == "failed" and unknown.error is not None
+    assert (unknown.error.type, unknown.error.cause) == ("UnknownToolError", "failure")
+    assert unknown.error.message.startswith("Error: teleport is not a valid tool")
+
+
 @pytest.mark.parametrize("wrapped", [False, True], ids=["handler", "handler+wrapper"])
 async def test_a_sub_agent_that_hands_off_to_its_parent_graph_completes(
     wrapped: bool, check_stream: CheckStream

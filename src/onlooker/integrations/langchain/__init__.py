@@ -33,6 +33,8 @@ nested (a subgraph, or a graph run by a tool)      the enclosing tool call) + ``
 a handled ``ToolException``)
 ``on_tool_error``                                  ``failed(error)`` (``cancelled``, cause
                                                    ``interrupt``, for an ``interrupt()``)
+``on_chain_end`` of a ``ToolNode`` whose output    ``tool_started`` + ``failed(UnknownToolError)``
+answers a call to a tool it lacks (no tool run)    (once: not if a wrapper recorded it)
 ``awrap_tool_call(request, execute)``              ``tool_started`` with the ``args`` as the
                                                    tool's ``args_schema`` validates them
                                                    (``validate=`` that schema); refused: a
@@ -41,8 +43,10 @@ a handled ``ToolException``)
                                                    ``modified_input`` the schema refuses,
                                                    ``failed``); ``modified_input`` rewrites
                                                    ``tool_call["args"]``; then ``finished`` /
-                                                   ``failed``, ``modified_output`` rewrites the
-                                                   ``ToolMessage`` content
+                                                   ``failed`` (``UnknownToolError`` for a tool
+                                                   the ``ToolNode`` lacks), ``modified_output``
+                                                   rewrites the ``ToolMessage`` content (not
+                                                   its ``artifact``)
 =================================================  ================================================
 
 Run the graph with ``ainvoke`` / ``astream`` on the engine's event loop. A

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
 
-from onlooker import HookAbortError, TrackingError
+from onlooker import HookAbortError, TrackingError, UnknownToolError
 
 from .. import require
 from .._json import json_copy
@@ -42,6 +42,10 @@ else:
 __all__ = ["OnlookerCallbackHandler"]
 
 _MAX_REUSES: Final = 1000  # the ids a root run's execution may take: <run_id>, #2 ... #1000
+
+_UNKNOWN_TOOL: Final = "Error: {} is not a valid tool"
+"""How LangGraph's ``ToolNode`` answers a call to a tool it does not have (its
+``INVALID_TOOL_NAME_ERROR_TEMPLATE``), without running any tool."""
 
 _CANNOT_REFUSE: Final = (
     "onlooker's hooks refused tool call %r (%s: %s), but a LangChain callback cannot stop "
@@ -240,9 +244,12 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
             await execution.start()
             runs[run_id] = Run(execution, name, parent_run_id, own=True)
             return
-        if not parent.own and parent_run_id is not None and _is_graph_node(name, tags, metadata):
+        node = _is_graph_node(name, tags, metadata)
+        if not parent.own and parent_run_id is not None and node:
             await self._graph_found(parent_run_id, parent)
-        runs[run_id] = Run(parent.execution, name, parent_run_id, inputs=inputs)
+        run = runs[run_id] = Run(parent.execution, name, parent_run_id, inputs=inputs)
+        if node:
+            run.answered = set()
 
     def _track_root(
         self, run_id: UUID, program: str, *, trigger: str, input: JsonValue
@@ -295,6 +302,8 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
         registry = self._registry
         runs = registry.runs
         run = runs.pop(run_id, None)
+        if run is not None and run.answered is not None and not run.own and error is None:
+            await self._unknown_tools(run, outputs)
         if run is None or not run.own:
             return
         execution = run.execution
@@ -318,6 +327,32 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
             return
         await end()
 
+    async def _unknown_tools(self, node: Run, outputs: object) -> None:
+        """Record the calls a ``ToolNode`` answered with its error for a tool it does not have
+        (it runs no tool, so no callback tells of them): ``failed``, ``UnknownToolError``."""
+        answered = node.answered if node.answered is not None else set()
+        for message in _messages(outputs):
+            tool_call_id = getattr(message, "tool_call_id", None)
+            name = getattr(message, "name", None)
+            content = getattr(message, "content", None)
+            if (
+                getattr(message, "type", None) != "tool"
+                or getattr(message, "status", None) != "error"
+                or not isinstance(tool_call_id, str)
+                or tool_call_id in answered
+                or not isinstance(name, str)
+                or not isinstance(content, str)
+                or not content.startswith(_UNKNOWN_TOOL.format(name))
+            ):
+                continue
+            args = _asked(node.inputs, tool_call_id)
+            if args is None:
+                continue
+            answered.add(tool_call_id)
+            call = await open_call(node.execution, name, args, tool_call_id or None)
+            if call.allowed:
+                await call.failed(UnknownToolError(content, tool=name))
+
     async def _tool_started(
         self,
         run_id: UUID,
@@ -331,8 +366,9 @@ class OnlookerCallbackHandler(AsyncCallbackHandler):
             return
         key = (parent_run_id, tool_call_id or "") if parent_run_id is not None else None
         governed = key is not None and key in registry.governed
-        tool_call_id = tool_call_id or str(run_id)
         parent = registry.runs.get(parent_run_id) if parent_run_id is not None else None
+        registry.answered(parent_run_id, tool_call_id or "")
+        tool_call_id = tool_call_id or str(run_id)
         if parent is None:  # a tool run on its own: an execution of one call
             execution = self._engine.track(
                 self._program or name,
@@ -405,6 +441,41 @@ def _run_name(
         if isinstance(ids, list) and ids and isinstance(ids[-1], str):
             return ids[-1]
     return default or "langchain"
+
+
+def _messages(outputs: object) -> list[Any]:
+    """The messages a graph node returned: its ``messages`` update, or its list of them
+    (``Command``\\ s among them contribute their own ``messages`` update)."""
+    found = outputs.get("messages") if isinstance(outputs, Mapping) else outputs
+    messages: list[Any] = []
+    for item in found if isinstance(found, list) else ():
+        update = getattr(item, "update", None)
+        inner = update.get("messages") if isinstance(update, Mapping) else None
+        messages.extend(inner if isinstance(inner, list) else [item])
+    return messages
+
+
+def _asked(inputs: object, tool_call_id: str) -> dict[str, Any] | None:
+    """The arguments of the call ``tool_call_id`` if a node was asked it: in the last
+    ``AIMessage`` of its input with no answer there yet (or as the call ``Send`` hands a
+    ``ToolNode``); ``None`` if not (a node passing on earlier messages)."""
+    if not isinstance(inputs, Mapping):
+        return None
+    messages = inputs.get("messages")
+    messages = messages if isinstance(messages, list) else []
+    if any(getattr(m, "tool_call_id", None) == tool_call_id for m in messages):
+        return None
+    asked = [inputs.get("tool_call")]
+    for message in reversed(messages):
+        if getattr(message, "type", None) == "ai":
+            calls = getattr(message, "tool_calls", None)
+            asked.extend(calls if isinstance(calls, list) else ())
+            break
+    for call in asked:
+        if isinstance(call, Mapping) and call.get("id") == tool_call_id:
+            args = call.get("args")
+            return dict(args) if isinstance(args, Mapping) else {}
+    return None
 
 
 def _is_graph_node(name: str, tags: list[str] | None, metadata: Mapping[str, Any] | None) -> bool:

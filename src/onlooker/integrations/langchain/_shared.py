@@ -165,6 +165,7 @@ class Run:
     """One LangChain run the handler saw: where its events go, and what it is."""
 
     __slots__ = (
+        "answered",
         "call",
         "execution",
         "governed",
@@ -198,6 +199,10 @@ class Run:
         """For a tool run the handler records (not one the wrapper owns)."""
         self.governed: tuple[UUID, str] | None = None
         """For a tool run a wrapper records: its key in :attr:`Registry.governed`."""
+        self.answered: set[str] | None = None
+        """For a graph node's run (a ``ToolNode``): the ``tool_call_id``\\ s of the tool calls
+        recorded under it, by the handler or a wrapper. A call to a tool the ``ToolNode``
+        does not have runs no tool: the handler records it from the node's output."""
 
 
 @final
@@ -230,6 +235,17 @@ class Registry:
         if left:
             self.governed[key] = left
         return self.raised.pop(key, None)
+
+    def answered(self, run_id: UUID | None, tool_call_id: str) -> None:
+        """A tool call under ``run_id`` is recorded: the graph nodes that run it, up to its
+        execution's own run, will not record it again (see :attr:`Run.answered`)."""
+        run = self.runs.get(run_id) if run_id is not None else None
+        while run is not None:
+            if run.answered is not None:
+                run.answered.add(tool_call_id)
+            if run.own or run.parent_run_id is None:
+                return
+            run = self.runs.get(run.parent_run_id)
 
     def running(self, execution_id: str) -> bool:
         """Whether a tool call of this execution is still running: one the handler

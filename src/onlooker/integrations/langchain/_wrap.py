@@ -14,7 +14,7 @@ from uuid import UUID
 
 import anyio
 
-from onlooker import HookAbortError, HookAction
+from onlooker import HookAbortError, HookAction, UnknownToolError
 
 from .. import require
 from .._arguments import validated
@@ -131,9 +131,10 @@ class _ToolNodeGovernor:
             request = request.override(tool_call={**tool_call, "args": call.input})
         key = (node_run_id, tool_call_id) if node_run_id is not None else None
         result, raised = await self._execute(execute, request, key, call, standalone)
+        unknown = request.tool is None  # the ToolNode has no such tool: its error message
         try:
             return await self._home.call(
-                lambda: self._record(call, standalone, tool_call_id, result, raised)
+                lambda: self._record(call, standalone, tool_call_id, result, raised, unknown)
             )
         except HookAbortError:
             raise  # a post-hook ABORT ends the run, as in onlooker's own executions
@@ -157,6 +158,7 @@ class _ToolNodeGovernor:
             execution = standalone
         else:
             execution = run.execution
+            self._registry.answered(node_run_id, tool_call.get("id") or "")
         validate = validator(request.tool)
         given = validated(validate, dict(tool_call["args"]))
         call = await open_call(
@@ -228,10 +230,12 @@ class _ToolNodeGovernor:
         request_id: str,
         result: ToolMessage | Command[Any],
         raised: BaseException | None,
+        unknown: bool,
     ) -> ToolMessage | Command[Any]:
         """Record the tool's result; what the graph gets (the post-hooks' rewrite, if any).
 
-        An error message is recorded as what the tool raised, when known.
+        An error message is recorded as what the tool raised, when known; the
+        ``ToolNode``'s answer to a tool it does not have as ``UnknownToolError``.
         """
         found = tool_message(result, request_id)
         message = found if isinstance(found, self._message_type) else None
@@ -239,7 +243,11 @@ class _ToolNodeGovernor:
             _ended_late(call)
             return result
         if message is not None and message.status == "error":
-            error = raised if isinstance(raised, Exception) else text(message.content)
+            error: Exception | str = (
+                raised if isinstance(raised, Exception) else text(message.content)
+            )
+            if unknown:  # recorded as ctx.call records a tool it does not know
+                error = UnknownToolError(text(message.content), tool=call.tool)
             await call.failed(error)
             if standalone is not None:
                 await standalone.finish("failed", error=error)
