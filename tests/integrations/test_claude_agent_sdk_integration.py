@@ -27,7 +27,15 @@ from typing import Any
 
 import anyio
 import pytest
-from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, query
+from claude_agent_sdk import (
+    ClaudeAgentOptions,
+    PermissionResult,
+    PermissionResultAllow,
+    PermissionResultDeny,
+    ResultMessage,
+    ToolPermissionContext,
+    query,
+)
 from claude_agent_sdk import HookMatcher as SdkHookMatcher
 from claude_agent_sdk.types import (
     HookEvent,
@@ -49,13 +57,15 @@ from onlooker import (
     ExecutionStarted,
     HookAction,
     HookMatcher,
+    InteractionResolved,
+    InteractionStarted,
     PostHookResult,
     PreHookResult,
     ToolCallFinished,
     ToolCallStarted,
     ToolUseContext,
 )
-from onlooker.integrations.claude_agent_sdk import _adapter, hooks
+from onlooker.integrations.claude_agent_sdk import _adapter, approvals, hooks
 from onlooker.plugins import audit, history
 from onlooker.testing import RecordingObserver
 
@@ -873,6 +883,52 @@ class TestAdapterErrors:
         (finished,) = recorded.recorder.of(ToolCallFinished)
         assert finished.status == "completed" and finished.duration_ms < 60_000
 
+    async def test_a_permission_callback_that_raises_fails_its_question(
+        self, tmp_path: Path
+    ) -> None:
+        async def broken(
+            tool: str, args: dict[str, Any], context: ToolPermissionContext
+        ) -> PermissionResult:
+            raise RuntimeError("the approval service is down")
+
+        async with engine_for(tmp_path) as recorded:
+            registered = hooks(recorded.engine)
+            sdk = Sdk(registered)
+            await sdk.send(prompt("tidy up"))
+            await sdk.send(pre("Write", NOTES, "toolu_1"), "toolu_1")
+            with pytest.raises(RuntimeError, match="service is down"):  # the SDK tells the CLI
+                await approvals(registered, broken)(
+                    "Write", NOTES, ToolPermissionContext(tool_use_id="toolu_1")
+                )
+            await sdk.send(stop("gave up"))
+        (resolved,) = recorded.recorder.of(InteractionResolved)
+        assert resolved.status == "failed" and resolved.error is not None
+        assert "service is down" in resolved.error.message
+
+    async def test_a_permission_answer_goes_through_when_recording_fails(
+        self, tmp_path: Path
+    ) -> None:
+        async def allow(
+            tool: str, args: dict[str, Any], context: ToolPermissionContext
+        ) -> PermissionResult:
+            return PermissionResultDeny(message="no")
+
+        async with engine_for(tmp_path) as recorded:
+            registered = hooks(recorded.engine)
+            await Sdk(registered).send(pre("Write", NOTES, "toolu_1"), "toolu_1")
+        context = ToolPermissionContext(tool_use_id="toolu_1")
+        answer = await approvals(registered, allow)("Write", NOTES, context)  # engine closed
+        assert answer == PermissionResultDeny(message="no")
+
+    def test_approvals_need_the_hooks_mapping(self) -> None:
+        async def allow(
+            tool: str, args: dict[str, Any], context: ToolPermissionContext
+        ) -> PermissionResult:
+            return PermissionResultAllow()
+
+        with pytest.raises(ValueError, match=r"hooks\(engine\)"):
+            approvals({}, allow)
+
     def test_a_missing_sdk_names_the_extra(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, "claude_agent_sdk", None)
         with pytest.raises(ImportError, match=r'pip install "onlooker\[claude-agent-sdk\]"'):
@@ -1023,6 +1079,22 @@ def tool_result(api: MessagesApi, tool_use_id: str) -> Any:
     )
 
 
+def offline_env(tmp_path: Path, api: MessagesApi) -> dict[str, str]:
+    """The CLI's environment: the scripted API, a home of its own, no network."""
+    return {
+        "ANTHROPIC_BASE_URL": api.url,
+        "ANTHROPIC_API_KEY": "sk-offline",
+        "CLAUDE_CODE_USE_BEDROCK": "",
+        "CLAUDE_CODE_USE_VERTEX": "",
+        "HOME": str(tmp_path / "home"),
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "home" / ".claude"),
+        "CLAUDE_CODE_TMPDIR": str(tmp_path / "tmp"),
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+    }
+
+
 @pytest.fixture
 def bundled_cli() -> Path:
     import claude_agent_sdk
@@ -1063,18 +1135,7 @@ class TestBundledCli:
                 cli_path=bundled_cli,
                 allowed_tools=["Read", "Write", "Agent", "Task"],
                 setting_sources=[],
-                env={
-                    "ANTHROPIC_BASE_URL": api.url,
-                    "ANTHROPIC_API_KEY": "sk-offline",
-                    "CLAUDE_CODE_USE_BEDROCK": "",
-                    "CLAUDE_CODE_USE_VERTEX": "",
-                    "HOME": str(tmp_path / "home"),
-                    "CLAUDE_CONFIG_DIR": str(tmp_path / "home" / ".claude"),
-                    "CLAUDE_CODE_TMPDIR": str(tmp_path / "tmp"),
-                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                    "DISABLE_AUTOUPDATER": "1",
-                    "DISABLE_TELEMETRY": "1",
-                },
+                env=offline_env(tmp_path, api),
             )
             with api.serving(), anyio.fail_after(60):
                 messages = [m async for m in query(prompt="MAIN-PROMPT do it", options=options)]
@@ -1132,3 +1193,74 @@ class TestBundledCli:
             "completed",
         ]
         assert [c.tool_call_id for c in tree.children[0].tool_calls] == ["toolu_s"]
+
+    async def test_a_permission_prompt_is_an_interaction_of_its_call(
+        self, tmp_path: Path, bundled_cli: Path, check_stream: Check
+    ) -> None:
+        """``can_use_tool`` through ``approvals``: each prompt a question of the call it asks
+        about; the denied call, which the CLI never runs (no PostToolUse* comes), failed."""
+        work = tmp_path / "work"
+        work.mkdir()
+        api = MessagesApi(
+            {
+                "ASK-PROMPT": [
+                    [tool_use("toolu_ok", "Write", {"file_path": str(work / "a.txt"), "content": "a\n"})],
+                    [tool_use("toolu_no", "Write", {"file_path": str(work / "b.txt"), "content": "b\n"})],
+                    [say("done")],
+                ]
+            }
+        )  # fmt: skip
+        asked: list[tuple[str, str | None]] = []
+
+        async def person(
+            tool: str, args: dict[str, Any], context: ToolPermissionContext
+        ) -> PermissionResult:
+            asked.append((tool, context.tool_use_id))
+            if str(args["file_path"]).endswith("b.txt"):
+                return PermissionResultDeny(message="not that one")
+            return PermissionResultAllow()
+
+        async def prompts() -> AsyncIterator[dict[str, Any]]:  # can_use_tool needs a stream
+            yield {"type": "user", "message": {"role": "user", "content": "ASK-PROMPT go"}}
+
+        async with engine_for(tmp_path) as recorded:
+            registered = hooks(recorded.engine, program="asking")
+            options = ClaudeAgentOptions(
+                hooks=registered,
+                can_use_tool=approvals(registered, person),
+                cwd=work,
+                cli_path=bundled_cli,
+                setting_sources=[],
+                env=offline_env(tmp_path, api),
+            )
+            with api.serving(), anyio.fail_after(60):
+                messages = [m async for m in query(prompt=prompts(), options=options)]
+        recorder = recorded.recorder
+
+        assert isinstance(messages[-1], ResultMessage) and messages[-1].result == "done"
+        assert asked == [("Write", "toolu_ok"), ("Write", "toolu_no")]
+        assert sorted(p.name for p in work.iterdir()) == ["a.txt"]
+        check_stream(recorder.events)
+        (root,) = recorder.of(ExecutionStarted)
+        questions = recorder.of(InteractionStarted)
+        assert [q.message for q in questions] == [
+            "tool 'Write' (call toolu_ok) awaits approval",
+            "tool 'Write' (call toolu_no) awaits approval",
+        ]
+        assert [(r.status, r.response) for r in recorder.of(InteractionResolved)] == [
+            ("accepted", None),
+            ("declined", {"message": "not that one"}),
+        ]
+        assert tool_events(recorder, root.execution_id) == [
+            ("ToolCallStarted", "Write", "toolu_ok", None),
+            ("ToolCallFinished", "Write", "toolu_ok", "completed"),
+            ("ToolCallStarted", "Write", "toolu_no", None),
+            ("ToolCallFinished", "Write", "toolu_no", "failed"),
+        ]
+        denied = recorder.of(ToolCallFinished)[-1]
+        assert denied.error is not None
+        assert (denied.error.type, denied.error.cause) == ("ToolApprovalRejected", "failure")
+        assert "not that one" in denied.error.message
+        (finished,) = recorder.of(ExecutionFinished)
+        assert finished.status == "completed"
+        await assert_history_and_audit(recorded, root.execution_id)

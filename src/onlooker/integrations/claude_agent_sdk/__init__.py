@@ -44,6 +44,12 @@ Stop                   ``run.finish("completed", result=last_assistant_message)`
                        the turn's background sub-agents have stopped too
 =====================  ==================================================================
 
+:func:`approvals` wraps the application's ``can_use_tool``: each prompt is
+``run.interaction_started("tool 'X' (call <tool_use_id>) awaits approval")``
+on the call's execution, resolved ``accepted`` / ``declined`` by the answer
+(``failed`` when the callback raises, ``cancelled`` when the CLI withdraws
+it); a denied call is ``call.failed(REJECTED)`` (``ToolApprovalRejected``).
+
 ``duration_ms`` from the SDK wins over onlooker's clock. Claude's built-in
 tools are declared with ``engine.declare_tool`` (``Write``, ``Edit``,
 ``MultiEdit``, ``NotebookEdit`` and ``Bash`` mutating; ``Write`` writes,
@@ -65,8 +71,12 @@ What cannot be governed or rewritten:
   output shape, or the CLI keeps the original output (the record keeps the
   rewrite). Failed calls (``PostToolUseFailure``) run no post-hooks: the SDK
   cannot rewrite an error.
-- Permission prompts (``can_use_tool``) are the application's; they are not
-  recorded as interactions.
+- Permission prompts are recorded only through :func:`approvals`, the
+  wrapper of the application's ``can_use_tool``: no hook tells a prompt's
+  answer (``PermissionRequest`` carries none). A call refused outside onlooker
+  and that wrapper (the CLI's own deny without ``can_use_tool``, a deny from
+  a hook of your own) gets no ``PostToolUse*``: it stays open until its
+  turn finishes, then is recorded ``cancelled``.
 
 The hooks run on the event loop that runs ``query()``/``ClaudeSDKClient``,
 which must be the engine's. An error of the adapter itself is logged on
@@ -76,7 +86,7 @@ output (the agent goes on), but a refusal already decided is always sent.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import require
 
@@ -88,15 +98,30 @@ from .._claude_declarations import (  # noqa: E402  # after require(): a missing
     TRIGGER,
     ToolInterrupted,
 )
-from ._adapter import Adapter, logger  # noqa: E402
+from ._adapter import REJECTED, Adapter, logger  # noqa: E402
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from claude_agent_sdk import HookMatcher
-    from claude_agent_sdk.types import HookEvent
+    from claude_agent_sdk.types import (
+        CanUseTool,
+        HookEvent,
+        PermissionResult,
+        ToolPermissionContext,
+    )
 
     from onlooker import ExecutionEngine
 
-__all__ = ["BUILTIN_TOOLS", "HOOK_EVENTS", "TRIGGER", "ToolInterrupted", "hooks"]
+__all__ = [
+    "BUILTIN_TOOLS",
+    "HOOK_EVENTS",
+    "REJECTED",
+    "TRIGGER",
+    "ToolInterrupted",
+    "approvals",
+    "hooks",
+]
 
 
 def hooks(
@@ -124,3 +149,49 @@ def hooks(
     adapter = Adapter(engine, program=program, owner=owner)
     matcher: type[HookMatcher] = sdk.HookMatcher
     return {event: [matcher(hooks=[adapter], timeout=timeout)] for event in HOOK_EVENTS}
+
+
+def approvals(
+    registered: Mapping[HookEvent, Sequence[HookMatcher]], can_use_tool: CanUseTool
+) -> CanUseTool:
+    """``can_use_tool`` (the SDK's permission prompt) that records each prompt as an interaction.
+
+    ``registered`` is the mapping :func:`hooks` returned (possibly extended
+    with hooks of your own); ``can_use_tool`` is yours, the one that asks a
+    person (or decides). Each prompt becomes an interaction of the call it
+    asks about, ``tool 'Write' (call toolu_...) awaits approval``, resolved
+    ``accepted`` or ``declined`` by your answer (``failed`` if it raises,
+    ``cancelled`` if the CLI withdraws the question); a denied call, which
+    the CLI never runs, is recorded ``failed`` with ``ToolApprovalRejected``
+    (:data:`REJECTED`). Your answer always goes to the CLI unchanged, even if
+    recording it fails::
+
+        registered = hooks(engine)
+        options = ClaudeAgentOptions(hooks=registered, can_use_tool=approvals(registered, ask))
+    """
+    adapter = next(
+        (
+            callback
+            for matcher in registered.get("PreToolUse", ())
+            for callback in matcher.hooks
+            if isinstance(callback, Adapter)
+        ),
+        None,
+    )
+    if adapter is None:
+        raise ValueError("approvals() needs the mapping hooks(engine) returned: it holds none")
+    found: Adapter = adapter
+
+    async def recorded(
+        tool_name: str, tool_input: dict[str, Any], context: ToolPermissionContext
+    ) -> PermissionResult:
+        asked = await found.ask(tool_name, context)
+        try:
+            result = await can_use_tool(tool_name, tool_input, context)
+        except BaseException as error:
+            await found.answered(asked, None, error)
+            raise
+        await found.answered(asked, result, None)
+        return result
+
+    return recorded

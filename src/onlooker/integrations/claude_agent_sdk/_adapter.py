@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from onlooker import HookAbortError, HookAction, Trigger
+from onlooker import ErrorInfo, HookAbortError, HookAction, Trigger
 
 from .._claude_declarations import AGENT_TOOLS, TRIGGER, ToolInterrupted
 from .._ids import unused_id
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         HookContext,
         HookInput,
         HookJSONOutput,
+        PermissionResult,
         PostToolUseFailureHookInput,
         PostToolUseHookInput,
         PostToolUseHookSpecificOutput,
@@ -30,14 +31,21 @@ if TYPE_CHECKING:
         SubagentStartHookInput,
         SubagentStopHookInput,
         SyncHookJSONOutput,
+        ToolPermissionContext,
         UserPromptSubmitHookInput,
     )
 
     from onlooker import ExecutionEngine, TrackedExecution, TrackedToolCall
 
-__all__ = ["Adapter", "logger"]
+__all__ = ["REJECTED", "Adapter", "Asked", "logger"]
 
 logger: Final = logging.getLogger("onlooker.integrations.claude_agent_sdk")
+
+REJECTED: Final = ErrorInfo(
+    type="ToolApprovalRejected", message="a person rejected the call", cause="failure"
+)
+"""What a call the permission prompt denied closes with (the CLI never runs it, and sends no
+``PostToolUse*`` hook for it)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -70,6 +78,17 @@ class _Spawn:
     tool_use_id: str
     agent_type: str | None
     prompt: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """A permission prompt recorded as an interaction of the call it asks about."""
+
+    session_id: str
+    tool_use_id: str
+    call: TrackedToolCall
+    turn: _Turn
+    interaction_id: str
 
 
 class Adapter:
@@ -342,6 +361,74 @@ class Adapter:
             rewrite["updatedMCPToolOutput"] = output
         return {"hookSpecificOutput": rewrite}
 
+    # -- permission prompts (can_use_tool) ----------------------------------------------
+
+    async def ask(self, tool: str, context: ToolPermissionContext) -> Asked | None:
+        """Record the permission prompt ``can_use_tool`` answers; ``None`` if it cannot be.
+
+        ``can_use_tool`` carries no ``session_id``: the call is found by its
+        ``tool_use_id`` among the open calls of every session. Never raises.
+        """
+        try:
+            tool_use_id = context.tool_use_id
+            found = [
+                (session_id, entry)
+                for (session_id, call_id), entry in self._calls.items()
+                if call_id == tool_use_id
+            ]
+            if tool_use_id is None or len(found) != 1:
+                logger.info(
+                    "no single open %s call %s to record its permission prompt on",
+                    tool,
+                    tool_use_id,
+                )
+                return None
+            session_id, (call, turn) = found[0]
+            if call.done or turn.run.finished:
+                return None
+            interaction_id = await turn.run.interaction_started(
+                f"tool {call.tool!r} (call {call.tool_call_id}) awaits approval"
+            )
+            return Asked(session_id, tool_use_id, call, turn, interaction_id)
+        except Exception:
+            logger.exception("onlooker could not record the permission prompt for %s", tool)
+            return None
+
+    async def answered(
+        self, asked: Asked | None, result: PermissionResult | None, error: BaseException | None
+    ) -> None:
+        """Record the answer to a prompt :meth:`ask` recorded (a deny fails the call). Never raises."""
+        if asked is None:
+            return
+        try:
+            run = asked.turn.run
+            if error is not None:  # the callback raised, or the CLI withdrew the question
+                await run.interaction_resolved(
+                    asked.interaction_id,
+                    "failed" if isinstance(error, Exception) else "cancelled",
+                    error=error,
+                )
+            elif result is not None and result.behavior == "allow":
+                updated = result.updated_input
+                rewrite = None if updated is None else {"updated_input": json_copy(updated)}
+                await run.interaction_resolved(asked.interaction_id, "accepted", rewrite)
+            elif result is not None and result.behavior == "deny":
+                response: dict[str, Any] = {"message": result.message}
+                if result.interrupt:
+                    response["interrupt"] = True
+                await run.interaction_resolved(asked.interaction_id, "declined", response)
+                # The CLI never runs a denied call and sends no PostToolUse* for it: close it here.
+                self._calls.pop((asked.session_id, asked.tool_use_id), None)
+                self._take_spawn(asked.session_id, asked.tool_use_id)
+                if not asked.call.done:
+                    await asked.call.failed(_rejected(result.message))
+            else:  # the SDK refuses any other answer
+                await run.interaction_resolved(
+                    asked.interaction_id, "failed", error=f"not a PermissionResult: {result!r}"
+                )
+        except Exception:
+            logger.exception("onlooker could not record the answer to a permission prompt")
+
     async def _post_tool_use_failure(self, data: PostToolUseFailureHookInput) -> None:
         found = await self._open_call(data)
         if found is None:
@@ -381,6 +468,13 @@ def _refusal(reason: str, *, stop: bool) -> SyncHookJSONOutput:
         output["continue_"] = False
         output["stopReason"] = reason
     return output
+
+
+def _rejected(message: str) -> ErrorInfo:
+    """What a call the person denied closes with: :data:`REJECTED`, with their message."""
+    if not message:
+        return REJECTED
+    return ErrorInfo(type=REJECTED.type, message=f"{REJECTED.message}: {message}", cause="failure")
 
 
 def _launched_agent(response: object) -> str | None:
