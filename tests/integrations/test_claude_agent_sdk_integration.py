@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import pytest
@@ -957,6 +957,13 @@ def say(text: str) -> Block:
     return {"type": "text", "text": text}
 
 
+API_ERROR: Final[list[Block]] = [{"type": "api_error"}]
+"""A reply in a script that the API answers with an error (HTTP 400) instead."""
+API_ERROR_BODY: Final = (
+    b'{"type":"error","error":{"type":"invalid_request_error","message":"scripted"}}'
+)
+
+
 class MessagesApi:
     """A scripted Anthropic Messages API on 127.0.0.1.
 
@@ -1056,8 +1063,13 @@ class MessagesApi:
                     self.send(200, "application/json", b'{"input_tokens": 1}')
                 elif self.path.startswith("/v1/messages") and request.get("stream"):
                     api.requests.append(request)
-                    body = api.stream(api.reply(request), request.get("model", "claude"))
-                    self.send(200, "text/event-stream", body)
+                    blocks = api.reply(request)
+                    if blocks is API_ERROR:
+                        self.send(400, "application/json", API_ERROR_BODY)
+                        return
+                    self.send(
+                        200, "text/event-stream", api.stream(blocks, request.get("model", "x"))
+                    )
                 else:
                     self.send(404, "application/json", b"{}")
 
@@ -1106,6 +1118,35 @@ def bundled_cli() -> Path:
 
 
 class TestBundledCli:
+    async def test_an_api_error_fails_the_turn(
+        self, tmp_path: Path, bundled_cli: Path, check_stream: Check
+    ) -> None:
+        """The CLI's StopFailure (no Stop comes): the turn was left open until the engine
+        closed it cancelled."""
+        work = tmp_path / "work"
+        work.mkdir()
+        write = tool_use("toolu_w", "Write", {"file_path": str(work / "a.txt"), "content": "a\n"})
+        api = MessagesApi({"MAIN-PROMPT": [[write], API_ERROR]})
+        async with engine_for(tmp_path) as recorded:
+            options = ClaudeAgentOptions(
+                hooks=hooks(recorded.engine, program="scripted"),
+                cwd=work,
+                cli_path=bundled_cli,
+                allowed_tools=["Write"],
+                setting_sources=[],
+                env=offline_env(tmp_path, api),
+            )
+            with api.serving(), anyio.fail_after(60), pytest.raises(Exception, match="API Error"):
+                [m async for m in query(prompt="MAIN-PROMPT go", options=options)]
+            [end] = recorded.recorder.of(ExecutionFinished)  # before the engine closes
+        assert end.status == "failed" and end.error is not None
+        assert (end.error.type, end.error.cause) == ("APIError", "failure")
+        assert "scripted" in end.error.message
+        assert [(e.tool_call_id, e.status) for e in recorded.recorder.of(ToolCallFinished)] == [
+            ("toolu_w", "completed")
+        ]
+        check_stream(recorded.recorder.events)
+
     async def test_the_real_cli_is_tracked_and_governed(
         self, tmp_path: Path, bundled_cli: Path, check_stream: Check
     ) -> None:

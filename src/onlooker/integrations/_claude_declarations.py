@@ -26,8 +26,10 @@ HOOK_EVENTS: Final[tuple[HookEvent, ...]] = (
     "SubagentStart",
     "SubagentStop",
     "Stop",
+    "StopFailure",  # type: ignore[assignment]  # the CLI sends it; the SDK's HookEvent lacks it
 )
-"""The hook events :func:`hooks` registers, in the order a turn meets them."""
+"""The hook events :func:`hooks` registers, in the order a turn meets them (``StopFailure``
+ends a turn an API error cut short)."""
 
 BUILTIN_TOOLS: Final[tuple[ToolDeclaration, ...]] = (
     ToolDeclaration("Bash", description="Run a shell command", mutating=True),

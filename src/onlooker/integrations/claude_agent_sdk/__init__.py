@@ -42,6 +42,8 @@ SubagentStart          ``parent.child(agent_type, parent_tool_call_id=<the Agent
 SubagentStop           ``child.finish("completed", result=last_assistant_message)``
 Stop                   ``run.finish("completed", result=last_assistant_message)``, once
                        the turn's background sub-agents have stopped too
+StopFailure            ``run.finish("failed", error=APIError: <what the CLI said>)``: an
+                       API error ended the turn (no ``Stop`` comes)
 =====================  ==================================================================
 
 :func:`approvals` wraps the application's ``can_use_tool``: each prompt is

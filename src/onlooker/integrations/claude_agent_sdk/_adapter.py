@@ -109,7 +109,7 @@ class Adapter:
     async def __call__(
         self, input_data: HookInput, tool_use_id: str | None, context: HookContext
     ) -> HookJSONOutput:
-        event = input_data.get("hook_event_name", "?")
+        event: str = input_data.get("hook_event_name", "?")  # StopFailure too, beyond HookInput
         try:
             if input_data["hook_event_name"] == "PreToolUse":
                 return await self._pre_tool_use(input_data)
@@ -125,6 +125,8 @@ class Adapter:
                 await self._subagent_stop(input_data)
             elif input_data["hook_event_name"] == "Stop":
                 await self._stop(input_data)
+            elif event == "StopFailure":
+                await self._stop_failure(cast("Mapping[str, Any]", input_data))
         except Exception:
             logger.exception("onlooker could not record Claude's %s hook", event)
         return {}
@@ -176,6 +178,18 @@ class Adapter:
         if tasks is not None:  # the CLI's own list of what still runs wins over ours
             turn.agents &= {task["id"] for task in tasks if task.get("type") == "subagent"}
         await self._stopped(turn, data.get("last_assistant_message"))
+
+    async def _stop_failure(self, data: Mapping[str, Any]) -> None:
+        """An API error ended the turn: it finishes ``failed``, with what the CLI said."""
+        turn = self._turns.pop(data["session_id"], None)
+        if turn is None or turn.run.finished:
+            return
+        kind = data.get("error") or data.get("error_type")
+        details = data.get("error_details") or data.get("error_message")
+        said = details or data.get("last_assistant_message")
+        message = ": ".join(str(part) for part in (kind, said) if part) or "an API error"
+        error = ErrorInfo(type="APIError", message=message, cause="failure")
+        await turn.run.finish("failed", error=error)
 
     async def _stopped(self, turn: _Turn, result: str | None) -> None:
         """The turn (or sub-agent) stopped; finish it once its sub-agents have stopped too."""
