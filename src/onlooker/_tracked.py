@@ -68,6 +68,7 @@ class TrackedExecution:
     """
 
     __slots__ = (
+        "__weakref__",  # the PydanticAI adapter remembers paused runs weakly
         "_began",
         "_calls",
         "_children",

@@ -947,3 +947,66 @@ class TestRobustness:
         monkeypatch.delitem(sys.modules, "onlooker.integrations.pydantic_ai")
         with pytest.raises(ImportError, match=r'pip install "onlooker\[pydantic-ai\]"'):
             importlib.import_module("onlooker.integrations.pydantic_ai")
+
+
+class TestPausedRegistry:
+    async def test_two_agents_paused_on_the_same_call_id_resume_their_own_runs(
+        self, check_stream: Check
+    ) -> None:
+        """TestModel's call ids are ``pyd_ai_tool_call_id__<tool>``: the run resumed is the
+        one whose response the history ends in (its ``run_id``), not the last paused."""
+        from pydantic_ai.models.test import TestModel
+
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder, name="recorder")
+            agents = []
+            for name in ("alice", "bob"):
+                agent: Agent[None, str | DeferredToolRequests] = Agent(
+                    TestModel(),
+                    name=name,
+                    capabilities=[OnlookerCapability(engine)],
+                    output_type=[str, DeferredToolRequests],
+                )
+
+                @agent.tool_plain(requires_approval=True)
+                def pay(amount: int) -> str:
+                    return f"paid {amount}"
+
+                agents.append(agent)
+            alice, bob = agents
+            first = await alice.run("pay")
+            await bob.run("pay")
+            assert isinstance(first.output, DeferredToolRequests)
+            await alice.run(
+                message_history=first.all_messages(),
+                deferred_tool_results=first.output.build_results(approve_all=True),
+            )
+            programs = {e.execution_id: e.program for e in recorder.of(ExecutionStarted)}
+            (done,) = recorder.of(ExecutionFinished)  # bob's run is still paused
+            assert programs[done.execution_id] == "alice"
+        check_stream(recorder.events)
+
+    async def test_a_closed_engine_is_not_kept_alive_by_its_paused_runs(self) -> None:
+        import gc
+        import weakref
+
+        async def closed_engine() -> weakref.ref[onlooker.ExecutionEngine]:
+            script = Script(ToolCallPart("pay", {"amount": 5}, tool_call_id="p1"), "over")
+            async with onlooker.ExecutionEngine() as engine:
+                agent: Agent[None, str | DeferredToolRequests] = Agent(
+                    script.model(),
+                    capabilities=[OnlookerCapability(engine)],
+                    output_type=[str, DeferredToolRequests],
+                )
+
+                @agent.tool_plain(requires_approval=True)
+                def pay(amount: int) -> str:
+                    return f"paid {amount}"
+
+                assert isinstance((await agent.run("pay")).output, DeferredToolRequests)
+            return weakref.ref(engine)
+
+        gone = await closed_engine()
+        gc.collect()
+        assert gone() is None

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, final
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, ref
 
 import anyio
 from pydantic import JsonValue
@@ -170,38 +170,55 @@ async def settle(run: TrackedExecution, state: RunState, parts: Sequence[ModelRe
 @final
 @dataclass(eq=False, slots=True)
 class _Paused:
-    run: TrackedExecution
+    run: ref[TrackedExecution]
+    """Weak: the engine holds its open runs (and closes them); a strong reference here
+    would keep the engine alive through the run, this registry's key."""
     state: RunState
+    run_id: str | None
+    """PydanticAI's ``run_id`` of the agent run that paused: the ``run_id`` its last
+    ``ModelResponse`` carries, which tells two paused runs with the same call ids apart."""
 
 
 _PAUSED: WeakKeyDictionary[ExecutionEngine, list[_Paused]] = WeakKeyDictionary()
 """Per engine: the runs that ended awaiting decisions, until a run resumes them."""
 
 
-def pause(engine: ExecutionEngine, run: TrackedExecution, state: RunState) -> None:
+def _open(entry: _Paused) -> TrackedExecution | None:
+    run = entry.run()
+    return None if run is None or run.finished else run
+
+
+def pause(
+    engine: ExecutionEngine, run: TrackedExecution, state: RunState, run_id: str | None
+) -> None:
     """Keep ``run`` open, awaiting its questions' answers, for the run that resumes it."""
-    _PAUSED.setdefault(engine, []).append(_Paused(run, state))
+    paused = _PAUSED.setdefault(engine, [])
+    paused[:] = [entry for entry in paused if _open(entry) is not None]
+    paused.append(_Paused(ref(run), state, run_id))
 
 
 def resumed(
     engine: ExecutionEngine, messages: Sequence[ModelMessage]
 ) -> tuple[TrackedExecution, RunState] | None:
     """The paused run a new agent run goes on with: the one whose awaited calls are
-    calls of the history's last model response (PydanticAI answers those with the
-    ``deferred_tool_results`` given, or runs them again)."""
+    calls of the history's last model response, made by that run (its ``run_id``)
+    (PydanticAI answers those with the ``deferred_tool_results`` given, or runs them again)."""
     paused = _PAUSED.get(engine)
     if not paused:
         return None
-    paused[:] = [entry for entry in paused if not entry.run.finished]
+    paused[:] = [entry for entry in paused if _open(entry) is not None]
     response = next((m for m in reversed(messages) if isinstance(m, ModelResponse)), None)
     if response is None:
         return None
     calls = {call.tool_call_id: call.tool_name for call in response.tool_calls}
     for entry in reversed(paused):
+        if None not in (entry.run_id, response.run_id) and entry.run_id != response.run_id:
+            continue  # another agent run's response, with the same call ids
         awaited = {call_id: d.tool for call_id, d in entry.state.deferred.items()}
-        if awaited and awaited.items() <= calls.items():
+        run = _open(entry)
+        if run is not None and awaited and awaited.items() <= calls.items():
             paused.remove(entry)
-            return entry.run, entry.state
+            return run, entry.state
     return None
 
 

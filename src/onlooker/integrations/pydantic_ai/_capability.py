@@ -145,7 +145,7 @@ class OnlookerCapability(AbstractCapability[object]):
         if isinstance(result.output, DeferredToolRequests):
             await ask_all(run, state, result.output)
             if state.deferred:
-                pause(self.engine, run, state)
+                pause(self.engine, run, state, ctx.run_id)
                 return result
         await finish_run(run, "completed", result.output, None)
         return result
