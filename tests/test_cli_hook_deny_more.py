@@ -278,3 +278,12 @@ class TestLongCommands:
     def test_a_far_operand_is_found(self) -> None:
         assert library_denies("rm -rf " + repeat("build ") + "/")
         assert library_denies(repeat("A=$(x) ") + "sudo ls")
+
+
+@pytest.mark.parametrize("command", ['("reboot")', "echo $('reboot')", "('sudo';ls)", "('su')"])
+def test_a_quoted_name_a_subshell_runs_is_still_denied(command: str) -> None:
+    import re
+
+    from onlooker._shared import DEFAULT_DENIED_COMMANDS
+
+    assert any(re.search(p, command) for p in DEFAULT_DENIED_COMMANDS.values()), command

@@ -336,8 +336,10 @@ substitution or a ``case`` pattern; then any reserved word or prefix that runs t
 as a command (``then``, ``do``, ``{``, ``!``, ``time``, ``exec``, ``env``, ``nice``,
 ``timeout``, ``xargs``, ``VAR=value``, ...)."""
 _NAME: Final = (
-    # a quote right after "(" only around a whole word ("('sudo' ls)"), not "print('su')"
-    r"(?:\\|(?<!\()[\"']|(?<=\()\"(?=[^\"\s]*\"[ \t])|(?<=\()'(?=[^'\s]*'[ \t]))?"
+    # a quote right after "(": a subshell's or a substitution's ("('sudo')", "$('reboot')"),
+    # or around a whole word ("f('sudo' ls)"); not a call's argument ("print('su')")
+    r"(?:\\|(?<!\()[\"']|(?<=(?<![\w.\])])\()[\"']"
+    r"|(?<=\()\"(?=[^\"\s]*\"[ \t])|(?<=\()'(?=[^'\s]*'[ \t]))?"
     r"(?:" + _WORD + r"/)?"
 )
 """Before a program's name: a backslash or an opening quote (``\\sudo``, ``"sudo"``), a path."""
