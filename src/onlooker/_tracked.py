@@ -68,7 +68,6 @@ class TrackedExecution:
     """
 
     __slots__ = (
-        "__weakref__",  # the PydanticAI adapter remembers paused runs weakly
         "_began",
         "_calls",
         "_children",

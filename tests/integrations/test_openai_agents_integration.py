@@ -1115,6 +1115,32 @@ class TestApprovals:
             assert [programs[e.execution_id] for e in recorder.of(ExecutionFinished)] == ["bob"]
         check_stream(recorder.events)
 
+    async def test_a_closed_engine_is_not_kept_alive_by_its_paused_runs(self) -> None:
+        """The adapter's state, keyed weakly by the engine, held the paused run, which holds
+        the engine: no closed engine was ever freed."""
+        import gc
+        import weakref
+
+        async def closed_engine() -> weakref.ref[onlooker.ExecutionEngine]:
+            async with onlooker.ExecutionEngine() as engine:
+                set_trace_processors([OnlookerTracingProcessor(engine)])
+                hooks, guard = OnlookerRunHooks(engine), tool_guardrail(engine)
+
+                @function_tool(needs_approval=True, tool_input_guardrails=[guard])
+                def pay(amount: int) -> str:
+                    """Pay an amount."""
+                    return f"paid {amount}"
+
+                model = ScriptedModel([[function_call("pay", {"amount": 1}, call_id="c1")]])
+                agent = Agent(name="payer", model=model, tools=[pay])
+                assert (await Runner.run(agent, "pay", hooks=hooks)).interruptions
+            set_trace_processors([])
+            return weakref.ref(engine)
+
+        gone = await closed_engine()
+        gc.collect()
+        assert gone() is None
+
     async def test_a_call_the_pre_hooks_refuse_before_the_approval_is_never_asked(
         self, check_stream: Check
     ) -> None:

@@ -13,7 +13,6 @@ import logging
 import os
 import sys
 import threading
-import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
@@ -27,6 +26,7 @@ from onlooker import ErrorInfo, TrackingError
 
 from .._arguments import Validate
 from .._ids import suffixed
+from .._per_engine import per_engine
 
 if TYPE_CHECKING:
     from anyio.lowlevel import EventLoopToken
@@ -288,16 +288,9 @@ class Registry:
         await self.settle(execution_id)
 
 
-_REGISTRIES: Final[weakref.WeakKeyDictionary[ExecutionEngine, Registry]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 def registry_of(engine: ExecutionEngine) -> Registry:
     """The registry every handler and wrapper of ``engine`` shares (bound to this loop)."""
-    registry = _REGISTRIES.get(engine)
-    if registry is None:
-        registry = _REGISTRIES[engine] = Registry()
+    registry = per_engine(engine, "langchain", Registry)
     registry.home.bind()
     return registry
 

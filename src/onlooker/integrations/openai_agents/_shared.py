@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
-from weakref import WeakKeyDictionary, ref
+from weakref import ref
 
 from agents import Agent, RunContextWrapper
 from agents.tool import default_tool_timeout_error_message
@@ -24,6 +24,7 @@ from agents.tracing import AgentSpanData, FunctionSpanData, Span, get_current_sp
 from onlooker import ErrorInfo, HookAbortError
 
 from .._json import json_copy
+from .._per_engine import per_engine
 
 if TYPE_CHECKING:
     from onlooker import ExecutionEngine, ExecutionStatus, TrackedExecution, TrackedToolCall
@@ -160,7 +161,7 @@ class State:
     """What the hooks, the guardrail and the processor built on one engine share."""
 
     def __init__(self, engine: ExecutionEngine) -> None:
-        # Weak: the engine is this state's key in _STATES; the entry points hold it strongly.
+        # Weak: the entry points hold the engine strongly; this state is stored on it.
         self._engine = ref(engine)
         self.runs: dict[tuple[int, int], Run] = {}
         self.pinned: dict[int, object] = {}  # keeps each keyed usage alive, so ids stay unique
@@ -507,15 +508,9 @@ class State:
             await asyncio.wait(pending)
 
 
-_STATES: WeakKeyDictionary[ExecutionEngine, State] = WeakKeyDictionary()
-
-
 def state_of(engine: ExecutionEngine) -> State:
     """What the entry points built on ``engine`` share (made on first use)."""
-    state = _STATES.get(engine)
-    if state is None:
-        state = _STATES[engine] = State(engine)
-    return state
+    return per_engine(engine, "openai_agents", lambda: State(engine))
 
 
 async def guarded(work: Coroutine[Any, Any, None], what: str) -> None:

@@ -11,7 +11,6 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, final
-from weakref import WeakKeyDictionary, ref
 
 import anyio
 from pydantic import JsonValue
@@ -30,6 +29,7 @@ from onlooker import ErrorInfo, ExecutionStatus, HookAbortError, HookAction, Int
 from onlooker._results import error_info
 
 from .._json import json_copy
+from .._per_engine import per_engine
 
 if TYPE_CHECKING:
     from onlooker import ExecutionEngine, TrackedExecution, TrackedToolCall
@@ -170,31 +170,29 @@ async def settle(run: TrackedExecution, state: RunState, parts: Sequence[ModelRe
 @final
 @dataclass(eq=False, slots=True)
 class _Paused:
-    run: ref[TrackedExecution]
-    """Weak: the engine holds its open runs (and closes them); a strong reference here
-    would keep the engine alive through the run, this registry's key."""
+    run: TrackedExecution
     state: RunState
     run_id: str | None
     """PydanticAI's ``run_id`` of the agent run that paused: the ``run_id`` its last
     ``ModelResponse`` carries, which tells two paused runs with the same call ids apart."""
 
 
-_PAUSED: WeakKeyDictionary[ExecutionEngine, list[_Paused]] = WeakKeyDictionary()
-"""Per engine: the runs that ended awaiting decisions, until a run resumes them."""
+def _paused(engine: ExecutionEngine) -> list[_Paused]:
+    """The runs of ``engine`` that ended awaiting decisions, until a run resumes them."""
+    return per_engine(engine, "pydantic_ai_paused", list[_Paused])
 
 
 def _open(entry: _Paused) -> TrackedExecution | None:
-    run = entry.run()
-    return None if run is None or run.finished else run
+    return None if entry.run.finished else entry.run
 
 
 def pause(
     engine: ExecutionEngine, run: TrackedExecution, state: RunState, run_id: str | None
 ) -> None:
     """Keep ``run`` open, awaiting its questions' answers, for the run that resumes it."""
-    paused = _PAUSED.setdefault(engine, [])
+    paused = _paused(engine)
     paused[:] = [entry for entry in paused if _open(entry) is not None]
-    paused.append(_Paused(ref(run), state, run_id))
+    paused.append(_Paused(run, state, run_id))
 
 
 def resumed(
@@ -203,7 +201,7 @@ def resumed(
     """The paused run a new agent run goes on with: the one whose awaited calls are
     calls of the history's last model response, made by that run (its ``run_id``)
     (PydanticAI answers those with the ``deferred_tool_results`` given, or runs them again)."""
-    paused = _PAUSED.get(engine)
+    paused = _paused(engine)
     if not paused:
         return None
     paused[:] = [entry for entry in paused if _open(entry) is not None]
