@@ -675,7 +675,7 @@ class TestFrameworkFeatures:
         assert recorder.of(onlooker.InteractionResolved)[0].status == "cancelled"
         assert recorder.of(ExecutionFinished)[0].status == "cancelled"
 
-    @pytest.mark.parametrize("decision", ["approve", "deny", "external"])
+    @pytest.mark.parametrize("decision", ["approve", "deny", "external", "external-failure"])
     async def test_a_decision_taken_inline_answers_the_question(
         self, decision: str, check_stream: Check
     ) -> None:
@@ -688,6 +688,8 @@ class TestFrameworkFeatures:
         ) -> DeferredToolResults:
             if decision == "external":
                 return DeferredToolResults(calls={"p1": "paid elsewhere"})
+            if decision == "external-failure":
+                return DeferredToolResults(calls={"p1": ModelRetry("the bank is down")})
             if decision == "deny":
                 return requests.build_results(approvals={"p1": ToolDenied("no")})
             return requests.build_results(approve_all=True)
@@ -712,7 +714,7 @@ class TestFrameworkFeatures:
 
                 @agent.tool
                 def pay(ctx: RunContext[None], amount: int) -> str:
-                    if decision == "external":
+                    if decision.startswith("external"):
                         raise CallDeferred()
                     if not ctx.tool_call_approved:
                         raise ApprovalRequired()
@@ -733,6 +735,9 @@ class TestFrameworkFeatures:
         elif decision == "deny":
             assert answer.status == "declined"
             assert finished == [("failed", None)]
+        elif decision == "external-failure":  # it was answered with a failure, not a result
+            assert (answer.status, answer.response) == ("failed", {"error": "the bank is down"})
+            assert finished == [("cancelled", None)]
         else:
             assert (answer.status, answer.response) == ("accepted", {"result": "paid elsewhere"})
             assert finished == [("cancelled", None)]

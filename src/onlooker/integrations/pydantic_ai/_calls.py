@@ -140,6 +140,7 @@ async def settle(run: TrackedExecution, state: RunState, parts: Sequence[ModelRe
     A call a person denied (``ToolDenied``: its return's outcome is ``denied``) is
     ``declined``, and the call the tool deferred, if any, ``failed``
     (``ToolApprovalRejected``); an external result is ``accepted`` (the result is the
+    response; an external ``ModelRetry`` or ``ToolFailed``: ``failed``, its message the
     response), and the call the tool deferred closes ``cancelled``: its tool did not
     produce the result. An approved call is resolved when it runs (``wrap_tool_execute``).
     """
@@ -160,6 +161,9 @@ async def settle(run: TrackedExecution, state: RunState, parts: Sequence[ModelRe
                 {"tool_call_approved": False, "message": str(part.content)},
             )
             error = REJECTED
+        elif part.outcome in ("failed", "retried"):  # answered with ModelRetry or ToolFailed
+            await resolve(run, pending.question, "failed", {"error": str(part.content)})
+            error = ANSWERED_OUTSIDE
         else:
             await resolve(run, pending.question, "accepted", {"result": json_copy(part.content)})
             error = ANSWERED_OUTSIDE
