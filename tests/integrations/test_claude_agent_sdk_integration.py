@@ -12,6 +12,7 @@ working in a temporary directory.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import itertools
 import json
@@ -1305,3 +1306,86 @@ class TestBundledCli:
         (finished,) = recorder.of(ExecutionFinished)
         assert finished.status == "completed"
         await assert_history_and_audit(recorded, root.execution_id)
+
+    @pytest.mark.parametrize("answer", ["raises", "not-a-result", "interrupts"])
+    async def test_a_prompt_the_cli_refuses_closes_its_call(
+        self, tmp_path: Path, bundled_cli: Path, check_stream: Check, answer: str
+    ) -> None:
+        """A callback that raises, or answers what is no ``PermissionResult``: the CLI
+        refuses the call (no PostToolUse* comes), so the call fails with the question; a deny
+        that interrupts ends the turn (no Stop comes), cancelled."""
+        work = tmp_path / "work"
+        work.mkdir()
+        write = tool_use("toolu_a", "Write", {"file_path": str(work / "a.txt"), "content": "a"})
+        api = MessagesApi({"ASK-PROMPT": [[write], [say("done")]]})
+
+        async def person(
+            tool: str, args: dict[str, Any], context: ToolPermissionContext
+        ) -> PermissionResult:
+            if answer == "raises":
+                raise RuntimeError("the prompt's window crashed")
+            if answer == "not-a-result":
+                return {"behavior": "allow"}  # type: ignore[return-value]  # an app's mistake
+            return PermissionResultDeny(message="stop now", interrupt=True)
+
+        async def prompts() -> AsyncIterator[dict[str, Any]]:
+            yield {"type": "user", "message": {"role": "user", "content": "ASK-PROMPT go"}}
+
+        async with engine_for(tmp_path) as recorded:
+            registered = hooks(recorded.engine, program="asking")
+            options = ClaudeAgentOptions(
+                hooks=registered,
+                can_use_tool=approvals(registered, person),
+                cwd=work,
+                cli_path=bundled_cli,
+                setting_sources=[],
+                env=offline_env(tmp_path, api),
+            )
+            with api.serving(), anyio.fail_after(60), contextlib.suppress(Exception):
+                [m async for m in query(prompt=prompts(), options=options)]
+            recorder = recorded.recorder
+            ended = recorder.of(ExecutionFinished)  # before the engine's close
+        assert not (work / "a.txt").exists()
+        check_stream(recorder.events)
+        [call] = [e for e in recorder.of(ToolCallFinished) if e.tool_call_id == "toolu_a"]
+        [resolved] = recorder.of(InteractionResolved)
+        if answer == "interrupts":
+            assert (resolved.status, call.status) == ("declined", "failed")
+            assert [e.status for e in ended] == ["cancelled"]
+        else:
+            assert (resolved.status, call.status) == ("failed", "failed")
+
+    async def test_a_sub_agents_api_error_fails_only_the_sub_agent(
+        self, tmp_path: Path, bundled_cli: Path, check_stream: Check
+    ) -> None:
+        """StopFailure with an agent_id: it failed the main turn, whose later calls then went
+        to a second root execution."""
+        work = tmp_path / "work"
+        work.mkdir()
+        task = tool_use(
+            "toolu_t",
+            "Task",
+            {"description": "d", "prompt": "SUB go", "subagent_type": "general-purpose",
+             "run_in_background": False},
+        )  # fmt: skip
+        read = tool_use("toolu_r", "Read", {"file_path": str(work / "x.txt")})
+        api = MessagesApi({"MAIN-PROMPT": [[task], [read], [say("main done")]], "SUB": [API_ERROR]})
+        async with engine_for(tmp_path) as recorded:
+            options = ClaudeAgentOptions(
+                hooks=hooks(recorded.engine, program="main"),
+                cwd=work,
+                cli_path=bundled_cli,
+                allowed_tools=["Task", "Agent", "Read"],
+                setting_sources=[],
+                env=offline_env(tmp_path, api),
+            )
+            with api.serving(), anyio.fail_after(60), contextlib.suppress(Exception):
+                [m async for m in query(prompt="MAIN-PROMPT go", options=options)]
+        recorder = recorded.recorder
+        check_stream(recorder.events)
+        roots = [e for e in recorder.of(ExecutionStarted) if e.attribution.depth == 0]
+        assert len(roots) == 1
+        ends = {e.execution_id: e for e in recorder.of(ExecutionFinished)}
+        assert ends[roots[0].execution_id].status == "completed"
+        [child] = [e for e in recorder.of(ExecutionStarted) if e.attribution.depth == 1]
+        assert ends[child.execution_id].status == "failed"

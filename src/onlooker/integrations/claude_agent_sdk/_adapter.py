@@ -180,8 +180,13 @@ class Adapter:
         await self._stopped(turn, data.get("last_assistant_message"))
 
     async def _stop_failure(self, data: Mapping[str, Any]) -> None:
-        """An API error ended the turn: it finishes ``failed``, with what the CLI said."""
-        turn = self._turns.pop(data["session_id"], None)
+        """An API error ended the turn (or a sub-agent's): it finishes ``failed``, with what
+        the CLI said. A sub-agent's (``agent_id``) fails that child only; its parent goes on."""
+        session_id, agent_id = data["session_id"], data.get("agent_id")
+        if agent_id is not None:
+            turn = self._agents.pop((session_id, agent_id), None)
+        else:
+            turn = self._turns.pop(session_id, None)
         if turn is None or turn.run.finished:
             return
         kind = data.get("error") or data.get("error_type")
@@ -190,6 +195,11 @@ class Adapter:
         message = ": ".join(str(part) for part in (kind, said) if part) or "an API error"
         error = ErrorInfo(type="APIError", message=message, cause="failure")
         await turn.run.finish("failed", error=error)
+        parent = turn.parent
+        if parent is not None and turn.agent_id is not None:  # a parent waiting for it finishes
+            parent.agents.discard(turn.agent_id)
+            if parent.stopped:
+                await self._stopped(parent, parent.result)
 
     async def _stopped(self, turn: _Turn, result: str | None) -> None:
         """The turn (or sub-agent) stopped; finish it once its sub-agents have stopped too."""
@@ -414,6 +424,8 @@ class Adapter:
         """Record the answer to a prompt :meth:`ask` recorded (a deny fails the call). Never raises."""
         if asked is None:
             return
+        from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny
+
         try:
             run = asked.turn.run
             if error is not None:  # the callback raised, or the CLI withdrew the question
@@ -422,26 +434,37 @@ class Adapter:
                     "failed" if isinstance(error, Exception) else "cancelled",
                     error=error,
                 )
-            elif result is not None and result.behavior == "allow":
+                if isinstance(error, Exception):  # the CLI refuses the call ("request failed")
+                    await self._refused(asked, error)
+            elif isinstance(result, PermissionResultAllow):
                 updated = result.updated_input
                 rewrite = None if updated is None else {"updated_input": json_copy(updated)}
                 await run.interaction_resolved(asked.interaction_id, "accepted", rewrite)
-            elif result is not None and result.behavior == "deny":
+            elif isinstance(result, PermissionResultDeny):
                 response: dict[str, Any] = {"message": result.message}
                 if result.interrupt:
                     response["interrupt"] = True
                 await run.interaction_resolved(asked.interaction_id, "declined", response)
                 # The CLI never runs a denied call and sends no PostToolUse* for it: close it here.
-                self._calls.pop((asked.session_id, asked.tool_use_id), None)
-                self._take_spawn(asked.session_id, asked.tool_use_id)
-                if not asked.call.done:
-                    await asked.call.failed(_rejected(result.message))
-            else:  # the SDK refuses any other answer
-                await run.interaction_resolved(
-                    asked.interaction_id, "failed", error=f"not a PermissionResult: {result!r}"
-                )
+                await self._refused(asked, _rejected(result.message))
+                if result.interrupt:  # the CLI ends the turn: no Stop comes
+                    root = asked.turn.root
+                    if self._turns.get(asked.session_id) is root:
+                        del self._turns[asked.session_id]
+                    await root.run.finish("cancelled", error=_INTERRUPTED)
+            else:  # the SDK refuses any other answer (and the CLI the call)
+                problem = f"not a PermissionResult: {result!r}"
+                await run.interaction_resolved(asked.interaction_id, "failed", error=problem)
+                await self._refused(asked, problem)
         except Exception:
             logger.exception("onlooker could not record the answer to a permission prompt")
+
+    async def _refused(self, asked: Asked, error: BaseException | str | ErrorInfo) -> None:
+        """The CLI refused the call the prompt asked about (it never runs, no PostToolUse*)."""
+        self._calls.pop((asked.session_id, asked.tool_use_id), None)
+        self._take_spawn(asked.session_id, asked.tool_use_id)
+        if not asked.call.done:
+            await asked.call.failed(error)
 
     async def _post_tool_use_failure(self, data: PostToolUseFailureHookInput) -> None:
         found = await self._open_call(data)
@@ -482,6 +505,11 @@ def _refusal(reason: str, *, stop: bool) -> SyncHookJSONOutput:
         output["continue_"] = False
         output["stopReason"] = reason
     return output
+
+
+_INTERRUPTED: Final = ErrorInfo(
+    type="Interrupted", message="a permission prompt's deny interrupted the turn", cause="interrupt"
+)
 
 
 def _rejected(message: str) -> ErrorInfo:
