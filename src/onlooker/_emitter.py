@@ -140,12 +140,12 @@ class Emitter:
     __slots__ = (
         "_base",
         "_bus",
-        "_open_questions",
+        "_open_others",
         "_scope",
         "_seq",
         "execution_id",
         "finished",
-        "open_calls",
+        "open_call",
         "tracked",
     )
 
@@ -166,9 +166,13 @@ class Emitter:
         """Whether ``ExecutionFinished`` was emitted (nothing is emitted after it)."""
         self.tracked = base_attribution is not None
         """A tracked execution's emitter (driven from any context), not a native one's."""
-        self.open_calls: dict[str, OpenCall] = {}
-        """The calls started and not finished, by id: the caller keeps it (``_lifecycle``)."""
-        self._open_questions: set[str] = set()
+        # What is open, closed with the execution if it still is. No container unless
+        # several are open at once (10,000 paused executions would hold 10,000 of them).
+        self.open_call: OpenCall | None = None
+        """A call started and not finished (the caller keeps it: ``_lifecycle``)."""
+        self._open_others: str | dict[str, OpenCall | None] | None = None
+        """The open question's id; or, when more is open, calls and questions by id (a
+        question's value is ``None``)."""
 
     @property
     def scope(self) -> _Scoped:
@@ -193,10 +197,31 @@ class Emitter:
         assert self._base is not None, "a native execution selects its intent in its context"
         self._base = self._base.model_copy(update={"intent_id": intent_id})
 
+    def also_open(self, part_id: str, call: OpenCall | None = None) -> None:
+        """A call starts while :attr:`open_call` holds another, or a question is asked."""
+        others = self._open_others
+        if others is None and call is None:
+            self._open_others = part_id
+            return
+        if not isinstance(others, dict):
+            others = self._open_others = {} if others is None else {others: None}
+        others[part_id] = call
+
+    def closed(self, part_id: str) -> None:
+        """A call other than :attr:`open_call` finished, or a question was resolved."""
+        others = self._open_others
+        if others == part_id:
+            self._open_others = None
+        elif isinstance(others, dict):
+            others.pop(part_id, None)
+
     def _close_open_parts(self) -> None:
-        while self.open_calls:
-            next(iter(self.open_calls.values())).cut_short()  # removes itself
-        for interaction_id in sorted(self._open_questions):
+        others = self._open_others
+        parts = {others: None} if isinstance(others, str) else dict(others or {})
+        calls = [call for call in parts.values() if call is not None]
+        for call in calls if self.open_call is None else [self.open_call, *calls]:
+            call.cut_short()
+        for interaction_id in [part_id for part_id, part in parts.items() if part is None]:
             self.interaction_resolved(
                 interaction_id=interaction_id, status="cancelled", response=None, error=CANCELLED
             )
@@ -325,7 +350,7 @@ class Emitter:
         """``InteractionStarted``; the schema is snapshotted only if someone observes."""
         scope = self._audience()
         if not self.finished:
-            self._open_questions.add(interaction_id)
+            self.also_open(interaction_id)
         if scope is None:
             return
         self._publish(
@@ -352,7 +377,7 @@ class Emitter:
     ) -> None:
         """``InteractionResolved``; ``response`` is snapshotted only if someone observes."""
         scope = self._audience()
-        self._open_questions.discard(interaction_id)
+        self.closed(interaction_id)
         if scope is None:
             return
         self._publish(

@@ -140,7 +140,11 @@ class CallState:
             return
         self.status = status
         if self.started:
-            del self.emitter.open_calls[self.tool_call_id]
+            emitter = self.emitter
+            if emitter.open_call is self:
+                emitter.open_call = None
+            else:
+                emitter.closed(self.tool_call_id)
         self.emitter.tool_call_finished(
             tool_call_id=self.tool_call_id,
             tool=self.tool,
@@ -210,7 +214,10 @@ def open_call(
         _refuse(call, exc)
         return call
     call.started = True  # _start(call), inlined: this is every call's path
-    emitter.open_calls[tool_call_id] = call
+    if emitter.open_call is None:
+        emitter.open_call = call
+    else:
+        emitter.also_open(tool_call_id, call)
     try:
         emitter.tool_call_started(
             tool_call_id=tool_call_id,
@@ -285,7 +292,11 @@ def _refuse(call: CallState, exc: Exception) -> None:
 
 def _start(call: CallState) -> None:
     call.started = True
-    call.emitter.open_calls[call.tool_call_id] = call
+    emitter = call.emitter
+    if emitter.open_call is None:
+        emitter.open_call = call
+    else:
+        emitter.also_open(call.tool_call_id, call)
     try:
         call.emitter.tool_call_started(
             tool_call_id=call.tool_call_id,
