@@ -1222,12 +1222,15 @@ class TestReadOnlyCommands:
         assert "success rate" in result.output and '"finished"' in result.output
 
     def test_run_names_a_database_it_cannot_use(self, workdir: Path) -> None:
-        """DESIGN section 9: a clear error that names the problem, not a traceback."""
-        (workdir / "junk.db").write_text("not a database")
-        result = invoke("run", str(EXAMPLE), "--quiet", "--no-audit", "--db", "junk.db")
+        """DESIGN section 9: a clear error that names the problem, not a traceback; the
+        path whole, however long (it was cut across lines at the console's width)."""
+        junk = workdir / ("a-rather-long-directory-name-" * 3) / "junk.db"
+        junk.parent.mkdir()
+        junk.write_text("not a database")
+        result = invoke("run", str(EXAMPLE), "--quiet", "--no-audit", "--db", str(junk))
         assert result.exit_code == 1
         assert "error: cannot set up history database" in result.output
-        assert "junk.db" in result.output and "Traceback" not in result.output
+        assert str(junk) in result.output and "Traceback" not in result.output
 
     def test_metrics_serve_needs_an_existing_database(self, workdir: Path) -> None:
         result = invoke("metrics", "serve", "--port", "0")

@@ -166,7 +166,7 @@ def tail(
     except KeyboardInterrupt:
         pass
     except onlooker.OnlookerError as exc:
-        stderr.print(f"[red]error[/]: {escape(str(exc))}")
+        stderr.print(f"[red]error[/]: {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(1) from None
 
 
@@ -224,7 +224,7 @@ def replay(
     try:
         sessions = anyio.run(go)
     except onlooker.OnlookerError as exc:
-        stderr.print(f"[red]error[/]: {escape(str(exc))}")
+        stderr.print(f"[red]error[/]: {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(1) from None
     damaged = [session for session in sessions if "error" in session]
     for session in damaged:

@@ -130,7 +130,9 @@ def existing_db(value: str | None) -> str | None:
         return url
     if not Path(database).is_file():
         hint = "" if value is not None else " (run something first, or pass --db)"
-        stderr.print(f"[red]error[/]: no history database at {escape(database)}{hint}")
+        stderr.print(
+            f"[red]error[/]: no history database at {escape(database)}{hint}", soft_wrap=True
+        )
         raise typer.Exit(1)
     return url
 

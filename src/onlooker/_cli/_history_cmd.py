@@ -269,10 +269,13 @@ def _call(read: Callable[[], Awaitable[T]]) -> T:
     try:
         return anyio.run(read)
     except onlooker.OnlookerError as exc:
-        stderr.print(f"[red]error[/]: {escape(str(exc))}")
+        stderr.print(f"[red]error[/]: {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(1) from None
     except sqlalchemy.exc.SQLAlchemyError as exc:  # the database failed the read itself
-        stderr.print(f"[red]error[/]: the history database cannot be read: {escape(describe(exc))}")
+        stderr.print(
+            f"[red]error[/]: the history database cannot be read: {escape(describe(exc))}",
+            soft_wrap=True,
+        )
         raise typer.Exit(1) from None
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

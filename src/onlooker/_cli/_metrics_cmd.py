@@ -53,7 +53,7 @@ def serve(
     except KeyboardInterrupt:
         pass
     except (onlooker.OnlookerError, OSError) as exc:
-        stderr.print(f"[red]error[/]: {escape(str(exc))}")
+        stderr.print(f"[red]error[/]: {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(1) from None
 
 

@@ -100,7 +100,7 @@ def run(
                 stop,
             )
     except onlooker.OnlookerError as exc:  # the engine could not start: a database, a plugin
-        stderr.print(f"[red]error[/]: {escape(str(exc))}")
+        stderr.print(f"[red]error[/]: {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(1) from None
     except Stopped as stopped:
         raise typer.Exit(128 + stopped.signum) from None

@@ -137,7 +137,7 @@ def _readable(url: str | None) -> str:
     try:
         return anyio.run(_check, url)
     except onlooker.OnlookerError as exc:
-        stderr.print(f"[red]error[/]: {escape(str(exc))}")
+        stderr.print(f"[red]error[/]: {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(1) from None
 
 
