@@ -39,6 +39,7 @@ from claude_agent_sdk import (
 )
 from claude_agent_sdk import HookMatcher as SdkHookMatcher
 from claude_agent_sdk.types import (
+    CanUseTool,
     HookEvent,
     HookInput,
     HookJSONOutput,
@@ -1108,6 +1109,31 @@ def offline_env(tmp_path: Path, api: MessagesApi) -> dict[str, str]:
     }
 
 
+async def ask_prompt() -> AsyncIterator[dict[str, Any]]:
+    """The prompt ``ASK-PROMPT go`` as a stream (``can_use_tool`` needs one)."""
+    yield {"type": "user", "message": {"role": "user", "content": "ASK-PROMPT go"}}
+
+
+def asking_options(
+    recorded: Recorded,
+    person: CanUseTool,
+    work: Path,
+    cli: Path,
+    api: MessagesApi,
+    tmp_path: Path,
+) -> ClaudeAgentOptions:
+    """The real CLI's options with onlooker's hooks and ``person`` asked through ``approvals``."""
+    registered = hooks(recorded.engine, program="asking")
+    return ClaudeAgentOptions(
+        hooks=registered,
+        can_use_tool=approvals(registered, person),
+        cwd=work,
+        cli_path=cli,
+        setting_sources=[],
+        env=offline_env(tmp_path, api),
+    )
+
+
 @pytest.fixture
 def bundled_cli() -> Path:
     import claude_agent_sdk
@@ -1262,21 +1288,10 @@ class TestBundledCli:
                 return PermissionResultDeny(message="not that one")
             return PermissionResultAllow()
 
-        async def prompts() -> AsyncIterator[dict[str, Any]]:  # can_use_tool needs a stream
-            yield {"type": "user", "message": {"role": "user", "content": "ASK-PROMPT go"}}
-
         async with engine_for(tmp_path) as recorded:
-            registered = hooks(recorded.engine, program="asking")
-            options = ClaudeAgentOptions(
-                hooks=registered,
-                can_use_tool=approvals(registered, person),
-                cwd=work,
-                cli_path=bundled_cli,
-                setting_sources=[],
-                env=offline_env(tmp_path, api),
-            )
+            options = asking_options(recorded, person, work, bundled_cli, api, tmp_path)
             with api.serving(), anyio.fail_after(60):
-                messages = [m async for m in query(prompt=prompts(), options=options)]
+                messages = [m async for m in query(prompt=ask_prompt(), options=options)]
         recorder = recorded.recorder
 
         assert isinstance(messages[-1], ResultMessage) and messages[-1].result == "done"
@@ -1328,21 +1343,10 @@ class TestBundledCli:
                 return {"behavior": "allow"}  # type: ignore[return-value]  # an app's mistake
             return PermissionResultDeny(message="stop now", interrupt=True)
 
-        async def prompts() -> AsyncIterator[dict[str, Any]]:
-            yield {"type": "user", "message": {"role": "user", "content": "ASK-PROMPT go"}}
-
         async with engine_for(tmp_path) as recorded:
-            registered = hooks(recorded.engine, program="asking")
-            options = ClaudeAgentOptions(
-                hooks=registered,
-                can_use_tool=approvals(registered, person),
-                cwd=work,
-                cli_path=bundled_cli,
-                setting_sources=[],
-                env=offline_env(tmp_path, api),
-            )
+            options = asking_options(recorded, person, work, bundled_cli, api, tmp_path)
             with api.serving(), anyio.fail_after(60), contextlib.suppress(Exception):
-                [m async for m in query(prompt=prompts(), options=options)]
+                [m async for m in query(prompt=ask_prompt(), options=options)]
             recorder = recorded.recorder
             ended = recorder.of(ExecutionFinished)  # before the engine's close
         assert not (work / "a.txt").exists()
