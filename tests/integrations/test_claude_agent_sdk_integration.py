@@ -930,6 +930,8 @@ class TestAdapterErrors:
 
         with pytest.raises(ValueError, match=r"hooks\(engine\)"):
             approvals({}, allow)
+        with pytest.raises(TypeError, match="can_use_tool must be a callable, not NoneType"):
+            approvals(hooks(onlooker.ExecutionEngine()), None)  # type: ignore[arg-type]
 
     def test_a_missing_sdk_names_the_extra(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, "claude_agent_sdk", None)

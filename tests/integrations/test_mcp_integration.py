@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -1015,3 +1016,13 @@ def test_request_id_of() -> None:
     assert request_id_of("mcp:0a1b2c-7:42") == "42"
     assert request_id_of("mcp:0a1b2c-7:req:with:colons") == "req:with:colons"
     assert request_id_of("call_1") is None
+
+
+@pytest.mark.parametrize(
+    ("timeout", "error"),
+    [(0, ValueError), (-1.0, ValueError), (math.nan, ValueError), ("600", TypeError)],
+)
+def test_input_timeout_must_be_a_positive_number(timeout: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match="input_timeout must be"):
+        OnlookerMiddleware(onlooker.ExecutionEngine(), input_timeout=timeout)  # type: ignore[arg-type]
+    OnlookerMiddleware(onlooker.ExecutionEngine(), input_timeout=math.inf)  # never expires

@@ -182,6 +182,8 @@ def approvals(
     )
     if adapter is None:
         raise ValueError("approvals() needs the mapping hooks(engine) returned: it holds none")
+    if not callable(can_use_tool):
+        raise TypeError(f"can_use_tool must be a callable, not {type(can_use_tool).__name__}")
     found: Adapter = adapter
 
     async def recorded(

@@ -20,6 +20,7 @@ import anyio
 from pydantic import JsonValue
 
 import onlooker
+from onlooker._bus import check_timeout  # the engine's own rule for timeouts
 
 from .. import require
 from .._arguments import validated
@@ -113,7 +114,9 @@ class OnlookerMiddleware:
 
     ``input_timeout`` is how long (seconds) a call that asked the person
     (``input_required``) waits for the client's retry before its questions
-    are recorded ``expired``; the SDK's own ``requestState`` lives 600 s.
+    are recorded ``expired``; the SDK's own ``requestState`` lives 600 s
+    (``math.inf``: never). Anything but a positive number is a ``TypeError``
+    or ``ValueError`` naming it.
     """
 
     __slots__ = (
@@ -157,7 +160,7 @@ class OnlookerMiddleware:
         self._sessions: weakref.WeakKeyDictionary[Connection, _Session] = (
             weakref.WeakKeyDictionary()
         )
-        self._input_timeout = input_timeout
+        self._input_timeout = check_timeout("input_timeout", input_timeout, unbounded=True)
         self._waiting: dict[str, _Call] = {}  # token in the requestState handed out -> call
 
     async def __call__(
