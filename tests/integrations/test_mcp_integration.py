@@ -614,7 +614,7 @@ class TestInputRequired:
         ran: list[int] = []
         async with engine_for(tmp_path) as recorded:
             server = asks_first(ran)
-            middleware = OnlookerMiddleware(recorded.engine, server=server, input_timeout=0)
+            middleware = OnlookerMiddleware(recorded.engine, server=server, input_timeout=1e-6)
             server.middleware.append(middleware)
             async with Client(server, elicitation_callback=accepts) as client:
                 result = await client.call_tool("pay", {"amount": 5})
