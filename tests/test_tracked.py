@@ -809,6 +809,51 @@ class TestHooks:
 class TestClosing:
     """Every Started closes exactly once, whatever the way the run ends."""
 
+    async def test_a_run_an_adapter_paused_expires_unless_resumed_in_time(self) -> None:
+        """The engine's side of an adapter's paused run (PydanticAI's deferred calls, an
+        OpenAI Agents approval): unanswered within ``pause_timeout``, its questions and
+        the run end ``expired``; the clock stops at a resume, and a pause restarts it."""
+        ended = anyio.Event()
+
+        def on_end(event: onlooker.ExecutionEvent) -> None:
+            if isinstance(event, ExecutionFinished):
+                ended.set()
+
+        async with ExecutionEngine(pause_timeout=0.05) as engine:
+            recorder = record(engine)
+            engine.bus.subscribe(on_end)
+            expiring, resumed = engine.track("expiring"), engine.track("resumed")
+            for run in (expiring, resumed):
+                await run.start()
+                await run.interaction_started("approve?", interaction_id="q")
+                engine._tracked_paused(run)
+            engine._tracked_paused(resumed)  # again: one clock
+            engine._tracked_resumed(resumed)
+            with anyio.fail_after(5):
+                await ended.wait()
+            await anyio.sleep(0.1)  # twice the timeout: the resumed run is still open
+            assert expiring.status == "expired" and not resumed.finished
+            await resumed.interaction_resolved("q", "accepted")
+            await resumed.finish()
+        well_formed(recorder.events)
+        answers = {e.execution_id: e for e in recorder.of(onlooker.InteractionResolved)}
+        ends = {e.execution_id: e for e in recorder.of(ExecutionFinished)}
+        assert answers[expiring.execution_id].status == "expired"
+        assert ends[expiring.execution_id].status == "expired"
+        error = ends[expiring.execution_id].error
+        assert error is not None and error.type == "ExecutionExpiredError"
+        assert ends[resumed.execution_id].status == "completed"
+
+    async def test_closing_does_not_wait_for_a_paused_runs_timeout(self) -> None:
+        with anyio.fail_after(10):
+            async with ExecutionEngine(pause_timeout=3600) as engine:
+                recorder = record(engine)
+                run = engine.track("paused")
+                await run.start()
+                await run.interaction_started("approve?")
+                engine._tracked_paused(run)
+        assert [e.status for e in recorder.of(ExecutionFinished)] == ["cancelled"]
+
     async def open_everything(self, run: TrackedExecution) -> dict[str, Any]:
         call = await run.tool_started("t", {}, tool_call_id="open-call")
         done = await run.tool_started("t", {}, tool_call_id="done-call")

@@ -21,6 +21,7 @@ from pydantic import JsonValue
 
 from ._bus import DEFAULT_SHUTDOWN_TIMEOUT, EventBus, check_timeout
 from ._context import Program, _current
+from ._deadlines import PauseDeadlines
 from ._errors import NotRunningTrackingError, PluginError, TrackingError
 from ._events import ErrorInfo, Trigger, new_id
 from ._execution import child_runner, root_attribution, run_execution
@@ -117,8 +118,12 @@ class ExecutionEngine:
         # The ids of inline roots and of every child: detached and tracked runs keep their own.
         self._native = ExecutionIds(keep_closed=keep_results)
         self._spawn = child_runner(self._runtime, self._native)
-        self._detached = DetachedRuns(self._runtime, self._spawn, keep_results=keep_results)
-        self._tracked = TrackedRuns(keep_closed=keep_results)
+        # One timer for the pauses of both: detached questions, and tracked runs an adapter paused
+        deadlines = PauseDeadlines()
+        self._detached = DetachedRuns(
+            self._runtime, self._spawn, keep_results=keep_results, deadlines=deadlines
+        )
+        self._tracked = TrackedRuns(keep_closed=keep_results, deadlines=deadlines)
         # inline executions running: closing cancels them
         self._inline: set[anyio.CancelScope] = set()
         self._inline_gone: anyio.Event | None = None  # set when the last one ends, for the close
@@ -463,6 +468,15 @@ class ExecutionEngine:
             on_start=self._tracked_started,
             on_close=self._tracked.closed,
         )
+
+    def _tracked_paused(self, run: TrackedExecution) -> None:
+        """An adapter's tracked run now waits for a person's answers (its framework paused
+        it): unless :meth:`_tracked_resumed` comes first, it expires after ``pause_timeout``."""
+        self._tracked.paused(run, self.pause_timeout)
+
+    def _tracked_resumed(self, run: TrackedExecution) -> None:
+        """The paused tracked ``run`` goes on: it no longer expires."""
+        self._tracked.resumed(run)
 
     def _tracked_started(self, run: TrackedExecution) -> None:
         """Before a tracked run (root or child) emits its start: its id must be free."""

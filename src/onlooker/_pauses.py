@@ -36,13 +36,15 @@ class DetachedRuns:
 
     __slots__ = ("_deadlines", "_finished", "_keep_results", "_runs", "_runtime", "_spawn")
 
-    def __init__(self, runtime: Runtime, spawn: Spawn, *, keep_results: int) -> None:
+    def __init__(
+        self, runtime: Runtime, spawn: Spawn, *, keep_results: int, deadlines: PauseDeadlines
+    ) -> None:
         self._runtime = runtime
         self._spawn = spawn
         self._keep_results = keep_results
         self._runs: dict[str, DetachedRun] = {}
         self._finished: OrderedDict[str, ExecutionResult[Any]] = OrderedDict()
-        self._deadlines = PauseDeadlines()
+        self._deadlines = deadlines
 
     def open(self, task_group: TaskGroup) -> None:
         """Start the pauses' timer in ``task_group`` (the engine's, as it opens)."""

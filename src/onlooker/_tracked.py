@@ -20,7 +20,7 @@ from typing import Any, Final, Literal, final, get_args
 from pydantic import JsonValue
 
 from ._emitter import CANCELLED, Emitter
-from ._errors import HookAbortError, TrackingError
+from ._errors import ExecutionExpiredError, HookAbortError, TrackingError
 from ._events import (
     Attribution,
     ErrorInfo,
@@ -228,6 +228,20 @@ class TrackedExecution:
         )
         if self._on_close is not None:
             self._on_close(self)
+
+    def _expire(self, timeout: float) -> None:
+        """Nobody resumed this paused run within the engine's ``pause_timeout``: its open
+        questions and then the run end ``expired``, as a paused native execution's do."""
+        if self._state != "running":
+            return
+        expired = error_info(
+            ExecutionExpiredError(
+                f"nobody answered within the pause timeout of {timeout}s",
+                execution_id=self.execution_id,
+            )
+        )
+        self._questions.close_all("expired", expired)
+        self.finish_nowait("expired", error=expired)
 
     def _close_open_parts(self, status: ExecutionStatus) -> None:
         """Close what is still open ``cancelled``: children, calls, questions. After an

@@ -78,12 +78,13 @@ class TrackedQuestions:
 
     def cancel_all(self) -> None:
         """Resolve every open question ``cancelled`` (the execution is finishing)."""
+        self.close_all("cancelled", CANCELLED)
+
+    def close_all(self, status: InteractionStatus, error: ErrorInfo) -> None:
+        """Resolve every open question ``status`` (``cancelled``, ``expired``), with ``error``."""
         for interaction_id, still_open in self._open.items():
             if still_open:
                 self._open[interaction_id] = False
                 self._emitter.interaction_resolved(
-                    interaction_id=interaction_id,
-                    status="cancelled",
-                    response=None,
-                    error=CANCELLED,
+                    interaction_id=interaction_id, status=status, response=None, error=error
                 )

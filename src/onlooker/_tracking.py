@@ -7,6 +7,7 @@ from typing import Final, final
 
 from pydantic import JsonValue
 
+from ._deadlines import PauseDeadlines
 from ._events import Attribution, ErrorInfo, Trigger
 from ._lifecycle import Runtime
 from ._scope import _Scoped
@@ -56,18 +57,36 @@ class ExecutionIds:
 
 
 @final
+class _Unanswered:
+    """A tracked run paused for a person's answers, as the engine's pause timer sees it."""
+
+    __slots__ = ("run", "timeout")
+
+    def __init__(self, run: TrackedExecution, timeout: float) -> None:
+        self.run = run
+        self.timeout = timeout
+
+    def expire(self) -> None:
+        self.run._expire(self.timeout)
+
+
+@final
 class TrackedRuns:
     """Open tracked executions (children too), the open roots, and recently closed ids.
 
     The engine finishes the open roots when it closes (which closes their
-    children), and refuses to reuse an open or recently closed id.
+    children), and refuses to reuse an open or recently closed id. A run an
+    adapter paused (its framework waits for a person) expires, as a paused
+    native execution does, when nobody resumes it within the pause timeout.
     """
 
-    __slots__ = ("_ids", "_roots")
+    __slots__ = ("_deadlines", "_ids", "_paused", "_roots")
 
-    def __init__(self, *, keep_closed: int) -> None:
+    def __init__(self, *, keep_closed: int, deadlines: PauseDeadlines) -> None:
         self._ids = ExecutionIds(keep_closed=keep_closed)
         self._roots: dict[str, TrackedExecution] = {}
+        self._deadlines = deadlines
+        self._paused: dict[str, _Unanswered] = {}  # by execution id
 
     def is_open(self, execution_id: str) -> bool:
         """Whether a tracked execution with this id is running."""
@@ -87,6 +106,24 @@ class TrackedRuns:
         """``run`` has finished: its id stays taken while among the last ``keep_closed``."""
         self._ids.closed(run.execution_id)
         self._roots.pop(run.execution_id, None)
+        if self._paused:
+            self.resumed(run)
+
+    def paused(self, run: TrackedExecution, timeout: float | None) -> None:
+        """``run`` waits for answers: it expires in ``timeout`` seconds (``None``: never)
+        unless it resumes or finishes first. Pausing a paused run restarts its clock."""
+        self.resumed(run)
+        if timeout is None or not (run.started and not run.finished):
+            return
+        waiter = self._paused[run.execution_id] = _Unanswered(run, timeout)
+        self._deadlines.add(waiter, timeout)
+
+    def resumed(self, run: TrackedExecution) -> None:
+        """``run`` goes on (or has finished): it no longer expires."""
+        waiter = self._paused.get(run.execution_id)
+        if waiter is not None and waiter.run is run:
+            del self._paused[run.execution_id]
+            self._deadlines.discard(waiter, waiter.timeout)
 
     def close_all(self) -> None:
         """The engine is closing: finish every open root (so its children) ``cancelled``.

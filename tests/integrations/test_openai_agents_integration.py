@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from agents import (
     Agent,
@@ -1072,6 +1073,71 @@ class TestApprovals:
             assert calls == []
         check_stream(recorder.events)
 
+    @pytest.mark.parametrize(
+        ("processor", "before"),
+        [(True, False), (False, True)],
+        ids=["processor", "guarded-before"],
+    )
+    async def test_a_paused_run_nobody_resumes_expires_after_the_pause_timeout(
+        self, processor: bool, before: bool, check_stream: Check
+    ) -> None:
+        """As a paused native execution: the question and the run end ``expired`` (a held
+        call ``cancelled``); a later resume of that state is an execution of its own."""
+        ran: list[int] = []
+        recorder = RecordingObserver()
+        ended = anyio.Event()
+
+        def on_end(event: onlooker.ExecutionEvent) -> None:
+            if isinstance(event, ExecutionFinished):
+                ended.set()
+
+        async with onlooker.ExecutionEngine(pause_timeout=0.05) as engine:
+            engine.bus.subscribe(recorder)
+            engine.bus.subscribe(on_end)
+            if processor:
+                set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks, guard = OnlookerRunHooks(engine), tool_guardrail(engine)
+
+            @function_tool(needs_approval=True, tool_input_guardrails=[guard])
+            def pay(amount: int) -> str:
+                """Pay an amount."""
+                ran.append(amount)
+                return f"paid {amount}"
+
+            model = ScriptedModel(
+                [[function_call("pay", {"amount": 5}, call_id="call_1")], [assistant_message("ok")]]
+            )
+            agent = Agent(name="payer", model=model, tools=[pay])
+            config = RunConfig(
+                tool_execution=ToolExecutionConfig(pre_approval_tool_input_guardrails=before)
+            )
+            result = await Runner.run(agent, "pay 5", hooks=hooks, run_config=config)
+            [item] = result.interruptions
+            with anyio.fail_after(5):
+                await ended.wait()
+            [answer] = recorder.of(InteractionResolved)
+            assert answer.status == "expired"
+            [end] = recorder.of(ExecutionFinished)
+            assert end.status == "expired"
+            assert end.error is not None and end.error.type == "ExecutionExpiredError"
+            calls = [(e.tool_call_id, e.status) for e in recorder.of(ToolCallFinished)]
+            assert calls == ([("call_1", "cancelled")] if before else [])
+
+            state = result.to_state()
+            state.approve(item)
+            resumed = await Runner.run(agent, state, hooks=hooks, run_config=config)
+            assert resumed.final_output == "ok"
+
+        assert ran == [5]
+        starts = recorder.of(ExecutionStarted)
+        assert len(starts) == 2  # the late resume is an execution of its own
+        assert [e.status for e in recorder.of(ExecutionFinished)] == ["expired", "completed"]
+        late = [
+            e for e in recorder.of(ToolCallFinished) if e.execution_id == starts[1].execution_id
+        ]
+        assert [(e.tool_call_id, e.status) for e in late] == [("call_1", "completed")]
+        check_stream(recorder.events)
+
     async def test_an_always_approve_resumes_only_its_own_run(self, check_stream: Check) -> None:
         """``approve(item, always_approve=True)`` answers every call of the tool: another
         run paused on it was taken for the one resumed (its question accepted, this
@@ -1139,6 +1205,7 @@ class TestApprovals:
 
         gone = await closed_engine()
         gc.collect()
+        gc.collect()  # a cycle holding objects with finalizers may need a second pass
         assert gone() is None
 
     async def test_a_call_the_pre_hooks_refuse_before_the_approval_is_never_asked(

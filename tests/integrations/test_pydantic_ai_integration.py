@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from pydantic import BaseModel
 from pydantic_ai import Agent, ApprovalRequired, CallDeferred, ModelRetry, RunContext, ToolFailed
@@ -675,6 +676,101 @@ class TestFrameworkFeatures:
         assert recorder.of(onlooker.InteractionResolved)[0].status == "cancelled"
         assert recorder.of(ExecutionFinished)[0].status == "cancelled"
 
+    @pytest.mark.parametrize("deferral", ["requires_approval", "ApprovalRequired"])
+    async def test_a_paused_run_nobody_resumes_expires_after_the_pause_timeout(
+        self, deferral: str, check_stream: Check
+    ) -> None:
+        """As a paused native execution: the question and the run end ``expired`` (a held
+        call ``cancelled``), and a later resume of that history is a new execution."""
+        script = Script(ToolCallPart("pay", {"amount": 5}, tool_call_id="p1"), "over")
+        recorder = RecordingObserver()
+        expired = anyio.Event()
+
+        def on_end(event: onlooker.ExecutionEvent) -> None:
+            if isinstance(event, ExecutionFinished):
+                expired.set()
+
+        async with onlooker.ExecutionEngine(pause_timeout=0.05) as engine:
+            engine.bus.subscribe(recorder, name="recorder")
+            engine.bus.subscribe(on_end, name="on_end")
+            agent: Agent[None, str | DeferredToolRequests] = Agent(
+                script.model(),
+                name="payer",
+                capabilities=[OnlookerCapability(engine)],
+                output_type=[str, DeferredToolRequests],
+            )
+
+            if deferral == "requires_approval":
+
+                @agent.tool_plain(requires_approval=True)
+                def pay(amount: int) -> str:
+                    return f"paid {amount}"
+
+            else:
+
+                @agent.tool
+                def pay(ctx: RunContext[None], amount: int) -> str:
+                    if not ctx.tool_call_approved:
+                        raise ApprovalRequired()
+                    return f"paid {amount}"
+
+            first = await agent.run("pay")
+            assert isinstance(first.output, DeferredToolRequests)
+            with anyio.fail_after(5):
+                await expired.wait()
+            (question,) = recorder.of(onlooker.InteractionResolved)
+            assert question.status == "expired"
+            assert question.error is not None
+            assert question.error.type == "ExecutionExpiredError"
+            (end,) = recorder.of(ExecutionFinished)
+            assert end.status == "expired"
+            assert end.error is not None
+            assert "pause timeout of 0.05s" in end.error.message
+            if deferral == "ApprovalRequired":  # the call the tool held
+                assert recorder.of(ToolCallFinished)[0].status == "cancelled"
+            second = await agent.run(
+                message_history=first.all_messages(),
+                deferred_tool_results=DeferredToolResults(approvals={"p1": True}),
+            )
+            assert second.output == "over"
+
+        check_stream(recorder.events)
+        starts = recorder.of(ExecutionStarted)
+        assert len(starts) == 2  # the late resume is an execution of its own
+        assert [e.status for e in recorder.of(ExecutionFinished)] == ["expired", "completed"]
+        assert recorder.of(ExecutionFinished)[1].execution_id == starts[1].execution_id
+
+    async def test_a_resumed_run_no_longer_expires(self, check_stream: Check) -> None:
+        """The clock stops at the resume: a resumed run slower than the pause timeout ends
+        as it ends (``completed``), not ``expired``."""
+        script = Script(ToolCallPart("pay", {"amount": 5}, tool_call_id="p1"), "over")
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine(pause_timeout=0.05) as engine:
+            engine.bus.subscribe(recorder, name="recorder")
+            agent: Agent[None, str | DeferredToolRequests] = Agent(
+                script.model(),
+                name="payer",
+                capabilities=[OnlookerCapability(engine)],
+                output_type=[str, DeferredToolRequests],
+            )
+
+            @agent.tool_plain(requires_approval=True)
+            async def pay(amount: int) -> str:
+                await anyio.sleep(0.3)  # six pause timeouts
+                return f"paid {amount}"
+
+            first = await agent.run("pay")
+            assert isinstance(first.output, DeferredToolRequests)
+            second = await agent.run(
+                message_history=first.all_messages(),
+                deferred_tool_results=DeferredToolResults(approvals={"p1": True}),
+            )
+            assert second.output == "over"
+
+        check_stream(recorder.events)
+        assert [e.status for e in recorder.of(ExecutionFinished)] == ["completed"]
+        assert recorder.of(onlooker.InteractionResolved)[0].status == "accepted"
+
     @pytest.mark.parametrize("decision", ["approve", "deny", "external", "external-failure"])
     async def test_a_decision_taken_inline_answers_the_question(
         self, decision: str, check_stream: Check
@@ -1014,4 +1110,5 @@ class TestPausedRegistry:
 
         gone = await closed_engine()
         gc.collect()
+        gc.collect()  # a cycle holding objects with finalizers may need a second pass
         assert gone() is None

@@ -301,6 +301,7 @@ class State:
             if not any(k[0] == run.key[0] for k in self.runs):
                 self.pinned.pop(run.key[0], None)
         run.key, run.agent, run.handoff = key, agent, False
+        self.engine._tracked_resumed(run.track)
         self.runs[key] = run
         self.pinned[key[0]] = context.usage
         for call_id, tool_name in self.awaited(run).items():
@@ -328,11 +329,13 @@ class State:
 
     async def pause(self, run: Run) -> None:
         """Record the questions of a run the SDK interrupted for approvals; it stays open
-        until the ``Runner.run`` that resumes it ends (or the engine closes)."""
+        until the ``Runner.run`` that resumes it ends, the engine's ``pause_timeout``
+        expires it, or the engine closes."""
         for call_id, tool_name in self.awaited(run).items():
             if call_id not in run.asked:
                 interaction_id = await run.track.interaction_started(asks(tool_name, call_id))
                 run.asked[call_id] = Approval(tool_name, interaction_id, None)
+        self.engine._tracked_paused(run.track)
 
     def forget(self, run: Run) -> None:
         if self.runs.get(run.key) is run:
@@ -423,6 +426,7 @@ class State:
         run.calls[entry.call.tool_call_id] = entry
         interaction_id = await run.track.interaction_started(asks(entry.tool_name, call_id))
         run.asked[call_id] = Approval(entry.tool_name, interaction_id, entry)
+        self.engine._tracked_paused(run.track)
 
     def approved(self, entry: Call, context: ToolContext[Any]) -> None:
         """The held call runs now that the person approved it: its span and hooks close it."""

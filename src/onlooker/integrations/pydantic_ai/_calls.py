@@ -193,10 +193,12 @@ def _open(entry: _Paused) -> TrackedExecution | None:
 def pause(
     engine: ExecutionEngine, run: TrackedExecution, state: RunState, run_id: str | None
 ) -> None:
-    """Keep ``run`` open, awaiting its questions' answers, for the run that resumes it."""
+    """Keep ``run`` open, awaiting its questions' answers, for the run that resumes it
+    (until the engine's ``pause_timeout`` expires it)."""
     paused = _paused(engine)
     paused[:] = [entry for entry in paused if _open(entry) is not None]
     paused.append(_Paused(run, state, run_id))
+    engine._tracked_paused(run)
 
 
 def resumed(
@@ -220,6 +222,7 @@ def resumed(
         run = _open(entry)
         if run is not None and awaited and awaited.items() <= calls.items():
             paused.remove(entry)
+            engine._tracked_resumed(run)
             return run, entry.state
     return None
 
