@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import onlooker
@@ -270,6 +271,39 @@ class TestFailures:
         (gap,) = report.notes
         assert gap["kind"] == "gap" and "No space left" in gap["error"] and gap["dropped"] == 0
         assert next(audit.tail(session)).execution_id == result.execution_id
+
+    async def test_a_session_lock_held_for_ever_cannot_hang_the_close(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Another writer of the session (a hung hook process) holds its lock for ever: the
+        plugin's writes wait 5 s for it (the CLI hook's wait), then count as refused."""
+        import threading
+
+        from onlooker._shared import lock_file
+        from onlooker.plugins.audit import _plugin
+
+        monkeypatch.setattr(_plugin, "_LOCK_SECONDS", 0.2)
+        (tmp_path / "s1").mkdir()
+        held = os.fdopen(os.open(tmp_path / "s1" / ".lock", os.O_RDWR | os.O_CREAT), "r+b")
+        lock_file(held.fileno())
+        # Let go after 30 s: a close that waits for the lock then ends, late (and fails here).
+        release = threading.Timer(30.0, held.close)
+        release.start()
+        try:
+            plugin = audit.plugin(directory=tmp_path, session_id="s1")
+            engine = onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin])
+            with anyio.fail_after(15):
+                async with engine:
+                    result = await engine.execute(program)
+                    trail = engine.extension(plugin)
+        finally:
+            release.cancel()
+            held.close()
+        assert result.status == "completed"
+        stats = trail.statistics()
+        assert stats.errors >= 1 and stats.written == 0
+        assert stats.dropped == 18 and stats.pending == 0  # counted, never lost silently
+        assert "stayed taken" in trail.error_path.read_text()
 
     async def test_an_unwritable_directory_loses_the_execution_nothing(
         self, tmp_path: Path

@@ -43,6 +43,10 @@ _RETRY_SECONDS: Final = 0.5  # first retry after a failure; doubles up to the ma
 _MAX_RETRY_SECONDS: Final = 30.0
 _GATHER_SECONDS: Final = 0.001  # woken from idle, the thread waits this long for more events
 _STALL_SECONDS: Final = 1.0  # an emitter waits no longer for a thread that writes nothing
+_LOCK_SECONDS = 5.0
+"""How long a write waits for the session's lock that another writer holds (a hung hook
+process, a stopped one): then it fails and is retried as a refused write is, so a lock held
+for ever can neither stop the trail for good nor hang the engine's close (the CLI hook's wait)."""
 _logger: Final = logging.getLogger("onlooker.plugins.audit")
 
 
@@ -101,6 +105,7 @@ class AuditTrail:
             fsync=fsync,
             redactor=redactor,
             max_value_chars=max_value_chars,
+            lock_timeout=_LOCK_SECONDS,
         )
         self._encoder = EventEncoder(self._writer.redactor, max_value_chars)
         self._pending: deque[ExecutionEvent] = deque()
