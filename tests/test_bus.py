@@ -1214,3 +1214,42 @@ class TestOneGuard:
         stats = engine.bus.statistics()
         assert stats.errors_by_observer == {"bad-scope": 10}
         assert scope.errors == 10
+
+
+class TestDisposedAsyncObserversAreReleased:
+    """A long-lived engine whose async observers come and go (one per request, say) keeps
+    none of them once disposed and drained: not the observer, not its queue."""
+
+    @pytest.mark.parametrize("plain_callable", [False, True])
+    async def test_subscribe_and_dispose_many_times(self, plain_callable: bool) -> None:
+        import gc
+        import weakref
+
+        class Counting:
+            def __init__(self) -> None:
+                self.seen = 0
+
+            async def handle(self, e: ExecutionEvent) -> None:
+                self.seen += 1
+
+        async def program(ctx: ExecutionContext) -> None:
+            return None
+
+        refs: list[weakref.ref[Counting]] = []
+        async with ExecutionEngine() as engine:
+            for _ in range(50):
+                observer = Counting()
+                refs.append(weakref.ref(observer))
+                target: Any = (lambda e, o=observer: o.handle(e)) if plain_callable else observer
+                subscription = engine.bus.subscribe(target, name="per-request")
+                await engine.execute(program)
+                await engine.bus.flush()
+                assert observer.seen == 2
+                subscription.dispose()
+                del observer, target, subscription
+            await wait_all_tasks_blocked()  # the disposed workers end
+            gc.collect()
+            alive = sum(ref() is not None for ref in refs)
+            assert alive == 0, f"{alive} of 50 disposed async observers are still held by the bus"
+            assert engine.bus.statistics().subscribers == 0
+            await engine.bus.flush()  # still works, and the bus still closes cleanly

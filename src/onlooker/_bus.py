@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -465,6 +466,11 @@ class EventBus:
     def _maybe_drained(self) -> None:
         if self._drained is not None and self._is_drained():
             self._wake_flush()
+
+    def _forget(self, queue: AsyncQueue) -> None:
+        """Drop a queue whose worker has ended with nothing left (disposed and drained)."""
+        with suppress(ValueError):
+            self._queues.remove(queue)
 
     def _count_dropped(self, name: str, reason: DropReason, count: int = 1) -> None:
         self._dropped[name] = self._dropped.get(name, 0) + count

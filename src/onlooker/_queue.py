@@ -171,6 +171,12 @@ class AsyncQueue:
         with anyio.CancelScope() as self.worker:
             try:
                 await self._work()
+                # Disposed and drained (or retired): the bus has nothing left to flush, retire
+                # or hand over here. Let it forget this queue, with the observer and the last
+                # event it handled: a long-lived engine whose observers come and go must not
+                # keep one queue per subscription for ever.
+                self.holding = None
+                self.bus._forget(self)
             except BaseException as exc:
                 if (
                     isinstance(exc, anyio.get_cancelled_exc_class())
