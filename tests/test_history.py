@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import sqlalchemy as sa
 
@@ -526,6 +527,25 @@ class TestUnreachable:
         message = str(info.value)
         assert "alice:***@127.0.0.1:1/nodb" in message
         assert "Connection refused" in message and "***erver" not in message
+
+    async def test_a_server_that_never_answers_is_an_error_not_a_hang(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A stopped or hung PostgreSQL (here a socket that accepts and never answers):
+        opening the store waited for ever, the engine's start too, deaf to cancellation."""
+        import socket
+
+        from onlooker.plugins.history import _db
+
+        monkeypatch.setattr(_db, "_CONNECT_TIMEOUT", 2)  # libpq's smallest
+        monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+        with socket.create_server(("127.0.0.1", 0), backlog=8) as deaf:
+            port = deaf.getsockname()[1]
+            url = f"postgresql+psycopg://alice@127.0.0.1:{port}/nodb"
+            with anyio.fail_after(20), pytest.raises(onlooker.HistoryError) as info:
+                async with history.open(url):
+                    pass
+        assert "timeout" in str(info.value).lower()
 
     def test_a_password_is_hidden_wherever_it_stands_alone(self) -> None:
         from onlooker.plugins.history._db import _alone

@@ -1221,6 +1221,68 @@ class TestLockedDatabase:
         finally:
             cluster.drop_database(url)
 
+    async def test_a_postgresql_server_that_stops_answering_cannot_hold_the_close(
+        self, tmp_path: Path
+    ) -> None:
+        """The session's server process stopped (SIGSTOP: a hung server, the connection
+        open): the close waited for the writer thread for ever. Now it leaves the thread
+        behind after ``shutdown_timeout`` and spills what it had not written; nothing is
+        lost: the next start drains the spill file."""
+        import signal
+
+        import psycopg
+
+        cluster = postgres.cluster_or_skip()
+        url = cluster.create_database()
+        name = url.rsplit("/", 1)[1]
+        spill = tmp_path / "spill.jsonl"
+        stopped: list[int] = []
+        try:
+            plugin = history.plugin(url, spill_path=spill, retry_delays=FAST)
+            recorder = onlooker.testing.RecordingObserver()
+            with anyio.fail_after(30):
+                async with onlooker.ExecutionEngine(
+                    tools=[add], plugins=[plugin], shutdown_timeout=1.0
+                ) as engine:
+                    engine.bus.subscribe(recorder)
+                    await engine.execute(one_call)
+                    await engine.extension(plugin).flush()
+                    with psycopg.connect(
+                        host="127.0.0.1", port=cluster.port, user="postgres", dbname="postgres"
+                    ) as admin:
+                        rows = admin.execute(
+                            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (name,)
+                        ).fetchall()
+                    for (pid,) in rows:
+                        os.kill(pid, signal.SIGSTOP)
+                        stopped.append(pid)
+                    assert stopped
+                    await engine.execute(one_call)
+                    await engine.execute(one_call)
+            assert spill.is_file()  # what the stuck writer had not written
+            writer = engine.extension(plugin)._writer
+            assert writer is not None and writer.left_behind
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
+        await anyio.to_thread.run_sync(writer._thread.join, 20)  # it ends, and closes its pool
+        assert not writer._thread.is_alive()
+        try:
+            async with onlooker.ExecutionEngine(
+                plugins=[history.plugin(url, spill_path=spill, retry_delays=FAST)]
+            ):
+                pass  # the start drains the spill file
+            async with history.open(url) as store:
+                stored = {
+                    event.event_id
+                    for execution in await store.list_executions()
+                    for event in await store.events(execution.execution_id)
+                }
+            assert stored == {event.event_id for event in recorder.events}
+            assert not spill.exists()
+        finally:
+            cluster.drop_database(url)
+
 
 class TestLoneSurrogates:
     """An undecodable file name (a lone surrogate) is no poison: stored escaped, read back."""

@@ -91,10 +91,13 @@ class TestExtensions:
 
     async def test_plugin_context(self) -> None:
         plugin = counter_plugin("ctx-check")
-        async with ExecutionEngine(tools=[write_file, read_file, edit_file], plugins=[plugin]) as e:
+        async with ExecutionEngine(
+            tools=[write_file, read_file, edit_file], plugins=[plugin], shutdown_timeout=7.5
+        ) as e:
             context = e.extension(plugin).context
             assert context is not None
             assert context.plugin_id == context.id == "ctx-check"
+            assert context.shutdown_timeout == 7.5  # what a teardown waiting on I/O is bounded by
             assert isinstance(context.logger, logging.Logger)
             assert context.logger.name == "onlooker.plugins.ctx-check"
             assert context.bus is e.bus

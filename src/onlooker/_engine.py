@@ -148,7 +148,12 @@ class ExecutionEngine:
         try:
             self._stack = AsyncExitStack()
             extra_hooks = await install_plugins(
-                self._plugins, self._extensions, tools=self._tools, bus=self.bus, stack=self._stack
+                self._plugins,
+                self._extensions,
+                tools=self._tools,
+                bus=self.bus,
+                stack=self._stack,
+                shutdown_timeout=self.shutdown_timeout,
             )
             self._runtime.hooks.replace(self._own_hooks + tuple(extra_hooks))
             self.bus._start(task_group)

@@ -24,6 +24,7 @@ async def install_plugins(
     tools: ToolRegistry,
     bus: EventBus,
     stack: AsyncExitStack,
+    shutdown_timeout: float,
 ) -> list[HookMatcher]:
     """Start each plugin in order; return the hooks they add.
 
@@ -36,7 +37,7 @@ async def install_plugins(
     hooks: list[HookMatcher] = []
     for plugin in plugins:
         try:
-            ext = await _extension(plugin, tools, bus, stack)
+            ext = await _extension(plugin, tools, bus, stack, shutdown_timeout)
             extensions[plugin.id] = ext
             if plugin.observer is not None:
                 bus.subscribe(
@@ -68,7 +69,11 @@ def _check_ids(plugins: Sequence[Plugin[Any]]) -> None:
 
 
 async def _extension(
-    plugin: Plugin[Any], tools: ToolRegistry, bus: EventBus, stack: AsyncExitStack
+    plugin: Plugin[Any],
+    tools: ToolRegistry,
+    bus: EventBus,
+    stack: AsyncExitStack,
+    shutdown_timeout: float,
 ) -> Any:
     if plugin.extension is None:
         return None
@@ -77,6 +82,7 @@ async def _extension(
         logger=logging.getLogger(f"onlooker.plugins.{plugin.id}"),
         tools=tools,
         bus=bus,
+        shutdown_timeout=shutdown_timeout,
     )
     ext = plugin.extension(context)
     if hasattr(ext, "__aenter__") and hasattr(ext, "__aexit__"):  # awaitable too, maybe

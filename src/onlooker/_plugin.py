@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar, final, overload
 
 from ._bus import (
     DEFAULT_QUEUE_SIZE,
+    DEFAULT_SHUTDOWN_TIMEOUT,
     DEFAULT_STALL_TIMEOUT,
     EventBus,
     Overflow,
@@ -37,6 +38,9 @@ class PluginContext:
     tools: ToolRegistry
     """The engine's tools: name, description, ``mutating``, ``reads`` / ``writes`` / ``edits``."""
     bus: EventBus
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
+    """The engine's ``shutdown_timeout``: a teardown that can wait on I/O (a store's drain)
+    bounds its wait by it, so that a hung disk or server cannot hold the engine's close."""
 
     @property
     def id(self) -> str:

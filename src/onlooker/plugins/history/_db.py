@@ -53,6 +53,10 @@ _logger: Final = logging.getLogger("onlooker.plugins.history")
 DEFAULT_PATH: Final = Path(".onlooker") / "history.db"
 _LOCK_TIMEOUT: Final = 5.0
 """Seconds a write waits for a lock another connection holds (SQLite and PostgreSQL)."""
+_CONNECT_TIMEOUT = 10
+"""Seconds connecting to PostgreSQL may take (libpq's ``connect_timeout``, unless the URL or
+``PGCONNECT_TIMEOUT`` gives one): a server that accepts and never answers (stopped, hung)
+is then an error, not a wait for ever."""
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")  # a password may hold "/" (base64)
 _QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)  # libpq's too
 
@@ -193,6 +197,8 @@ def _create_engine(url: URL, read_only: bool, *, pre_ping: bool = True) -> Engin
         ]
     )
     connect_args = {"options": options}
+    if "connect_timeout" not in url.query and "PGCONNECT_TIMEOUT" not in os.environ:
+        connect_args["connect_timeout"] = _CONNECT_TIMEOUT
     return sa.create_engine(
         url,
         pool_pre_ping=pre_ping,

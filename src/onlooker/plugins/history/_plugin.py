@@ -117,8 +117,9 @@ async def _running(settings: _Settings, ctx: PluginContext) -> AsyncIterator[His
         yield store
     finally:
         with anyio.CancelScope(shield=True):
-            await writer.aclose()
-            await store._aclose()
+            await writer.aclose(ctx.shutdown_timeout)
+            if not writer.left_behind:  # else the writer closes the database when it is done
+                await store._aclose()
 
 
 def _observer(store: HistoryStore) -> BatchWriter:

@@ -23,7 +23,12 @@ What can go wrong, and what happens then:
   a string that cannot be encoded): see ``_isolate.py``; an event that
   cannot be redacted or serialized goes to the dead-letter file at once;
 - the SQLite file was removed or replaced: the database reopens it (see
-  ``_db.py``) and the batch lands in the new file.
+  ``_db.py``) and the batch lands in the new file;
+- the database never answers (a stopped or hung server) when the engine
+  closes: after the engine's ``shutdown_timeout`` the close leaves the
+  thread behind and spills what it has not written (the batch it is
+  writing too: writes are idempotent by event id, so a batch both written
+  late and spilled is stored once).
 
 A thread (rather than a task) keeps the writer independent of the engine's
 task group and cancel scopes: the engine closes plugins inside a shielded
@@ -142,6 +147,10 @@ class BatchWriter:
         self._cooldown = 0.0
         self._degraded_until: float | None = None
         self._spill_dirty = False
+        self._in_flight: list[Stored] | None = None  # the batch being written, for an abandon
+        self._finished = False  # the thread is done (set under the lock)
+        self._abandoned = False  # the close went on without the thread (set under the lock)
+        self._unsaved = 0  # events an abandon took and has not yet put in a spill file
         self._thread = threading.Thread(
             target=self._run, name=f"onlooker history writer ({db.masked_url})", daemon=True
         )
@@ -191,16 +200,78 @@ class BatchWriter:
         """Start the writer thread."""
         self._thread.start()
 
-    async def aclose(self) -> None:
-        """Write (or spill) everything accepted, then stop the thread."""
+    async def aclose(self, grace: float | None = None) -> None:
+        """Write (or spill) everything accepted, then stop the thread.
+
+        A thread still writing after ``grace`` seconds (a database that
+        never answers) is left behind: what it has not written is spilled.
+        """
         with self._lock:
             self._closing = True
             self._wakeup.notify()
-        if self._thread.is_alive():
-            await anyio.to_thread.run_sync(self._thread.join)
+        if not self._thread.is_alive():
+            return
+        await anyio.to_thread.run_sync(self._thread.join, grace)
+        if self._thread.is_alive() and grace is not None:
+            with anyio.move_on_after(grace) as spilling:  # a drain stuck with the file's lock
+                await anyio.to_thread.run_sync(self._abandon, grace, abandon_on_cancel=True)
+            if spilling.cancelled_caught:
+                self._logger.critical(
+                    "history: the writer to %s is stuck and its spill file %s stayed locked "
+                    "for %g s: %d events are lost unless the writer finishes before the "
+                    "process exits",
+                    self._db.masked_url,
+                    self._spill.path,
+                    grace,
+                    self._unsaved,
+                )
+
+    @property
+    def left_behind(self) -> bool:
+        """Whether the close went on without the thread (which then closes the database)."""
+        return self._abandoned
 
     def _running(self) -> bool:
         return self._thread.is_alive()
+
+    def _abandon(self, waited: float) -> None:
+        """The close waited ``waited`` s for a writer stuck in the database: spill the events
+        it has not written (it may still write them: they are then stored once)."""
+        with self._lock:
+            if self._finished:  # it finished meanwhile: nothing is left to spill
+                return
+            self._abandoned = True
+            taken = list(self._buffer)
+            self._buffer.clear()
+            writing = list(self._in_flight or ())
+        self._unsaved = len(writing) + len(taken)
+        ready = writing + (self._scrubber.prepare(taken, self._dead) if taken else [])
+        self._logger.error(
+            "history: the writer to %s has not finished %g s into the close (the database "
+            "does not answer); it is left behind, and the %d events it has not written go "
+            "to %s",
+            self._db.masked_url,
+            waited,
+            len(ready),
+            self._spill.path,
+        )
+        self._spilled += self._keep_or_lose(ready)
+        self._unsaved = 0
+
+    def _keep_or_lose(self, held: list[Stored]) -> int:
+        """At close: ``held`` to a spill file, else counted and reported lost; returns how
+        many a spill file took."""
+        kept = self._spill.append(held)
+        lost = self._spill.take_memory()
+        if lost:
+            self._dropped_at_close += len(lost)
+            self._logger.critical(
+                "history: %d events lost at close: neither %s nor any spill file (%s) takes writes",
+                len(lost),
+                self._db.masked_url,
+                ", ".join(str(file.path) for file in self._spill.files),
+            )
+        return max(0, kept - len(lost))
 
     def _wait_for_room(self) -> None:
         """Backpressure: the writer is far behind; wait until it has caught up halfway.
@@ -248,6 +319,14 @@ class BatchWriter:
                 self._handled += len(batch)
                 self._progress.notify_all()
         self._last_chance()
+        with self._lock:
+            self._finished = True
+            left_behind = self._abandoned
+        if left_behind:  # the store's close went on without us: closing the database is ours
+            try:
+                self._db.dispose()
+            except Exception as exc:
+                self._logger.warning("history: closing %s: %s", self._db.masked_url, describe(exc))
 
     def _next_batch(self) -> list[ExecutionEvent] | None:
         """The next batch: full, or what came within the flush interval; ``None`` at close."""
@@ -285,10 +364,13 @@ class BatchWriter:
                 attempts: tuple[float, ...] = ()  # one probe while the database seems down
             else:
                 attempts = self._retry_delays
+            self._in_flight = ready
             self._attempt(ready, attempts)
         except Exception as exc:  # a bug here must never lose the batch
             self._logger.exception("history: writer failed on a batch: %s", exc)
             self._to_spill(ready)
+        finally:
+            self._in_flight = None
 
     def _attempt(self, ready: list[Stored], attempts: tuple[float, ...]) -> None:
         """Write ``ready``, retrying after each of ``attempts``; spill what is still refused."""
@@ -360,13 +442,4 @@ class BatchWriter:
             return
         except Exception as exc:
             self._logger.warning("history: at close, %s", describe(exc))
-        self._spill.append(held)
-        lost = self._spill.take_memory()
-        if lost:
-            self._dropped_at_close += len(lost)
-            self._logger.critical(
-                "history: %d events lost at close: neither %s nor any spill file (%s) takes writes",
-                len(lost),
-                self._db.masked_url,
-                ", ".join(str(file.path) for file in self._spill.files),
-            )
+        self._keep_or_lose(held)
