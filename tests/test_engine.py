@@ -1209,6 +1209,37 @@ class TestShutdownTimeout:
         (record,) = [r for r in caplog.records if "shutdown timeout" in r.getMessage()]
         assert "hung" in record.getMessage() and "6" in record.getMessage()
 
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # asyncio's native cancellation
+    async def test_a_native_cancellation_during_the_close_still_flushes(
+        self, caplog: pytest.LogCaptureFixture, check_stream: Check
+    ) -> None:
+        """``asyncio.run``'s Ctrl-C (or ``asyncio.timeout``) cancels the closing task, which
+        anyio's shield does not keep out: the flush stopped there, and a healthy observer's
+        waiting events were dropped as if the shutdown timeout had run out. Now the close
+        goes on to its own bound and the cancellation comes out after it."""
+        import asyncio
+
+        seen = RecordingObserver()
+
+        async def slow(event: ExecutionEvent) -> None:
+            await anyio.sleep(0.02)
+            seen.handle(event)
+
+        task = asyncio.current_task()
+        assert task is not None
+        with pytest.raises(asyncio.CancelledError):
+            async with ExecutionEngine(tools=TOOLS, shutdown_timeout=10) as engine:
+                engine.bus.subscribe(slow, name="slow")
+                for _ in range(4):
+                    await engine.execute(fetch_page_program)
+                # 16 events at 20 ms each: the flush takes 0.3 s, the cancellation comes at 0.05 s
+                asyncio.get_running_loop().call_later(0.05, task.cancel)
+        assert task.cancelling() == 0  # taken, then raised: nothing left pending
+        assert len(seen) == 16
+        check_stream(seen.events)
+        assert engine.bus.statistics().dropped_by_reason == {}
+        assert any("was interrupted (CancelledError)" in r.getMessage() for r in caplog.records)
+
     async def test_aclose_takes_its_own_timeout(self) -> None:
         async def hung(event: ExecutionEvent) -> None:
             await anyio.sleep_forever()

@@ -38,6 +38,7 @@ from reactivex.disposable import Disposable
 from reactivex.subject import Subject
 
 from ._events import ExecutionEvent
+from ._interrupts import Interruption
 from ._observer import (
     ObserverLike,
     Subscriber,
@@ -438,10 +439,23 @@ class EventBus:
         if self._closed:
             return
         task_group = self._task_group
+        interruption = Interruption()
         try:
             if task_group is not None:
-                with anyio.move_on_after(grace):
-                    await self.flush()
+                with anyio.move_on_after(grace) as waited:
+                    while True:
+                        try:
+                            await self.flush()
+                            break
+                        except BaseException as exc:
+                            if waited.cancel_called or not interruption.take(exc):
+                                raise
+                            logger.warning(
+                                "closing the engine was interrupted (%s); the observers' "
+                                "queues are still flushed, for at most %.1f s",
+                                type(exc).__name__,
+                                grace,
+                            )
         finally:  # also when an observer died of a BaseException while its queue was drained
             self._closed = True
             running = [queue for queue in self._queues if queue.running]
@@ -457,6 +471,7 @@ class EventBus:
             self._subject.on_completed()
             self._task_group = None
         self._raise_death()  # one that died while the time ran out
+        interruption.raise_caught()
 
     # -- bookkeeping ---------------------------------------------------------------
 

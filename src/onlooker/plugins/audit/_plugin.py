@@ -24,6 +24,7 @@ import anyio.to_thread
 
 import onlooker
 from onlooker import ExecutionEvent, Plugin, PluginContext
+from onlooker._interrupts import Interruption, join_thread
 from onlooker._shared import DISABLE_VARIABLE as DISABLE_VARIABLE  # re-exported by the package
 from onlooker._shared import audit_disabled
 
@@ -189,7 +190,11 @@ class AuditTrail:
             with self._cond:
                 self._closing = True
                 self._cond.notify_all()
-            await anyio.to_thread.run_sync(thread.join)
+            interruption = Interruption()  # a Ctrl-C meanwhile: raised once the thread is done
+            await join_thread(thread, None, interruption)
+            self._writer.close()
+            interruption.raise_caught()
+            return
         self._writer.close()
 
     # -- the writer thread -------------------------------------------------------------

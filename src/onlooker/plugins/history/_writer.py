@@ -50,6 +50,7 @@ import anyio.to_thread
 
 from onlooker import ExecutionEvent
 
+from ..._interrupts import Interruption, join_thread
 from .._stall import Stall
 from ._db import Database, describe
 from ._isolate import isolate
@@ -211,7 +212,8 @@ class BatchWriter:
             self._wakeup.notify()
         if not self._thread.is_alive():
             return
-        await anyio.to_thread.run_sync(self._thread.join, grace)
+        interruption = Interruption()  # a Ctrl-C meanwhile: raised once the writer is done
+        await join_thread(self._thread, grace, interruption)
         if self._thread.is_alive() and grace is not None:
             with anyio.move_on_after(grace) as spilling:  # a drain stuck with the file's lock
                 await anyio.to_thread.run_sync(self._abandon, grace, abandon_on_cancel=True)
@@ -225,6 +227,7 @@ class BatchWriter:
                     grace,
                     self._unsaved,
                 )
+        interruption.raise_caught()
 
     @property
     def left_behind(self) -> bool:
