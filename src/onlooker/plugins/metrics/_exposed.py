@@ -7,6 +7,8 @@ from types import TracebackType
 from typing import Self, final
 from wsgiref.simple_server import WSGIServer
 
+import anyio
+import anyio.to_thread
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest, start_http_server
 from prometheus_client.registry import Collector
@@ -104,4 +106,7 @@ class Exposed:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        if self._servers:  # a server's shutdown waits for its poll (up to 0.5 s): not on the loop
+            await anyio.to_thread.run_sync(self.close)
+        else:
+            self.close()
