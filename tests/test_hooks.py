@@ -91,6 +91,20 @@ class TestMatching:
         assert HookMatcher(pattern="*_file").matches("read_file", None)
         assert not HookMatcher(pattern="READ").matches("read", None)  # case-sensitive
 
+    def test_the_plan_cache_is_bounded(self) -> None:
+        """A phase made per request (or a tool name a model made up) cached one plan each,
+        for the engine's life."""
+        from onlooker._hooks import MAX_PLANS, HookPlans
+
+        def check(use: ToolUseContext) -> None:
+            return None
+
+        plans = HookPlans([HookMatcher(phases=("deploy",), pre=(check,))])
+        for n in range(MAX_PLANS * 2 + 10):
+            plans.plan("tool", f"request-{n}")
+        assert len(plans._plans) <= MAX_PLANS
+        assert plans.plan("tool", "deploy").pre == ((plans.matchers[0], check),)
+
     def test_phases(self) -> None:
         matcher = HookMatcher(phases=("review", "deploy"))
         assert matcher.matches("any", "review")

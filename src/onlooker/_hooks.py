@@ -224,6 +224,10 @@ def use_context(
     return use
 
 
+MAX_PLANS: Final = 4096
+"""Plans cached per engine at most; past it the cache starts again (it only saves work)."""
+
+
 class HookPlans:
     """The hook plan of every (tool, phase), worked out once and cached (one per engine)."""
 
@@ -252,6 +256,8 @@ class HookPlans:
                     tuple((m, hook) for m in matching for hook in m.pre),
                     tuple((m, hook) for m in matching for hook in m.post),
                 )
+            if len(self._plans) >= MAX_PLANS:  # a phase per request, names a model made up
+                self._plans.clear()
             self._plans[key] = plan
         return plan
 
