@@ -1234,11 +1234,40 @@ class TestShutdownTimeout:
                     await engine.execute(fetch_page_program)
                 # 16 events at 20 ms each: the flush takes 0.3 s, the cancellation comes at 0.05 s
                 asyncio.get_running_loop().call_later(0.05, task.cancel)
-        assert task.cancelling() == 0  # taken, then raised: nothing left pending
+        assert task.uncancel() == 0  # still counted when raised (asyncio.run, timeouts read it)
         assert len(seen) == 16
         check_stream(seen.events)
         assert engine.bus.statistics().dropped_by_reason == {}
         assert any("was interrupted (CancelledError)" in r.getMessage() for r in caplog.records)
+
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # asyncio's native cancellation
+    async def test_a_native_cancellation_during_a_cancelled_blocks_close_goes_on(self) -> None:
+        """The block was cancelled by an anyio scope, then a native cancellation (Ctrl-C)
+        came during the close: the scope took the re-raised cancellation for its own and
+        swallowed it, and the program went on as if Ctrl-C never happened."""
+        import asyncio
+
+        seen = RecordingObserver()
+
+        async def slow(event: ExecutionEvent) -> None:
+            await anyio.sleep(0.02)
+            seen.handle(event)
+
+        task = asyncio.current_task()
+        assert task is not None
+        went_on = False
+        with pytest.raises(asyncio.CancelledError):
+            with anyio.move_on_after(0.05):
+                async with ExecutionEngine(tools=TOOLS, shutdown_timeout=10) as engine:
+                    engine.bus.subscribe(slow, name="slow")
+                    for _ in range(4):
+                        await engine.execute(fetch_page_program)
+                    asyncio.get_running_loop().call_later(0.1, task.cancel)
+                    await anyio.sleep_forever()  # until the scope cancels the block
+            went_on = True
+        assert not went_on
+        assert task.uncancel() == 0
+        assert len(seen) == 16
 
     async def test_aclose_takes_its_own_timeout(self) -> None:
         async def hung(event: ExecutionEvent) -> None:

@@ -33,7 +33,12 @@ class Interruption:
 
     def take(self, exc: BaseException) -> bool:
         """Whether ``exc`` is an interruption from outside the close, and the first: then it
-        is kept (an asyncio task's cancellation request withdrawn) and the step goes on."""
+        is kept and the step goes on.
+
+        An asyncio task's cancellation request stays counted (``cancelling()``): the
+        cancel scopes and ``asyncio.timeout`` blocks around the close read that count to
+        tell it from their own cancellation, and let it through when it is raised.
+        """
         if self.caught is not None:
             return False
         asyncio = sys.modules.get("asyncio")  # not imported: not running on asyncio
@@ -41,7 +46,6 @@ class Interruption:
             task = asyncio.current_task()
             if task is None or not task.cancelling():
                 return False
-            task.uncancel()
         elif not isinstance(exc, KeyboardInterrupt):
             return False
         self.caught = exc
