@@ -854,6 +854,28 @@ class TestClosing:
                 engine._tracked_paused(run)
         assert [e.status for e in recorder.of(ExecutionFinished)] == ["cancelled"]
 
+    async def test_an_observer_giving_up_on_a_paused_runs_end_does_not_hold_the_close(
+        self,
+    ) -> None:
+        """A sync observer's BaseException on the closing event skipped the run's closing
+        bookkeeping: its pause stayed on the engine's timer, which the close waited for."""
+
+        class GivesUp(BaseException):
+            pass
+
+        def strict(event: onlooker.ExecutionEvent) -> None:
+            if isinstance(event, ExecutionFinished):
+                raise GivesUp
+
+        with anyio.fail_after(10), pytest.raises(GivesUp):
+            async with ExecutionEngine(pause_timeout=3600) as engine:
+                run = engine.track("paused")
+                await run.start()
+                await run.interaction_started("approve?")
+                engine._tracked_paused(run)
+                engine.bus.subscribe(strict)
+        assert run.finished and run.status == "cancelled"
+
     async def open_everything(self, run: TrackedExecution) -> dict[str, Any]:
         call = await run.tool_started("t", {}, tool_call_id="open-call")
         done = await run.tool_started("t", {}, tool_call_id="done-call")

@@ -220,14 +220,16 @@ class TrackedExecution:
             status, info = "failed", error_info(aborted)
         self._state = "finished"
         self._status = status
-        self._emitter.execution_finished(
-            status=status,
-            result=result if status == "completed" else None,
-            error=info,
-            duration_ms=(perf_counter() - self._began) * 1000.0,
-        )
-        if self._on_close is not None:
-            self._on_close(self)
+        try:
+            self._emitter.execution_finished(
+                status=status,
+                result=result if status == "completed" else None,
+                error=info,
+                duration_ms=(perf_counter() - self._began) * 1000.0,
+            )
+        finally:  # an observer's BaseException on that event: the run is closed all the same
+            if self._on_close is not None:
+                self._on_close(self)
 
     def _expire(self, timeout: float) -> None:
         """Nobody resumed this paused run within the engine's ``pause_timeout``: its open

@@ -137,6 +137,8 @@ class TrackedRuns:
                 run.finish_nowait("cancelled", error=ENGINE_CLOSED)
             except BaseException as exc:  # re-raised below, after the others are closed
                 first = first or exc
+        for waiter in list(self._paused.values()):  # none should be left: the timer must end
+            self.resumed(waiter.run)
         if first is not None:
             raise first
 

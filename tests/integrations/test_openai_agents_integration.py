@@ -1073,16 +1073,13 @@ class TestApprovals:
             assert calls == []
         check_stream(recorder.events)
 
-    @pytest.mark.parametrize(
-        ("processor", "before"),
-        [(True, False), (False, True)],
-        ids=["processor", "guarded-before"],
-    )
+    @pytest.mark.parametrize("before", [False, True], ids=["guarded-after", "guarded-before"])
     async def test_a_paused_run_nobody_resumes_expires_after_the_pause_timeout(
-        self, processor: bool, before: bool, check_stream: Check
+        self, before: bool, check_stream: Check
     ) -> None:
         """As a paused native execution: the question and the run end ``expired`` (a held
-        call ``cancelled``); a later resume of that state is an execution of its own."""
+        call ``cancelled``); a later resume of that state is an execution of its own. The
+        clock starts when the processor sees the interrupted run end."""
         ran: list[int] = []
         recorder = RecordingObserver()
         ended = anyio.Event()
@@ -1094,8 +1091,7 @@ class TestApprovals:
         async with onlooker.ExecutionEngine(pause_timeout=0.05) as engine:
             engine.bus.subscribe(recorder)
             engine.bus.subscribe(on_end)
-            if processor:
-                set_trace_processors([OnlookerTracingProcessor(engine)])
+            set_trace_processors([OnlookerTracingProcessor(engine)])
             hooks, guard = OnlookerRunHooks(engine), tool_guardrail(engine)
 
             @function_tool(needs_approval=True, tool_input_guardrails=[guard])
@@ -1136,6 +1132,46 @@ class TestApprovals:
             e for e in recorder.of(ToolCallFinished) if e.execution_id == starts[1].execution_id
         ]
         assert [(e.tool_call_id, e.status) for e in late] == [("call_1", "completed")]
+        check_stream(recorder.events)
+
+    async def test_the_pause_clock_starts_when_the_turn_ends(self, check_stream: Check) -> None:
+        """The guardrail holds a call for approval while the same turn runs another, slower
+        than the pause timeout: the run is not paused yet, so that call completes."""
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine(pause_timeout=0.05) as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks, guard = OnlookerRunHooks(engine), tool_guardrail(engine)
+
+            @function_tool(needs_approval=True, tool_input_guardrails=[guard])
+            def pay(amount: int) -> str:
+                """Pay an amount."""
+                return f"paid {amount}"
+
+            @function_tool(tool_input_guardrails=[guard])
+            async def lookup(q: str) -> str:
+                """Look something up, slowly."""
+                await asyncio.sleep(0.3)  # six pause timeouts
+                return "found"
+
+            model = ScriptedModel(
+                [
+                    [
+                        function_call("pay", {"amount": 5}, call_id="c_pay"),
+                        function_call("lookup", {"q": "x"}, call_id="c_look"),
+                    ],
+                    [assistant_message("ok")],
+                ]
+            )
+            agent = Agent(name="payer", model=model, tools=[pay, lookup])
+            config = RunConfig(
+                tool_execution=ToolExecutionConfig(pre_approval_tool_input_guardrails=True)
+            )
+            result = await Runner.run(agent, "go", hooks=hooks, run_config=config)
+            assert result.interruptions
+            await asyncio.sleep(0)  # what the processor deferred lands
+            calls = {e.tool_call_id: e.status for e in recorder.of(ToolCallFinished)}
+            assert calls == {"c_look": "completed"}
         check_stream(recorder.events)
 
     async def test_an_always_approve_resumes_only_its_own_run(self, check_stream: Check) -> None:

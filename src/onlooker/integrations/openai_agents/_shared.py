@@ -426,7 +426,6 @@ class State:
         run.calls[entry.call.tool_call_id] = entry
         interaction_id = await run.track.interaction_started(asks(entry.tool_name, call_id))
         run.asked[call_id] = Approval(entry.tool_name, interaction_id, entry)
-        self.engine._tracked_paused(run.track)
 
     def approved(self, entry: Call, context: ToolContext[Any]) -> None:
         """The held call runs now that the person approved it: its span and hooks close it."""
