@@ -14,12 +14,14 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+import sniffio
 import sqlalchemy as sa
 
 import onlooker
@@ -1237,34 +1239,52 @@ class TestLockedDatabase:
         name = url.rsplit("/", 1)[1]
         spill = tmp_path / "spill.jsonl"
         stopped: list[int] = []
+        plugin = history.plugin(url, spill_path=spill, retry_delays=FAST)
+        recorder = onlooker.testing.RecordingObserver()
+        outcome: dict[str, Any] = {}
+
+        async def stop_the_server_then_close() -> None:
+            async with onlooker.ExecutionEngine(
+                tools=[add], plugins=[plugin], shutdown_timeout=1.0
+            ) as engine:
+                engine.bus.subscribe(recorder)
+                await engine.execute(one_call)
+                await engine.extension(plugin).flush()
+                with psycopg.connect(
+                    host="127.0.0.1", port=cluster.port, user="postgres", dbname="postgres"
+                ) as admin:
+                    rows = admin.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = %s", (name,)
+                    ).fetchall()
+                for (pid,) in rows:
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+                await engine.execute(one_call)
+                await engine.execute(one_call)
+            outcome["writer"] = engine.extension(plugin)._writer
+
+        def in_its_own_thread(backend: str) -> None:  # a close that hangs then fails the test
+            try:
+                anyio.run(stop_the_server_then_close, backend=backend)
+            except BaseException as exc:
+                outcome["error"] = exc
+
+        thread = threading.Thread(
+            target=in_its_own_thread, args=(sniffio.current_async_library(),), daemon=True
+        )
         try:
-            plugin = history.plugin(url, spill_path=spill, retry_delays=FAST)
-            recorder = onlooker.testing.RecordingObserver()
-            with anyio.fail_after(30):
-                async with onlooker.ExecutionEngine(
-                    tools=[add], plugins=[plugin], shutdown_timeout=1.0
-                ) as engine:
-                    engine.bus.subscribe(recorder)
-                    await engine.execute(one_call)
-                    await engine.extension(plugin).flush()
-                    with psycopg.connect(
-                        host="127.0.0.1", port=cluster.port, user="postgres", dbname="postgres"
-                    ) as admin:
-                        rows = admin.execute(
-                            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (name,)
-                        ).fetchall()
-                    for (pid,) in rows:
-                        os.kill(pid, signal.SIGSTOP)
-                        stopped.append(pid)
-                    assert stopped
-                    await engine.execute(one_call)
-                    await engine.execute(one_call)
-            assert spill.is_file()  # what the stuck writer had not written
-            writer = engine.extension(plugin)._writer
-            assert writer is not None and writer.left_behind
+            thread.start()
+            await anyio.to_thread.run_sync(thread.join, 30)
+            hung = thread.is_alive()
         finally:
             for pid in stopped:
                 os.kill(pid, signal.SIGCONT)
+        assert not hung, "the close waited for the stopped server"
+        assert "error" not in outcome, outcome.get("error")
+        assert stopped
+        assert spill.is_file()  # what the stuck writer had not written
+        writer = outcome["writer"]
+        assert writer is not None and writer.left_behind
         await anyio.to_thread.run_sync(writer._thread.join, 20)  # it ends, and closes its pool
         assert not writer._thread.is_alive()
         try:
@@ -1282,6 +1302,84 @@ class TestLockedDatabase:
             assert not spill.exists()
         finally:
             cluster.drop_database(url)
+
+
+class TestWriterLeftBehind:
+    """A writer stuck in a database that never answers, at the engine's close."""
+
+    @staticmethod
+    def stuck_writes(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+        """Every batch write waits until the returned event is set (a database that hangs)."""
+        answer = threading.Event()
+        write = _writer.BatchWriter._write
+
+        def hangs(self: _writer.BatchWriter, batch: list[Any]) -> None:
+            answer.wait(30)
+            write(self, batch)
+
+        monkeypatch.setattr(_writer.BatchWriter, "_write", hangs)
+        return answer
+
+    async def test_the_batch_it_holds_and_the_rest_are_spilled(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The batch the writer had taken (not yet redacted) was neither written nor spilled,
+        and ``pending`` never went back to 0."""
+        answer = self.stuck_writes(monkeypatch)
+        url = f"sqlite:///{tmp_path / 'h.db'}"
+        spill = tmp_path / "spill.jsonl"
+        plugin = history.plugin(url, spill_path=spill, batch_size=4)
+        recorder = onlooker.testing.RecordingObserver()
+        try:
+            with anyio.fail_after(20):
+                async with onlooker.ExecutionEngine(
+                    tools=[add], plugins=[plugin], shutdown_timeout=0.2
+                ) as engine:
+                    engine.bus.subscribe(recorder)
+                    for _ in range(3):
+                        await engine.execute(one_call)
+            writer = engine.extension(plugin)._writer
+            assert writer is not None and writer.left_behind
+            stats = writer.statistics()
+            assert (stats.accepted, stats.spilled, stats.pending) == (12, 12, 0)
+            spilled = {json.loads(line)["event_id"] for line in spill.read_text().splitlines()}
+            assert spilled == {event.event_id for event in recorder.events}
+        finally:
+            answer.set()
+        await anyio.to_thread.run_sync(writer._thread.join, 20)
+        assert not writer._thread.is_alive()
+        assert await stored(url, spill_path=spill) == (3, 3, 12)  # the next start drains it
+
+    async def test_a_spill_file_held_locked_sends_them_to_the_next_place(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A drain stuck in the database holds the spill file's lock: the close waited for
+        it (and so lost the events at exit). It now tries the next place."""
+        from onlooker._shared import lock_file
+
+        answer = self.stuck_writes(monkeypatch)
+        spill, fallback = tmp_path / "spill.jsonl", tmp_path / "fallback.jsonl"
+        spill.touch()
+        held = os.open(spill, os.O_RDWR)  # what a stuck drain holds
+        lock_file(held)
+        plugin = history.plugin(
+            f"sqlite:///{tmp_path / 'h.db'}", spill_path=spill, spill_fallback=fallback
+        )
+        try:
+            with anyio.fail_after(20):
+                async with onlooker.ExecutionEngine(
+                    tools=[add], plugins=[plugin], shutdown_timeout=0.2
+                ) as engine:
+                    await engine.execute(one_call)
+        finally:
+            os.close(held)
+            answer.set()
+        writer = engine.extension(plugin)._writer
+        assert writer is not None
+        assert writer.statistics().spilled == 4
+        assert len(fallback.read_text().splitlines()) == 4
+        assert spill.read_text() == ""
+        await anyio.to_thread.run_sync(writer._thread.join, 20)
 
 
 class TestLoneSurrogates:

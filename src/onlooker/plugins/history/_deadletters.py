@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from onlooker import ExecutionEvent
-from onlooker._shared import json_loads, lock_file, noting_long_ints
+from onlooker._shared import json_loads, lock_file, lock_file_within, noting_long_ints
 from onlooker.plugins.audit._events import json_form  # keys with lone surrogates kept
 
 __all__ = [
@@ -46,12 +46,18 @@ def dead_letter_path(spill: Path) -> Path:
 
 
 @contextmanager
-def locked(path: Path, mode: str) -> Iterator[IO[str]]:
-    """``path`` open and locked (``flock``); opened again if it was removed meanwhile."""
+def locked(path: Path, mode: str, wait: float | None = None) -> Iterator[IO[str]]:
+    """``path`` open and locked (``flock``); opened again if it was removed meanwhile.
+
+    ``wait``: seconds to wait for the lock at most (else for ever), then ``TimeoutError``.
+    """
     while True:
         handle = path.open(mode, encoding="utf-8")
         try:
-            lock_file(handle.fileno())  # closing the handle releases it
+            if wait is None:
+                lock_file(handle.fileno())  # closing the handle releases it
+            elif not lock_file_within(handle.fileno(), wait):
+                raise TimeoutError(f"{path} stayed locked for {wait:g} s")
             if os.fstat(handle.fileno()).st_nlink == 0:  # drained and removed meanwhile
                 continue
             yield handle
@@ -60,11 +66,12 @@ def locked(path: Path, mode: str) -> Iterator[IO[str]]:
             handle.close()
 
 
-def append_synced(path: Path, data: str) -> None:
-    """Append ``data`` under the lock and sync it to disk (directories made ``0o700``)."""
+def append_synced(path: Path, data: str, wait: float | None = None) -> None:
+    """Append ``data`` under the lock (waiting at most ``wait`` seconds for it) and sync it
+    to disk (directories made ``0o700``)."""
     # 0o700: a spill or dead-letter file is redacted, but it is still someone's history
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with locked(path, "a") as handle:
+    with locked(path, "a", wait) as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())

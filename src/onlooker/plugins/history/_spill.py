@@ -71,11 +71,12 @@ class SpillFile:
         """Whether there is something to drain."""
         return self.path.exists()
 
-    def append(self, lines: str) -> None:
-        """Add serialized events (whole lines), synced to disk before returning."""
+    def append(self, lines: str, wait: float | None = None) -> None:
+        """Add serialized events (whole lines), synced to disk before returning; waiting at
+        most ``wait`` seconds for the file's lock (``TimeoutError``), else for ever."""
         if self.private:
             check_private_dir(self.path.parent)
-        append_synced(self.path, lines)
+        append_synced(self.path, lines, wait)
 
     def drain(self, write: Write, dead: DeadLetters) -> int:
         """Write the spilled events with ``write``; returns how many were new.
@@ -174,10 +175,12 @@ class Spill:
         """Whether anything waits in a file or in memory."""
         return bool(self._memory) or any(file.exists() for file in self.files)
 
-    def append(self, batch: Sequence[Stored]) -> int:
+    def append(self, batch: Sequence[Stored], wait: float | None = None) -> int:
         """Keep ``batch`` for later: in the first spill file that takes it, else in memory.
 
-        Returns how many events were kept (not counting drops).
+        ``wait``: seconds a file's lock is waited for at most (one held by a drain that
+        hangs), before the next place is tried. Returns how many events were kept (not
+        counting drops).
         """
         if not batch:
             return 0
@@ -185,7 +188,7 @@ class Spill:
         with self._lock:
             for file in self.files:
                 try:
-                    file.append(data)
+                    file.append(data, wait)
                 except OSError as exc:
                     if file.path not in self._failing:
                         self._failing.add(file.path)

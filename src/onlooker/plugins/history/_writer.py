@@ -73,6 +73,10 @@ FIRST_COOLDOWN: Final = 0.5
 MAX_COOLDOWN: Final = 30.0
 STALL_SECONDS: Final = 1.0
 """How long an emitter waits for a writer that takes nothing before letting events pile up."""
+_SPILL_LOCK_WAIT: Final = 1.0
+"""Seconds a close that leaves a stuck writer behind waits for a spill file's lock."""
+_SAVE_SECONDS: Final = 5.0
+"""The least time that close gives itself to spill what the writer had not written."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +152,7 @@ class BatchWriter:
         self._cooldown = 0.0
         self._degraded_until: float | None = None
         self._spill_dirty = False
-        self._in_flight: list[Stored] | None = None  # the batch being written, for an abandon
+        self._current: list[ExecutionEvent] | None = None  # the batch taken, until handled
         self._finished = False  # the thread is done (set under the lock)
         self._abandoned = False  # the close went on without the thread (set under the lock)
         self._unsaved = 0  # events an abandon took and has not yet put in a spill file
@@ -213,19 +217,32 @@ class BatchWriter:
         if not self._thread.is_alive():
             return
         interruption = Interruption()  # a Ctrl-C meanwhile: raised once the writer is done
-        await join_thread(self._thread, grace, interruption)
+        began = anyio.current_time()
+        try:
+            await join_thread(self._thread, grace, interruption)
+        except BaseException:  # interrupted twice: the close ends now, what is unwritten kept
+            if self._thread.is_alive():
+                self._abandon(anyio.current_time() - began)
+            raise
         if self._thread.is_alive() and grace is not None:
-            with anyio.move_on_after(grace) as spilling:  # a drain stuck with the file's lock
-                await anyio.to_thread.run_sync(self._abandon, grace, abandon_on_cancel=True)
-            if spilling.cancelled_caught:
+            # In a thread of its own, waited for as the writer is: through one interruption
+            # (trio raises a Ctrl-C at the close's next checkpoint, which may be this one).
+            saver = threading.Thread(
+                target=self._abandon,
+                args=(anyio.current_time() - began,),
+                name="onlooker history spill at close",
+                daemon=True,
+            )
+            saver.start()
+            bound = max(grace, _SAVE_SECONDS)
+            await join_thread(saver, bound, interruption)
+            if saver.is_alive():  # a spill file on a disk that hangs
                 self._logger.critical(
-                    "history: the writer to %s is stuck and its spill file %s stayed locked "
-                    "for %g s: %d events are lost unless the writer finishes before the "
-                    "process exits",
-                    self._db.masked_url,
-                    self._spill.path,
-                    grace,
+                    "history: %d events the stuck writer to %s had not written could not be "
+                    "saved within %g s: lost unless they are written before the process exits",
                     self._unsaved,
+                    self._db.masked_url,
+                    bound,
                 )
         interruption.raise_caught()
 
@@ -239,32 +256,35 @@ class BatchWriter:
 
     def _abandon(self, waited: float) -> None:
         """The close waited ``waited`` s for a writer stuck in the database: spill the events
-        it has not written (it may still write them: they are then stored once)."""
+        it has not written, the batch it is writing too (should that still land, the spilled
+        copy is stored once: writes are idempotent by event id)."""
         with self._lock:
             if self._finished:  # it finished meanwhile: nothing is left to spill
                 return
             self._abandoned = True
-            taken = list(self._buffer)
+            taken = [*(self._current or ()), *self._buffer]
             self._buffer.clear()
-            writing = list(self._in_flight or ())
-        self._unsaved = len(writing) + len(taken)
-        ready = writing + (self._scrubber.prepare(taken, self._dead) if taken else [])
+            self._current = None  # accounted here: the thread does not count it again
+            self._handled += len(taken)
+            self._unsaved = len(taken)
+        ready = self._scrubber.prepare(taken, self._dead) if taken else []
+        # A drain stuck in the database holds the spill file's lock: the next place then.
+        self._spilled += self._keep_or_lose(ready, wait=_SPILL_LOCK_WAIT)
+        self._unsaved = 0
         self._logger.error(
-            "history: the writer to %s has not finished %g s into the close (the database "
-            "does not answer); it is left behind, and the %d events it has not written go "
-            "to %s",
+            "history: the writer to %s has not finished %.1f s into the close (the database "
+            "does not answer); it is left behind, and the %d events it had not written "
+            "went to %s",
             self._db.masked_url,
             waited,
-            len(ready),
-            self._spill.path,
+            len(taken),
+            self._spill.place,
         )
-        self._spilled += self._keep_or_lose(ready)
-        self._unsaved = 0
 
-    def _keep_or_lose(self, held: list[Stored]) -> int:
+    def _keep_or_lose(self, held: list[Stored], *, wait: float | None = None) -> int:
         """At close: ``held`` to a spill file, else counted and reported lost; returns how
         many a spill file took."""
-        kept = self._spill.append(held)
+        kept = self._spill.append(held, wait)
         lost = self._spill.take_memory()
         if lost:
             self._dropped_at_close += len(lost)
@@ -319,7 +339,9 @@ class BatchWriter:
         while (batch := self._next_batch()) is not None:
             self._write(batch)
             with self._lock:
-                self._handled += len(batch)
+                if self._current is batch:  # else a close that went on without us counted it
+                    self._current = None
+                    self._handled += len(batch)
                 self._progress.notify_all()
         self._last_chance()
         with self._lock:
@@ -349,7 +371,10 @@ class BatchWriter:
                 if left <= 0:
                     break
                 self._wakeup.wait(left)
-        return [buffer.popleft() for _ in range(min(len(buffer), self._batch_size))]
+            batch = self._current = [
+                buffer.popleft() for _ in range(min(len(buffer), self._batch_size))
+            ]
+        return batch
 
     def _write(self, batch: list[ExecutionEvent]) -> None:
         try:
@@ -367,13 +392,10 @@ class BatchWriter:
                 attempts: tuple[float, ...] = ()  # one probe while the database seems down
             else:
                 attempts = self._retry_delays
-            self._in_flight = ready
             self._attempt(ready, attempts)
         except Exception as exc:  # a bug here must never lose the batch
             self._logger.exception("history: writer failed on a batch: %s", exc)
             self._to_spill(ready)
-        finally:
-            self._in_flight = None
 
     def _attempt(self, ready: list[Stored], attempts: tuple[float, ...]) -> None:
         """Write ``ready``, retrying after each of ``attempts``; spill what is still refused."""
