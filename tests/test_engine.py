@@ -1241,6 +1241,36 @@ class TestShutdownTimeout:
         assert any("was interrupted (CancelledError)" in r.getMessage() for r in caplog.records)
 
     @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # asyncio's native cancellation
+    async def test_a_second_interruption_ends_the_flush_and_says_so(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        import asyncio
+
+        async def slow(event: ExecutionEvent) -> None:
+            await anyio.sleep(0.02)
+
+        task = asyncio.current_task()
+        assert task is not None
+        with pytest.raises(asyncio.CancelledError):
+            async with ExecutionEngine(tools=TOOLS, shutdown_timeout=10) as engine:
+                engine.bus.subscribe(slow, name="slow")
+                for _ in range(4):
+                    await engine.execute(fetch_page_program)
+                loop = asyncio.get_running_loop()
+                loop.call_later(0.05, task.cancel)
+                loop.call_later(0.1, task.cancel)  # the flush needs 0.3 s: it ends here
+        while task.uncancel():
+            pass
+        dropped = engine.bus.statistics().dropped_by_reason["shutdown"]
+        assert 0 < dropped < 16
+        messages = [r.getMessage() for r in caplog.records]
+        assert any(
+            "stopped (the close was interrupted again (CancelledError))" in m
+            and f"dropped {dropped} event(s)" in m
+            for m in messages
+        ), messages
+
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # asyncio's native cancellation
     async def test_a_native_cancellation_during_a_cancelled_blocks_close_goes_on(self) -> None:
         """The block was cancelled by an anyio scope, then a native cancellation (Ctrl-C)
         came during the close: the scope took the re-raised cancellation for its own and

@@ -1359,20 +1359,21 @@ class TestWriterLeftBehind:
 
         answer = self.stuck_writes(monkeypatch)
         spill, fallback = tmp_path / "spill.jsonl", tmp_path / "fallback.jsonl"
-        spill.touch()
-        held = os.open(spill, os.O_RDWR)  # what a stuck drain holds
-        lock_file(held)
         plugin = history.plugin(
             f"sqlite:///{tmp_path / 'h.db'}", spill_path=spill, spill_fallback=fallback
         )
+        held: int | None = None
         try:
             with anyio.fail_after(20):
                 async with onlooker.ExecutionEngine(
                     tools=[add], plugins=[plugin], shutdown_timeout=0.2
                 ) as engine:
                     await engine.execute(one_call)
+                    held = os.open(spill, os.O_RDWR | os.O_CREAT)  # what a stuck drain holds
+                    lock_file(held)
         finally:
-            os.close(held)
+            if held is not None:
+                os.close(held)
             answer.set()
         writer = engine.extension(plugin)._writer
         assert writer is not None

@@ -440,6 +440,7 @@ class EventBus:
             return
         task_group = self._task_group
         interruption = Interruption()
+        why = "the shutdown timeout ran out"
         try:
             if task_group is not None:
                 with anyio.move_on_after(grace) as waited:
@@ -448,7 +449,10 @@ class EventBus:
                             await self.flush()
                             break
                         except BaseException as exc:
-                            if waited.cancel_called or not interruption.take(exc):
+                            if waited.cancel_called:
+                                raise
+                            if not interruption.take(exc):
+                                why = f"the close was interrupted again ({type(exc).__name__})"
                                 raise
                             logger.warning(
                                 "closing the engine was interrupted (%s); the observers' "
@@ -463,7 +467,7 @@ class EventBus:
                 if queue.drain_scope is not None:  # another task's flush is handing it over
                     queue.drain_scope.cancel()
                 if not queue.retired:
-                    queue.retire()
+                    queue.retire(why=why)
                 if queue.worker is not None:
                     queue.worker.cancel()  # a hung handler: the task group could not end otherwise
             if running and task_group is not None:

@@ -290,10 +290,13 @@ class AsyncQueue:
         self.stalled = False
         self._release_emitters()
 
-    def retire(self, cause: BaseException | None = None) -> None:
+    def retire(
+        self, cause: BaseException | None = None, why: str = "the shutdown timeout ran out"
+    ) -> None:
         """Stop for good: drop (count, log) what is queued and in hand, and every later event.
 
-        ``cause`` is what ended the worker; ``None`` when the bus closes it.
+        ``cause`` is what ended the worker; ``None`` when the bus closes it, ``why`` saying
+        why it closes it now.
         """
         left = len(self.queue) + self.busy
         self.retired = self.stalled = True
@@ -302,11 +305,9 @@ class AsyncQueue:
         self.queue.clear()
         self.busy = False
         self.close()
-        if cause is None:
-            why = "the shutdown timeout ran out"
-        elif isinstance(cause, anyio.get_cancelled_exc_class()) and not stray_cancel(cause):
+        if isinstance(cause, anyio.get_cancelled_exc_class()) and not stray_cancel(cause):
             why = "the engine's task group was cancelled"
-        else:
+        elif cause is not None:
             self.reason, why = "died", f"it died of {type(cause).__name__}"
         if left or self.reason == "died":
             logger.error(
