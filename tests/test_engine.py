@@ -1241,6 +1241,43 @@ class TestShutdownTimeout:
         assert any("was interrupted (CancelledError)" in r.getMessage() for r in caplog.records)
 
     @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # asyncio's native cancellation
+    async def test_a_native_cancellation_while_executions_end_still_closes_the_rest(
+        self,
+    ) -> None:
+        """Cancelled while the close waited for another task's execution to end, the close
+        skipped the observers' flush and the plugins' close: the engine's task group then
+        waited for ever on the observers' idle workers."""
+        import asyncio
+
+        seen = RecordingObserver()
+
+        async def slow(event: ExecutionEvent) -> None:
+            await anyio.sleep(0.01)
+            seen.handle(event)
+
+        async def cleans_up_slowly(ctx: ExecutionContext) -> None:
+            try:
+                await anyio.sleep_forever()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await anyio.sleep(0.3)
+
+        task = asyncio.current_task()
+        assert task is not None
+        with anyio.move_on_after(20) as guard, pytest.raises(asyncio.CancelledError):
+            async with ExecutionEngine(tools=TOOLS, shutdown_timeout=10) as engine:
+                engine.bus.subscribe(slow, name="slow")
+                await engine.execute(fetch_page_program)
+                other = asyncio.create_task(engine.execute(cleans_up_slowly))
+                await asyncio.sleep(0.05)
+                asyncio.get_running_loop().call_later(0.1, task.cancel)
+        assert not guard.cancel_called, "the close hung"
+        task.uncancel()
+        assert (await other).status == "cancelled"
+        assert len(seen) == 6  # both executions, whole
+        assert engine.bus.statistics().dropped_by_reason == {}
+
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # asyncio's native cancellation
     async def test_a_second_interruption_ends_the_flush_and_says_so(
         self, caplog: pytest.LogCaptureFixture
     ) -> None:

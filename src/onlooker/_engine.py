@@ -27,6 +27,7 @@ from ._events import ErrorInfo, Trigger, new_id
 from ._execution import child_runner, root_attribution, run_execution
 from ._hooks import HookMatcher, HookPlans
 from ._install import install_plugins
+from ._interrupts import Interruption
 from ._lifecycle import Runtime
 from ._pauses import DetachedRuns
 from ._plugin import Plugin
@@ -271,24 +272,34 @@ class ExecutionEngine:
             # A sync observer's BaseException on a closing event goes to the caller, but
             # only once the close is done: left half-way, the close would never end.
             interrupted: BaseException | None = None
-            with anyio.move_on_after(grace) as waited:
+            interruption = Interruption()  # a Ctrl-C meanwhile: raised once the close is done
+            try:
                 try:
                     self._tracked.close_all()
                 except BaseException as exc:
                     interrupted = exc
-                await self._detached.cancel_all()
-                await self._cancel_inline()
-            if waited.cancelled_caught:
-                logger.error(
-                    "closing the engine: detached executions still running after %g s "
-                    "(shutdown_timeout); they are cancelled, observers may miss their end",
-                    grace,
-                )
-            try:
-                await self.bus._aclose(max(0.0, deadline - anyio.current_time()))
-            finally:
-                if self._stack is not None:
-                    await self._stack.aclose()
+                with anyio.move_on_after(grace) as waited:
+                    while True:
+                        try:
+                            await self._detached.cancel_all()
+                            await self._cancel_inline()
+                            break
+                        except BaseException as exc:
+                            if waited.cancel_called or not interruption.take(exc):
+                                raise
+                if waited.cancelled_caught:
+                    logger.error(
+                        "closing the engine: detached executions still running after %g s "
+                        "(shutdown_timeout); they are cancelled, observers may miss their end",
+                        grace,
+                    )
+            finally:  # interrupted twice: the observers and plugins are closed all the same
+                try:
+                    await self.bus._aclose(max(0.0, deadline - anyio.current_time()))
+                finally:
+                    if self._stack is not None:
+                        await self._stack.aclose()
+            interruption.raise_caught()
             if interrupted is not None:
                 raise interrupted
 

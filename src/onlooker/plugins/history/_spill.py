@@ -23,7 +23,8 @@ import logging
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Final
 
@@ -138,7 +139,7 @@ class SpillFile:
 class Spill:
     """The spill files in order of preference, then a bounded buffer in memory.
 
-    ``append`` never raises and never loses an event while the memory buffer
+    ``append`` (without ``wait``) never raises and never loses an event while the memory buffer
     has room: the first file that takes the batch gets it.
     """
 
@@ -185,7 +186,9 @@ class Spill:
         if not batch:
             return 0
         data = "".join([ready.body + "\n" for ready in batch])
-        with self._lock:
+        if not self._lock.acquire(timeout=-1 if wait is None else wait):
+            raise TimeoutError(f"the spill files stayed busy for {wait:g} s")
+        with _held(self._lock):
             for file in self.files:
                 try:
                     file.append(data, wait)
@@ -252,9 +255,21 @@ class Spill:
         self.dead.retry()
         return new
 
-    def take_memory(self) -> list[Stored]:
-        """Remove and return the events held in memory (a last attempt at close)."""
-        with self._lock:
+    def take_memory(self, wait: float | None = None) -> list[Stored]:
+        """Remove and return the events held in memory (a last attempt at close); waiting
+        at most ``wait`` seconds for the spill (``TimeoutError``), else for ever."""
+        if not self._lock.acquire(timeout=-1 if wait is None else wait):
+            raise TimeoutError(f"the spill files stayed busy for {wait:g} s")
+        with _held(self._lock):
             held = list(self._memory)
             self._memory.clear()
         return held
+
+
+@contextmanager
+def _held(lock: threading.Lock) -> Iterator[None]:
+    """Release ``lock``, taken already, when the block ends."""
+    try:
+        yield
+    finally:
+        lock.release()

@@ -222,18 +222,12 @@ class BatchWriter:
             await join_thread(self._thread, grace, interruption)
         except BaseException:  # interrupted twice: the close ends now, what is unwritten kept
             if self._thread.is_alive():
-                self._abandon(anyio.current_time() - began)
+                self._saver(anyio.current_time() - began).join(_SAVE_SECONDS)
             raise
         if self._thread.is_alive() and grace is not None:
             # In a thread of its own, waited for as the writer is: through one interruption
             # (trio raises a Ctrl-C at the close's next checkpoint, which may be this one).
-            saver = threading.Thread(
-                target=self._abandon,
-                args=(anyio.current_time() - began,),
-                name="onlooker history spill at close",
-                daemon=True,
-            )
-            saver.start()
+            saver = self._saver(anyio.current_time() - began)
             bound = max(grace, _SAVE_SECONDS)
             await join_thread(saver, bound, interruption)
             if saver.is_alive():  # a spill file on a disk that hangs
@@ -245,6 +239,14 @@ class BatchWriter:
                     bound,
                 )
         interruption.raise_caught()
+
+    def _saver(self, waited: float) -> threading.Thread:
+        """A thread, started, spilling what the stuck writer has not written."""
+        saver = threading.Thread(
+            target=self._abandon, args=(waited,), name="onlooker history spill", daemon=True
+        )
+        saver.start()
+        return saver
 
     @property
     def left_behind(self) -> bool:
@@ -269,14 +271,16 @@ class BatchWriter:
             self._unsaved = len(taken)
         ready = self._scrubber.prepare(taken, self._dead) if taken else []
         # A drain stuck in the database holds the spill file's lock: the next place then.
-        self._spilled += self._keep_or_lose(ready, wait=_SPILL_LOCK_WAIT)
+        saved = self._keep_or_lose(ready, wait=_SPILL_LOCK_WAIT)
+        self._spilled += saved
         self._unsaved = 0
         self._logger.error(
             "history: the writer to %s has not finished %.1f s into the close (the database "
-            "does not answer); it is left behind, and the %d events it had not written "
-            "went to %s",
+            "does not answer); it is left behind, and %d of the %d events it had not "
+            "written went to %s",
             self._db.masked_url,
             waited,
+            saved,
             len(taken),
             self._spill.place,
         )
@@ -284,8 +288,13 @@ class BatchWriter:
     def _keep_or_lose(self, held: list[Stored], *, wait: float | None = None) -> int:
         """At close: ``held`` to a spill file, else counted and reported lost; returns how
         many a spill file took."""
-        kept = self._spill.append(held, wait)
-        lost = self._spill.take_memory()
+        try:
+            kept = self._spill.append(held, wait)
+            lost = self._spill.take_memory(wait)
+        except TimeoutError as exc:  # the stuck writer holds the spill: nothing saved
+            self._logger.critical("history: %d events lost at close: %s", len(held), exc)
+            self._dropped_at_close += len(held)
+            return 0
         if lost:
             self._dropped_at_close += len(lost)
             self._logger.critical(
