@@ -1177,6 +1177,19 @@ class TestProgramOwnScopes:
         check_stream(recorder.events)
 
 
+def slow_recording(
+    delay: float,
+) -> tuple[RecordingObserver, Callable[[ExecutionEvent], Awaitable[None]]]:
+    """A recorder, and an async observer feeding it each event ``delay`` seconds late."""
+    seen = RecordingObserver()
+
+    async def slow(event: ExecutionEvent) -> None:
+        await anyio.sleep(delay)
+        seen.handle(event)
+
+    return seen, slow
+
+
 class TestShutdownTimeout:
     """Issue 12, item 2: a hung async observer cannot hold the engine's close."""
 
@@ -1219,11 +1232,7 @@ class TestShutdownTimeout:
         goes on to its own bound and the cancellation comes out after it."""
         import asyncio
 
-        seen = RecordingObserver()
-
-        async def slow(event: ExecutionEvent) -> None:
-            await anyio.sleep(0.02)
-            seen.handle(event)
+        seen, slow = slow_recording(0.02)
 
         task = asyncio.current_task()
         assert task is not None
@@ -1249,11 +1258,7 @@ class TestShutdownTimeout:
         waited for ever on the observers' idle workers."""
         import asyncio
 
-        seen = RecordingObserver()
-
-        async def slow(event: ExecutionEvent) -> None:
-            await anyio.sleep(0.01)
-            seen.handle(event)
+        seen, slow = slow_recording(0.01)
 
         async def cleans_up_slowly(ctx: ExecutionContext) -> None:
             try:
@@ -1314,11 +1319,7 @@ class TestShutdownTimeout:
         swallowed it, and the program went on as if Ctrl-C never happened."""
         import asyncio
 
-        seen = RecordingObserver()
-
-        async def slow(event: ExecutionEvent) -> None:
-            await anyio.sleep(0.02)
-            seen.handle(event)
+        seen, slow = slow_recording(0.02)
 
         task = asyncio.current_task()
         assert task is not None
