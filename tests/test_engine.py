@@ -1283,6 +1283,40 @@ class TestShutdownTimeout:
         assert engine.bus.statistics().dropped_by_reason == {}
 
     @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # asyncio's native cancellation
+    async def test_an_interruption_taken_by_the_close_wins_over_a_plugins_failing_close(
+        self,
+    ) -> None:
+        """Ctrl-C during the close, then a plugin's teardown raising: the program got the
+        plugin's error, and the Ctrl-C was lost."""
+        import asyncio
+        from collections.abc import AsyncIterator
+        from contextlib import asynccontextmanager
+
+        @asynccontextmanager
+        async def breaks_on_close(ctx: onlooker.PluginContext) -> AsyncIterator[None]:
+            yield
+            raise RuntimeError("teardown failed")
+
+        async def cleans_up_slowly(ctx: ExecutionContext) -> None:
+            try:
+                await anyio.sleep_forever()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await anyio.sleep(0.3)
+
+        plugin = onlooker.define_plugin(id="breaks", extension=breaks_on_close)
+        task = asyncio.current_task()
+        assert task is not None
+        with pytest.raises(asyncio.CancelledError) as raised:
+            async with ExecutionEngine(tools=TOOLS, plugins=[plugin]) as engine:
+                other = asyncio.create_task(engine.execute(cleans_up_slowly))
+                await asyncio.sleep(0.05)
+                asyncio.get_running_loop().call_later(0.1, task.cancel)
+        task.uncancel()
+        await other
+        assert isinstance(raised.value.__context__, onlooker.PluginError)
+
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # asyncio's native cancellation
     async def test_a_second_interruption_ends_the_flush_and_says_so(
         self, caplog: pytest.LogCaptureFixture
     ) -> None:

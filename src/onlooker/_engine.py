@@ -297,9 +297,11 @@ class ExecutionEngine:
                 try:
                     await self.bus._aclose(max(0.0, deadline - anyio.current_time()))
                 finally:
-                    if self._stack is not None:
-                        await self._stack.aclose()
-            interruption.raise_caught()
+                    try:
+                        if self._stack is not None:
+                            await self._stack.aclose()
+                    finally:
+                        interruption.raise_caught()  # it wins over a plugin's failing close
             if interrupted is not None:
                 raise interrupted
 
