@@ -1289,7 +1289,6 @@ class TestShutdownTimeout:
         """Ctrl-C during the close, then a plugin's teardown raising: the program got the
         plugin's error, and the Ctrl-C was lost."""
         import asyncio
-        from collections.abc import AsyncIterator
         from contextlib import asynccontextmanager
 
         @asynccontextmanager
