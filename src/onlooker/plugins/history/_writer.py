@@ -290,11 +290,14 @@ class BatchWriter:
         many a spill file took."""
         try:
             kept = self._spill.append(held, wait)
-            lost = self._spill.take_memory(wait)
         except TimeoutError as exc:  # the stuck writer holds the spill: nothing saved
             self._logger.critical("history: %d events lost at close: %s", len(held), exc)
             self._dropped_at_close += len(held)
             return 0
+        try:
+            lost = self._spill.take_memory(wait)
+        except TimeoutError:  # what it holds in memory stays with the stuck writer
+            lost = []
         if lost:
             self._dropped_at_close += len(lost)
             self._logger.critical(
