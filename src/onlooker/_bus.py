@@ -439,27 +439,13 @@ class EventBus:
         if self._closed:
             return
         task_group = self._task_group
-        interruption = Interruption()
-        why = "the shutdown timeout ran out"
+        interruption = Interruption(
+            f"the observers' queues are still flushed, for at most {grace:.1f} s"
+        )
         try:
             if task_group is not None:
                 with anyio.move_on_after(grace) as waited:
-                    while True:
-                        try:
-                            await self.flush()
-                            break
-                        except BaseException as exc:
-                            if waited.cancel_called:
-                                raise
-                            if not interruption.take(exc):
-                                why = f"the close was interrupted again ({type(exc).__name__})"
-                                raise
-                            logger.warning(
-                                "closing the engine was interrupted (%s); the observers' "
-                                "queues are still flushed, for at most %.1f s",
-                                type(exc).__name__,
-                                grace,
-                            )
+                    await interruption.through(self.flush, waited)
         finally:  # also when an observer died of a BaseException while its queue was drained
             self._closed = True
             running = [queue for queue in self._queues if queue.running]
@@ -467,7 +453,7 @@ class EventBus:
                 if queue.drain_scope is not None:  # another task's flush is handing it over
                     queue.drain_scope.cancel()
                 if not queue.retired:
-                    queue.retire(why=why)
+                    queue.retire(why=_closing_why(interruption))
                 if queue.worker is not None:
                     queue.worker.cancel()  # a hung handler: the task group could not end otherwise
             if running and task_group is not None:
@@ -523,3 +509,10 @@ async def _name_the_stuck(queues: list[AsyncQueue]) -> None:
                 _STUCK_AFTER,
                 extra={"observer": queue.name},
             )
+
+
+def _closing_why(interruption: Interruption) -> str:
+    """Why the close retires the observers' workers now."""
+    if interruption.refused is not None:
+        return f"the close was interrupted again ({type(interruption.refused).__name__})"
+    return "the shutdown timeout ran out"

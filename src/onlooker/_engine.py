@@ -272,21 +272,15 @@ class ExecutionEngine:
             # A sync observer's BaseException on a closing event goes to the caller, but
             # only once the close is done: left half-way, the close would never end.
             interrupted: BaseException | None = None
-            interruption = Interruption()  # a Ctrl-C meanwhile: raised once the close is done
+            # A Ctrl-C meanwhile: raised once the close is done.
+            interruption = Interruption("the executions it cancels are still waited for")
             try:
                 try:
                     self._tracked.close_all()
                 except BaseException as exc:
                     interrupted = exc
                 with anyio.move_on_after(grace) as waited:
-                    while True:
-                        try:
-                            await self._detached.cancel_all()
-                            await self._cancel_inline()
-                            break
-                        except BaseException as exc:
-                            if waited.cancel_called or not interruption.take(exc):
-                                raise
+                    await interruption.through(self._cancel_executions, waited)
                 if waited.cancelled_caught:
                     logger.error(
                         "closing the engine: detached executions still running after %g s "
@@ -304,6 +298,10 @@ class ExecutionEngine:
                         interruption.raise_caught()  # it wins over a plugin's failing close
             if interrupted is not None:
                 raise interrupted
+
+    async def _cancel_executions(self) -> None:
+        await self._detached.cancel_all()
+        await self._cancel_inline()
 
     def _runs_here(self) -> bool:
         """Whether the calling task is inside one of this engine's executions."""

@@ -12,24 +12,54 @@ taken: it ends the step at once.
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
-from typing import final
+from collections.abc import Awaitable, Callable
+from typing import Final, final
 
 import anyio
 import anyio.to_thread
 
 __all__ = ["Interruption", "join_thread"]
 
+_logger: Final = logging.getLogger("onlooker")
+
 
 @final
 class Interruption:
-    """The interruption one step of a close took, to raise once the step is done."""
+    """The interruption one step of a close took, to raise once the step is done.
 
-    __slots__ = ("caught",)
+    ``goes_on`` says, in the warning logged when one is taken, what the close still does.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("caught", "goes_on", "refused")
+
+    def __init__(self, goes_on: str) -> None:
+        self.goes_on = goes_on
         self.caught: BaseException | None = None
+        self.refused: BaseException | None = None
+        """A second interruption, which ended the step."""
+
+    async def through(
+        self, step: Callable[[], Awaitable[object]], scope: anyio.CancelScope | None = None
+    ) -> None:
+        """Await ``step()`` again until it completes, going on through one interruption;
+        the cancellation of ``scope`` (the step's own deadline) and any other error end it."""
+        while True:
+            try:
+                await step()
+                return
+            except BaseException as exc:
+                if scope is not None and scope.cancel_called:
+                    raise
+                if not self.take(exc):
+                    if self.caught is not None and _is_interruption(exc):
+                        self.refused = exc
+                    raise
+                _logger.warning(
+                    "closing the engine was interrupted (%s); %s", type(exc).__name__, self.goes_on
+                )
 
     def take(self, exc: BaseException) -> bool:
         """Whether ``exc`` is an interruption from outside the close, and the first: then it
@@ -39,14 +69,7 @@ class Interruption:
         cancel scopes and ``asyncio.timeout`` blocks around the close read that count to
         tell it from their own cancellation, and let it through when it is raised.
         """
-        if self.caught is not None:
-            return False
-        asyncio = sys.modules.get("asyncio")  # not imported: not running on asyncio
-        if asyncio is not None and isinstance(exc, asyncio.CancelledError):
-            task = asyncio.current_task()
-            if task is None or not task.cancelling():
-                return False
-        elif not isinstance(exc, KeyboardInterrupt):
+        if self.caught is not None or not _is_interruption(exc):
             return False
         self.caught = exc
         return True
@@ -57,18 +80,24 @@ class Interruption:
             raise self.caught
 
 
+def _is_interruption(exc: BaseException) -> bool:
+    """A ``KeyboardInterrupt``, or a native cancellation of the current asyncio task."""
+    asyncio = sys.modules.get("asyncio")  # not imported: not running on asyncio
+    if asyncio is not None and isinstance(exc, asyncio.CancelledError):
+        task = asyncio.current_task()
+        return task is not None and task.cancelling() > 0
+    return isinstance(exc, KeyboardInterrupt)
+
+
 async def join_thread(
     thread: threading.Thread, grace: float | None, interruption: Interruption
 ) -> None:
     """Wait for ``thread`` to end, for at most ``grace`` seconds (``None``: however long),
     going on through one interruption (``interruption`` keeps it, for the caller to raise)."""
     deadline = None if grace is None else anyio.current_time() + grace
-    while thread.is_alive():
+
+    async def join() -> None:
         left = None if deadline is None else max(0.0, deadline - anyio.current_time())
-        try:
-            await anyio.to_thread.run_sync(thread.join, left)
-        except BaseException as exc:
-            if not interruption.take(exc):
-                raise
-            continue
-        return
+        await anyio.to_thread.run_sync(thread.join, left)
+
+    await interruption.through(join)

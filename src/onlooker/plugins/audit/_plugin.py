@@ -44,7 +44,7 @@ _RETRY_SECONDS: Final = 0.5  # first retry after a failure; doubles up to the ma
 _MAX_RETRY_SECONDS: Final = 30.0
 _GATHER_SECONDS: Final = 0.001  # woken from idle, the thread waits this long for more events
 _STALL_SECONDS: Final = 1.0  # an emitter waits no longer for a thread that writes nothing
-_LOCK_SECONDS = 5.0
+_LOCK_SECONDS: Final = 5.0
 """How long a write waits for the session's lock that another writer holds (a hung hook
 process, a stopped one): then it fails and is retried as a refused write is, so a lock held
 for ever can neither stop the trail for good nor hang the engine's close (the CLI hook's wait)."""
@@ -190,7 +190,9 @@ class AuditTrail:
             with self._cond:
                 self._closing = True
                 self._cond.notify_all()
-            interruption = Interruption()  # a Ctrl-C meanwhile: raised once the thread is done
+            interruption = Interruption(
+                "the audit writer is still waited for"
+            )  # a Ctrl-C meanwhile: raised once the thread is done
             await join_thread(thread, None, interruption)
             self._writer.close()
             interruption.raise_caught()

@@ -216,7 +216,9 @@ class BatchWriter:
             self._wakeup.notify()
         if not self._thread.is_alive():
             return
-        interruption = Interruption()  # a Ctrl-C meanwhile: raised once the writer is done
+        interruption = Interruption(
+            "the history writer is still waited for"
+        )  # a Ctrl-C meanwhile: raised once the writer is done
         began = anyio.current_time()
         try:
             await join_thread(self._thread, grace, interruption)
