@@ -1190,6 +1190,15 @@ def slow_recording(
     return seen, slow
 
 
+async def cleans_up_slowly(ctx: ExecutionContext) -> None:
+    """Runs until cancelled, then takes 0.3 s to clean up (a close waits for it)."""
+    try:
+        await anyio.sleep_forever()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(0.3)
+
+
 class TestShutdownTimeout:
     """Issue 12, item 2: a hung async observer cannot hold the engine's close."""
 
@@ -1260,13 +1269,6 @@ class TestShutdownTimeout:
 
         seen, slow = slow_recording(0.01)
 
-        async def cleans_up_slowly(ctx: ExecutionContext) -> None:
-            try:
-                await anyio.sleep_forever()
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await anyio.sleep(0.3)
-
         task = asyncio.current_task()
         assert task is not None
         with anyio.move_on_after(20) as guard, pytest.raises(asyncio.CancelledError):
@@ -1296,13 +1298,6 @@ class TestShutdownTimeout:
             yield
             raise RuntimeError("teardown failed")
 
-        async def cleans_up_slowly(ctx: ExecutionContext) -> None:
-            try:
-                await anyio.sleep_forever()
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await anyio.sleep(0.3)
-
         plugin = onlooker.define_plugin(id="breaks", extension=breaks_on_close)
         task = asyncio.current_task()
         assert task is not None
@@ -1321,8 +1316,7 @@ class TestShutdownTimeout:
     ) -> None:
         import asyncio
 
-        async def slow(event: ExecutionEvent) -> None:
-            await anyio.sleep(0.02)
+        _, slow = slow_recording(0.02)
 
         task = asyncio.current_task()
         assert task is not None
