@@ -1364,6 +1364,33 @@ class TestShutdownTimeout:
         assert task.uncancel() == 0
         assert len(seen) == 16
 
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # asyncio's native cancellation
+    async def test_a_native_cancellation_outlasted_by_an_execution_still_comes_out(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """The engine in the caller's task group, whose execution's clean-up outlasts the
+        shutdown timeout, and a Ctrl-C during the close: the close re-raised the Ctrl-C
+        chained to its own deadline's cancellation, which the task group took for anyio's
+        and swallowed, so the program went on as if Ctrl-C never happened."""
+        import asyncio
+
+        task = asyncio.current_task()
+        assert task is not None
+        went_on = False
+        with anyio.move_on_after(10) as guard, pytest.raises(asyncio.CancelledError):
+            async with (
+                anyio.create_task_group() as group,
+                ExecutionEngine(tools=TOOLS, shutdown_timeout=0.1) as engine,
+            ):
+                group.start_soon(engine.execute, cleans_up_slowly)  # 0.3 s to clean up
+                await anyio.sleep(0.05)
+                asyncio.get_running_loop().call_later(0.05, task.cancel)
+            went_on = True
+        assert not guard.cancel_called, "the close hung"
+        assert not went_on
+        assert task.uncancel() == 0
+        assert any("still running after 0.1 s" in r.getMessage() for r in caplog.records)
+
     async def test_aclose_takes_its_own_timeout(self) -> None:
         async def hung(event: ExecutionEvent) -> None:
             await anyio.sleep_forever()

@@ -280,8 +280,8 @@ class ExecutionEngine:
                 except BaseException as exc:
                     interrupted = exc
                 with anyio.move_on_after(grace) as waited:
-                    await interruption.through(self._cancel_executions, waited)
-                if waited.cancelled_caught:
+                    ended = await interruption.through(self._cancel_executions, waited)
+                if waited.cancelled_caught or not ended:
                     logger.error(
                         "closing the engine: detached executions still running after %g s "
                         "(shutdown_timeout); they are cancelled, observers may miss their end",

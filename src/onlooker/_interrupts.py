@@ -43,15 +43,24 @@ class Interruption:
 
     async def through(
         self, step: Callable[[], Awaitable[object]], scope: anyio.CancelScope | None = None
-    ) -> None:
+    ) -> bool:
         """Await ``step()`` again until it completes, going on through one interruption;
-        the cancellation of ``scope`` (the step's own deadline) and any other error end it."""
+        the cancellation of ``scope`` (the step's own deadline) and any other error end it.
+
+        Returns whether the step completed. Once an interruption is taken, the
+        deadline ends the step quietly (``False``): the interruption raised
+        afterwards would otherwise carry that cancellation as its context, and
+        anyio's scopes around the close, reading the context, take it for their
+        own cancellation and swallow it (the Ctrl-C lost).
+        """
         while True:
             try:
                 await step()
-                return
+                return True
             except BaseException as exc:
                 if scope is not None and scope.cancel_called:
+                    if self.caught is not None and isinstance(exc, anyio.get_cancelled_exc_class()):
+                        return False
                     raise
                 if not self.take(exc):
                     if self.caught is not None and _is_interruption(exc):
