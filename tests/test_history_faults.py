@@ -1382,6 +1382,56 @@ class TestWriterLeftBehind:
         assert spill.read_text() == ""
         await anyio.to_thread.run_sync(writer._thread.join, 20)
 
+    async def test_events_held_in_memory_and_stuck_at_close_are_spilled(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Held in memory (no spill file took them), then written at close into a database
+        that hangs: the close left the writer behind and the events were neither spilled
+        nor counted."""
+        base = f"sqlite:///{tmp_path / 'h.db'}?timeout=0.05"
+        failure = Outage("sqlite", base)
+        blocked = tmp_path / "blocked"
+        blocked.write_text("in the way")
+        plugin = history.plugin(
+            base,
+            spill_path=blocked / "spill.jsonl",
+            spill_fallback=blocked / "fallback.jsonl",
+            retry_delays=FAST,
+        )
+        answer = threading.Event()
+        write_isolating = _writer.BatchWriter._write_isolating
+
+        def hangs(self: _writer.BatchWriter, batch: Any) -> int:
+            answer.wait(30)
+            return write_isolating(self, batch)
+
+        try:
+            with anyio.fail_after(20):
+                async with onlooker.ExecutionEngine(
+                    tools=[add], plugins=[plugin], shutdown_timeout=0.2
+                ) as engine:
+                    store = engine.extension(plugin)
+                    failure.begin()
+                    await engine.execute(one_call)
+                    await engine.bus.flush()
+                    await store.flush()
+                    assert store.statistics() is not None
+                    assert store.statistics().in_memory == 4  # type: ignore[union-attr]
+                    failure.end()
+                    monkeypatch.setattr(_writer.BatchWriter, "_write_isolating", hangs)
+                    blocked.unlink()  # the spill location works again
+                    blocked.mkdir()
+            writer = store._writer
+            assert writer is not None and writer.left_behind
+            stats = writer.statistics()
+            assert (stats.in_memory, stats.dropped, stats.pending) == (0, 0, 0)
+            assert len((blocked / "spill.jsonl").read_text().splitlines()) == 4
+        finally:
+            failure.end()
+            answer.set()
+        await anyio.to_thread.run_sync(writer._thread.join, 20)
+        assert not writer._thread.is_alive()
+
 
 class TestLoneSurrogates:
     """An undecodable file name (a lone surrogate) is no poison: stored escaped, read back."""

@@ -156,6 +156,7 @@ class BatchWriter:
         self._finished = False  # the thread is done (set under the lock)
         self._abandoned = False  # the close went on without the thread (set under the lock)
         self._unsaved = 0  # events an abandon took and has not yet put in a spill file
+        self._held_at_close: list[Stored] | None = None  # what the last chance is writing
         self._thread = threading.Thread(
             target=self._run, name=f"onlooker history writer ({db.masked_url})", daemon=True
         )
@@ -270,11 +271,15 @@ class BatchWriter:
             self._buffer.clear()
             self._current = None  # accounted here: the thread does not count it again
             self._handled += len(taken)
-            self._unsaved = len(taken)
+            # what it held in memory and is writing at close: counted as spilled already
+            held, self._held_at_close = self._held_at_close or [], None
+            self._unsaved = len(taken) + len(held)
         ready = self._scrubber.prepare(taken, self._dead) if taken else []
         # A drain stuck in the database holds the spill file's lock: the next place then.
         saved = self._keep_or_lose(ready, wait=_SPILL_LOCK_WAIT)
         self._spilled += saved
+        if held:
+            saved += self._keep_or_lose(held, wait=_SPILL_LOCK_WAIT)
         self._unsaved = 0
         self._logger.error(
             "history: the writer to %s has not finished %.1f s into the close (the database "
@@ -283,7 +288,7 @@ class BatchWriter:
             self._db.masked_url,
             waited,
             saved,
-            len(taken),
+            len(ready) + len(held),
             self._spill.place,
         )
 
@@ -475,10 +480,20 @@ class BatchWriter:
         if not self._spill.in_memory:
             return
         held = self._spill.take_memory()
+        with self._lock:  # the close's saver takes them if the database holds us too long
+            self._held_at_close = held
         try:
             self._write_isolating(held)
-            self._logger.info("history: %d events held in memory written at close", len(held))
-            return
+            written = True
         except Exception as exc:
             self._logger.warning("history: at close, %s", describe(exc))
-        self._keep_or_lose(held)
+            written = False
+        with self._lock:
+            taken_over = self._held_at_close is not held
+            self._held_at_close = None
+        if taken_over:
+            return
+        if written:
+            self._logger.info("history: %d events held in memory written at close", len(held))
+        else:
+            self._keep_or_lose(held)
