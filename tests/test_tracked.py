@@ -12,7 +12,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -875,6 +875,35 @@ class TestClosing:
                 engine._tracked_paused(run)
                 engine.bus.subscribe(strict)
         assert run.finished and run.status == "cancelled"
+
+    async def test_an_observer_giving_up_is_logged_when_the_close_raises_something_else(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """The observer's BaseException was dropped without a word when a plugin's close
+        then failed (or a Ctrl-C came): only one exception can come out."""
+
+        class GivesUp(BaseException):
+            pass
+
+        def strict(event: onlooker.ExecutionEvent) -> None:
+            if isinstance(event, ExecutionFinished):
+                raise GivesUp
+
+        @contextlib.asynccontextmanager
+        async def breaks_on_close(ctx: onlooker.PluginContext) -> AsyncIterator[None]:
+            yield
+            raise RuntimeError("teardown failed")
+
+        plugin = onlooker.define_plugin(id="breaks", extension=breaks_on_close)
+        with anyio.fail_after(10), pytest.raises(onlooker.PluginError):
+            async with ExecutionEngine(plugins=[plugin]) as engine:
+                run = engine.track("open")
+                await run.start()
+                engine.bus.subscribe(strict)
+        assert run.status == "cancelled"
+        (record,) = [r for r in caplog.records if "on a closing event" in r.getMessage()]
+        assert "GivesUp" in record.getMessage() and "PluginError" in record.getMessage()
+        assert record.exc_info is not None and isinstance(record.exc_info[1], GivesUp)
 
     async def open_everything(self, run: TrackedExecution) -> dict[str, Any]:
         call = await run.tool_started("t", {}, tool_call_id="open-call")

@@ -272,32 +272,47 @@ class ExecutionEngine:
             # A sync observer's BaseException on a closing event goes to the caller, but
             # only once the close is done: left half-way, the close would never end.
             interrupted: BaseException | None = None
-            # A Ctrl-C meanwhile: raised once the close is done.
-            interruption = Interruption("the executions it cancels are still waited for")
             try:
-                try:
-                    self._tracked.close_all()
-                except BaseException as exc:
-                    interrupted = exc
-                with anyio.move_on_after(grace) as waited:
-                    ended = await interruption.through(self._cancel_executions, waited)
-                if waited.cancelled_caught or not ended:
+                self._tracked.close_all()
+            except BaseException as exc:
+                interrupted = exc
+            try:
+                await self._close_steps(grace, deadline)
+            except BaseException as exc:
+                if interrupted is not None:  # not lost without a word
                     logger.error(
-                        "closing the engine: detached executions still running after %g s "
-                        "(shutdown_timeout); they are cancelled, observers may miss their end",
-                        grace,
+                        "closing the engine: an observer raised %r on a closing event; "
+                        "the close raises %r instead",
+                        interrupted,
+                        exc,
+                        exc_info=interrupted,
                     )
-            finally:  # interrupted twice: the observers and plugins are closed all the same
-                try:
-                    await self.bus._aclose(max(0.0, deadline - anyio.current_time()))
-                finally:
-                    try:
-                        if self._stack is not None:
-                            await self._stack.aclose()
-                    finally:
-                        interruption.raise_caught()  # it wins over a plugin's failing close
+                raise
             if interrupted is not None:
                 raise interrupted
+
+    async def _close_steps(self, grace: float, deadline: float) -> None:
+        """Cancel the executions, flush the observers, close the plugins (see _shut_down)."""
+        # A Ctrl-C meanwhile: raised once the close is done.
+        interruption = Interruption("the executions it cancels are still waited for")
+        try:
+            with anyio.move_on_after(grace) as waited:
+                ended = await interruption.through(self._cancel_executions, waited)
+            if waited.cancelled_caught or not ended:
+                logger.error(
+                    "closing the engine: detached executions still running after %g s "
+                    "(shutdown_timeout); they are cancelled, observers may miss their end",
+                    grace,
+                )
+        finally:  # interrupted twice: the observers and plugins are closed all the same
+            try:
+                await self.bus._aclose(max(0.0, deadline - anyio.current_time()))
+            finally:
+                try:
+                    if self._stack is not None:
+                        await self._stack.aclose()
+                finally:
+                    interruption.raise_caught()  # it wins over a plugin's failing close
 
     async def _cancel_executions(self) -> None:
         await self._detached.cancel_all()
