@@ -391,6 +391,43 @@ class TestExportNative:
         assert attrs(span)["error.type"] == "RuntimeError"
         assert attrs(span)["onlooker.execution.status"] == "failed"
 
+    async def test_a_tools_own_spans_nest_under_its_call(
+        self, memory: tuple[TracerProvider, InMemorySpanExporter]
+    ) -> None:
+        """The tool's spans (here made by hand, as an instrumented client would) were
+        siblings of its ``execute_tool`` span, not its children."""
+        provider, exporter = memory
+        tracer = provider.get_tracer("app")
+
+        @onlooker.tool
+        async def fetch(url: str) -> str:
+            with tracer.start_as_current_span(f"GET {url}"):
+                await anyio.sleep(0.001)
+            return "page"
+
+        @onlooker.tool
+        def parse(text: str) -> int:  # a sync tool, run in a worker thread
+            with tracer.start_as_current_span("parse"):
+                return len(text)
+
+        async def reads(ctx: ExecutionContext) -> int:
+            page = await ctx.call(fetch, url="/a")
+            with tracer.start_as_current_span("between calls"):
+                pass
+            return await ctx.call(parse, text=page)
+
+        plugin = otel.plugin(provider)
+        async with onlooker.ExecutionEngine(tools=[fetch, parse], plugins=[plugin]) as engine:
+            with tracer.start_as_current_span("request") as request:
+                result = await engine.execute(reads)
+                assert trace_api.get_current_span() is request  # nothing left current
+        assert result.status == "completed"
+        spans = exporter.get_finished_spans()
+        assert parent_id(one(spans, "GET /a")) == span_id(one(spans, "execute_tool fetch"))
+        assert parent_id(one(spans, "parse")) == span_id(one(spans, "execute_tool parse"))
+        # the program's own spans are not the calls': they keep the span current there
+        assert parent_id(one(spans, "between calls")) == request.get_span_context().span_id
+
     async def test_spans_carry_no_secret_and_encode_with_an_undecodable_name(
         self, memory: tuple[TracerProvider, InMemorySpanExporter]
     ) -> None:

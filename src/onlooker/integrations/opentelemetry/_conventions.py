@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Final
 from .. import require
 
 if TYPE_CHECKING:
+    from opentelemetry import context as context_api
     from opentelemetry import trace as trace_api
     from opentelemetry.sdk.trace import SpanProcessor
 else:
     trace_api = require("opentelemetry.trace", extra="opentelemetry", framework="OpenTelemetry")
+    context_api = require("opentelemetry.context", extra="opentelemetry", framework="OpenTelemetry")
     SpanProcessor = require(
         "opentelemetry.sdk.trace", extra="opentelemetry", framework="OpenTelemetry"
     ).SpanProcessor
@@ -34,6 +36,7 @@ __all__ = [
     "TOOL_TYPE",
     "WORKFLOW_NAME",
     "SpanProcessor",
+    "context_api",
     "logger",
     "ns",
     "to_json",

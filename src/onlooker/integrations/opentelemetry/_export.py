@@ -32,6 +32,7 @@ from ._conventions import (
     TOOL_NAME,
     TOOL_RESULT,
     TOOL_TYPE,
+    context_api,
     logger,
     ns,
     to_json,
@@ -40,6 +41,8 @@ from ._conventions import (
 )
 
 if TYPE_CHECKING:
+    from contextvars import Token
+
     from opentelemetry.context import Context
     from opentelemetry.util.types import AttributeValue
 
@@ -96,6 +99,7 @@ class TraceExport:
     """
 
     __slots__ = (
+        "_current",
         "_dispatch",
         "_executions",
         "_record_content",
@@ -120,6 +124,9 @@ class TraceExport:
         self._executions: dict[str, trace_api.Span] = {}
         # Keyed by (execution id, call id): a framework's call ids repeat across runs.
         self._tool_spans: dict[tuple[str, str], trace_api.Span] = {}
+        # A call onlooker runs has its span current while its tool runs: the tool's own
+        # spans (an instrumented HTTP client, a database) nest under it.
+        self._current: dict[tuple[str, str], Token[Context]] = {}
         self._dispatch: dict[type[Any], Callable[[Any], None]] = {
             ExecutionStarted: self._execution_started,
             ToolCallStarted: self._tool_started,
@@ -155,6 +162,7 @@ class TraceExport:
     def close(self) -> None:
         """End every span still open (the engine closed before its events did)."""
         leftovers = [*self._tool_spans.values(), *self._executions.values()]
+        self._current.clear()  # each in the context of a task that is gone or cancelled
         self._tool_spans.clear()
         self._executions.clear()
         for span in leftovers:
@@ -231,19 +239,27 @@ class TraceExport:
         if self._record_content:
             attributes[TOOL_ARGUMENTS] = self._json(event.args)
         execution = self._executions.get(event.execution_id)
-        self._tool_spans[(event.execution_id, event.tool_call_id)] = self._tracer.start_span(
+        key = (event.execution_id, event.tool_call_id)
+        span = self._tool_spans[key] = self._tracer.start_span(
             utf8(f"execute_tool {event.tool}"),
             context=trace_api.set_span_in_context(execution) if execution is not None else None,
             kind=trace_api.SpanKind.INTERNAL,
             attributes=_encodable(attributes),
             start_time=ns(event.at),
         )
+        # A registered tool is one ``ctx.call`` runs, between its two events, in the task
+        # that emits them (this observer is synchronous: it runs in that task's context).
+        # A framework's tool (a tracked call) may end in another context: left alone.
+        if declaration is not None:
+            self._current[key] = context_api.attach(trace_api.set_span_in_context(span))
 
     def _tool_finished(self, event: ToolCallFinished) -> None:
-        span = self._tool_spans.pop((event.execution_id, event.tool_call_id), None)
+        key = (event.execution_id, event.tool_call_id)
+        span = self._tool_spans.pop(key, None)
         if span is None:  # its start was never seen: a zero-length span still tells the story
             self._tool_started(_started_of(event))
-            span = self._tool_spans.pop((event.execution_id, event.tool_call_id))
+            span = self._tool_spans.pop(key)
+        self._leave(key, span)
         span.set_attribute("onlooker.tool.status", event.status)
         span.set_attribute("onlooker.tool.duration_ms", event.duration_ms)
         if event.metadata:
@@ -256,6 +272,13 @@ class TraceExport:
             span.set_attribute(ERROR_TYPE, utf8(error_type))
             span.set_status(trace_api.Status(trace_api.StatusCode.ERROR, self._text(message)))
         span.end(end_time=ns(event.at))
+
+    def _leave(self, key: tuple[str, str], span: trace_api.Span) -> None:
+        """Make the call's span no longer current, where this is the context it was made
+        current in (its tool's task, as the span is still current there)."""
+        token = self._current.pop(key, None)
+        if token is not None and trace_api.get_current_span() is span:
+            context_api.detach(token)
 
     def _interaction_started(self, event: InteractionStarted) -> None:
         span = self._executions.get(event.execution_id)
@@ -289,7 +312,9 @@ class TraceExport:
         span = self._executions.pop(event.execution_id, None)
         # Calls still open when their execution ends (a defect upstream) end with it.
         for key in [key for key in self._tool_spans if key[0] == event.execution_id]:
-            self._tool_spans.pop(key).end(end_time=ns(event.at))
+            call = self._tool_spans.pop(key)
+            self._leave(key, call)
+            call.end(end_time=ns(event.at))
         if span is None:
             return
         span.set_attribute("onlooker.execution.status", event.status)
