@@ -25,7 +25,7 @@ PLUGIN_ID = "history"
 def plugin(
     url: str | None = None,
     *,
-    batch_size: int = 500,
+    batch_size: int = 2000,
     flush_interval: float = 0.05,
     spill_path: str | PathLike[str] | None = None,
     retry_delays: Sequence[float] = DEFAULT_RETRY_DELAYS,
