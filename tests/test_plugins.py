@@ -384,6 +384,14 @@ class TestObserversAndHooks:
         assert finished[1].metadata == {"by": "policy"}
         assert seen_inputs == [{"path": "a.md"}, {"path": "b.md", "text": "hello"}]
 
+    async def test_hooks_that_are_not_matchers_fail_the_start(self) -> None:
+        """They started, and every tool call then failed with an AttributeError."""
+        plugin = define_plugin(id="loose", hooks=lambda ext: [5])  # type: ignore[list-item]
+        with pytest.raises(PluginError, match=r"'loose'.*HookMatcher instances, not int") as info:
+            async with ExecutionEngine(tools=[write_file, read_file], plugins=[plugin]):
+                pass
+        assert info.value.plugin_id == "loose"
+
     async def test_async_plugin_observer_options(self) -> None:
         events: list[str] = []
         plugin = define_plugin(

@@ -48,7 +48,14 @@ async def install_plugins(
                     stall_timeout=plugin.stall_timeout,
                 )
             if plugin.hooks is not None:
-                hooks.extend(plugin.hooks(ext))
+                added = list(plugin.hooks(ext))
+                for matcher in added:
+                    if not isinstance(matcher, HookMatcher):
+                        raise TypeError(
+                            f"hooks(ext) must give HookMatcher instances, not "
+                            f"{type(matcher).__name__}"
+                        )
+                hooks.extend(added)
         except OnlookerError:
             raise  # already a clear, typed error (HistoryError naming the URL, ...)
         except Exception as exc:
