@@ -746,3 +746,20 @@ def test_pauses_under_trio_in_guest_mode_on_an_asyncio_loop() -> None:
 
     asyncio.run(host())
     assert outcomes == ["completed accept"]
+
+
+class TestInteractionResponse:
+    @pytest.mark.parametrize("content", [5, "yes", ["a", "b"]])
+    def test_content_that_is_not_a_dict_is_named(self, content: object) -> None:
+        """``accept(5)`` said "'int' object is not iterable", naming neither the argument
+        nor what it should be."""
+        with pytest.raises(TypeError, match="content must be a dict or None"):
+            InteractionResponse.accept(content)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="content must be a dict or None"):
+            InteractionResponse("accept", content)  # type: ignore[arg-type]
+
+    def test_a_mapping_is_copied(self) -> None:
+        source = {"ok": True}
+        response = InteractionResponse.accept(source)
+        source["ok"] = False
+        assert response.content == {"ok": True}

@@ -55,6 +55,13 @@ class TestObserving:
         assert closed.events == [], "a scope that has ended receives nothing"
         assert caplog.records == []
 
+    def test_emit_event_refuses_what_is_not_an_event(self) -> None:
+        """A dict reached the observers in scope, typed as receiving events."""
+        recorder = RecordingObserver()
+        with observing(recorder), pytest.raises(TypeError, match="not dict"):
+            emit_event({"kind": "ToolCallStarted"})  # type: ignore[arg-type]
+        assert recorder.events == []
+
     def test_sync_scope(self) -> None:
         recorder = RecordingObserver()
         sent = event()
@@ -268,3 +275,11 @@ class TestAttribution:
             assert current.task_id == "x"
             assert onlooker.current_attribution().task_id == "x"
         assert onlooker.current_attribution().task_id is None
+
+    @pytest.mark.parametrize(("field", "value"), [("task_id", 5), ("phase", ["plan"])])
+    def test_a_field_that_is_not_a_string_is_refused(self, field: str, value: object) -> None:
+        """It was taken, and every event emitted inside then broke its own schema (history
+        set the tool calls aside as poison: the execution read back without them)."""
+        with pytest.raises(TypeError, match=f"{field} must be a string or None"):
+            onlooker.attribution(**{field: value})  # type: ignore[arg-type]
+        assert onlooker.current_attribution() == Attribution()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar, final
 
@@ -85,6 +85,8 @@ class InteractionResponse:
     @classmethod
     def accept(cls, content: dict[str, Any] | None = None) -> InteractionResponse:
         """The person answered; ``content`` is the answer."""
+        if content is not None and not isinstance(content, Mapping):
+            raise TypeError(f"content must be a dict or None, not {type(content).__name__}")
         return cls("accept", dict(content) if content is not None else {})
 
     @classmethod

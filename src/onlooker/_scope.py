@@ -11,7 +11,7 @@ from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Final
 
-from ._events import Attribution, ExecutionEvent
+from ._events import Attribution, ExecutionEvent, _Envelope
 from ._observer import ObserverLike, Subscriber, Tally, deliver, observer_name, resolve_handler
 
 __all__ = ["attribution", "current_attribution", "emit_event", "observing"]
@@ -89,6 +89,11 @@ def emit_event(event: ExecutionEvent) -> None:
     and swallowed; anything else (cancellation, ``KeyboardInterrupt``)
     propagates once every observer in scope has the event.
     """
+    if not isinstance(event, _Envelope):
+        raise TypeError(
+            f"emit_event takes an event (ExecutionStarted, ToolCallStarted, ...), "
+            f"not {type(event).__name__}"
+        )
     scoped = _observers.get()
     if scoped:
         failure = deliver(scoped, event, _UNBOUND)
@@ -106,6 +111,9 @@ class attribution:  # used like a function: `with onlooker.attribution(...)`
     __slots__ = ("_phase", "_task_id", "_token")
 
     def __init__(self, *, task_id: str | None = None, phase: str | None = None) -> None:
+        for name, value in (("task_id", task_id), ("phase", phase)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a string or None, not {value!r}")
         self._task_id = task_id
         self._phase = phase
         self._token: Token[Attribution] | None = None
