@@ -327,6 +327,24 @@ class TestIdempotence:
         assert counts == [len(events) + len(child), 2, 2]
         assert before is not None and len(before.children) == 1
 
+    async def test_a_second_end_with_another_id_does_not_rewrite_the_execution(
+        self, url: str
+    ) -> None:
+        """A forged (or merged) ``ExecutionFinished`` under a new event id changed the
+        recorded status: the new value won the merge."""
+        events = execution_events("f", tools=[("a", "completed", 1.0)])
+        end = events[-1]
+        assert isinstance(end, ExecutionFinished) and end.status == "completed"
+        forged = end.model_copy(update={"event_id": "forged", "status": "cancelled"})
+        async with history.open(url) as store:
+            await store.write_events(events)
+            before = await store.get_execution("f")
+            assert await store.write_events([forged]) == 1  # the log keeps what it was given
+            after = await store.get_execution("f")
+        assert before is not None and after is not None
+        assert after.status == "completed"
+        assert after == before
+
     async def test_any_order_gives_the_same_rows(self, url: str) -> None:
         events = execution_events("o", tools=[("a", "completed", 1.0)] * 3)
         async with history.open(url) as store:

@@ -87,7 +87,7 @@ class TestRowsAreNamedByTheSchema:
         columns = ", ".join(column.name for column in tables.tool_calls.c)
         assert statement.startswith(f"INSERT INTO tool_calls ({columns}) VALUES")
         assert "seq = CASE WHEN excluded.seq < tool_calls.seq" in statement
-        assert "status = COALESCE(excluded.status, tool_calls.status)" in statement
+        assert "status = COALESCE(tool_calls.status, excluded.status)" in statement
 
 
 class TestMergeWithinABatch:

@@ -9,7 +9,8 @@ of that (``bench/history.py``).
 Every statement is derived from the tables in ``_schema.py``: the column
 lists, the conflict key (a table's primary key) and how a projection
 column merges with what is stored (``COALESCE``: a value, once known,
-stays; :data:`~._schema.KEEP_SMALLEST` columns keep the smaller).
+stays, so a forged or merged second end cannot rewrite an entity;
+:data:`~._schema.KEEP_SMALLEST` columns keep the smaller).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _merge_clause(table: sa.Table) -> str:
                 f"{c} = CASE WHEN excluded.{c} < {name}.{c} THEN excluded.{c} ELSE {name}.{c} END"
             )
         else:
-            updates.append(f"{c} = COALESCE(excluded.{c}, {name}.{c})")
+            updates.append(f"{c} = COALESCE({name}.{c}, excluded.{c})")
     return f"ON CONFLICT ({keys}) DO UPDATE SET {', '.join(updates)}"
 
 
