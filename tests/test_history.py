@@ -327,23 +327,51 @@ class TestIdempotence:
         assert counts == [len(events) + len(child), 2, 2]
         assert before is not None and len(before.children) == 1
 
+    @pytest.mark.parametrize("same_batch", [True, False])
     async def test_a_second_end_with_another_id_does_not_rewrite_the_execution(
-        self, url: str
+        self, url: str, same_batch: bool
     ) -> None:
-        """A forged (or merged) ``ExecutionFinished`` under a new event id changed the
-        recorded status: the new value won the merge."""
+        """A forged (or merged) ``ExecutionFinished`` / ``ToolCallFinished`` under a new
+        event id changed the recorded status: the later end won the merge."""
         events = execution_events("f", tools=[("a", "completed", 1.0)])
-        end = events[-1]
-        assert isinstance(end, ExecutionFinished) and end.status == "completed"
-        forged = end.model_copy(update={"event_id": "forged", "status": "cancelled"})
+        ends = [e for e in events if isinstance(e, ExecutionFinished | ToolCallFinished)]
+        forged = [
+            end.model_copy(update={"event_id": f"forged-{end.event_id}", "status": "cancelled"})
+            for end in ends
+        ]
         async with history.open(url) as store:
-            await store.write_events(events)
-            before = await store.get_execution("f")
-            assert await store.write_events([forged]) == 1  # the log keeps what it was given
-            after = await store.get_execution("f")
-        assert before is not None and after is not None
-        assert after.status == "completed"
-        assert after == before
+            if same_batch:
+                await store.write_events(events + forged)
+            else:
+                await store.write_events(events)
+                assert await store.write_events(forged) == 2  # the log keeps what it is given
+            tree = await store.get_execution("f")
+        assert tree is not None
+        assert tree.status == "completed"
+        assert [call.status for call in tree.tool_calls] == ["completed"]
+
+    @pytest.mark.parametrize("same_batch", [True, False])
+    async def test_the_last_known_attribution_wins(self, url: str, same_batch: bool) -> None:
+        """A run started under one phase and finished under another reads the latter,
+        whether its two events were written together or apart."""
+        events = execution_events("p")
+        started, finished = events[0], events[-1]
+        started = started.model_copy(
+            update={"attribution": started.attribution.model_copy(update={"phase": "plan"})}
+        )
+        finished = finished.model_copy(
+            update={"attribution": finished.attribution.model_copy(update={"phase": "report"})}
+        )
+        async with history.open(url) as store:
+            if same_batch:
+                await store.write_events([started, finished])
+            else:
+                await store.write_events([started])
+                await store.write_events([finished])
+            phase = await store.query(
+                lambda conn: conn.execute(sa.select(tables.executions.c.phase)).scalar_one()
+            )
+        assert phase == "report"
 
     async def test_any_order_gives_the_same_rows(self, url: str) -> None:
         events = execution_events("o", tools=[("a", "completed", 1.0)] * 3)

@@ -87,7 +87,8 @@ class TestRowsAreNamedByTheSchema:
         columns = ", ".join(column.name for column in tables.tool_calls.c)
         assert statement.startswith(f"INSERT INTO tool_calls ({columns}) VALUES")
         assert "seq = CASE WHEN excluded.seq < tool_calls.seq" in statement
-        assert "status = COALESCE(tool_calls.status, excluded.status)" in statement
+        assert "status = CASE WHEN tool_calls.status IS NULL" in statement
+        assert "tool = COALESCE(excluded.tool, tool_calls.tool)" in statement
 
 
 class TestMergeWithinABatch:

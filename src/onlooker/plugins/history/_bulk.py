@@ -9,8 +9,9 @@ of that (``bench/history.py``).
 Every statement is derived from the tables in ``_schema.py``: the column
 lists, the conflict key (a table's primary key) and how a projection
 column merges with what is stored (``COALESCE``: a value, once known,
-stays, so a forged or merged second end cannot rewrite an entity;
-:data:`~._schema.KEEP_SMALLEST` columns keep the smaller).
+never becomes ``NULL``; :data:`~._schema.KEEP_SMALLEST` columns keep the
+smaller; :data:`~._schema.SET_BY_END` columns are set by the entity's
+first end only).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ._rows import Row, Rows
-from ._schema import KEEP_SMALLEST, PROJECTIONS, events
+from ._schema import KEEP_SMALLEST, PROJECTIONS, SET_BY_END, events
 
 __all__ = ["Bulk", "PostgresBulk", "SqliteBulk", "bulk_for"]
 
@@ -45,8 +46,13 @@ def _merge_clause(table: sa.Table) -> str:
             updates.append(
                 f"{c} = CASE WHEN excluded.{c} < {name}.{c} THEN excluded.{c} ELSE {name}.{c} END"
             )
+        elif column.info == SET_BY_END:  # an entity that has ended keeps its end
+            updates.append(
+                f"{c} = CASE WHEN {name}.status IS NULL "
+                f"THEN COALESCE(excluded.{c}, {name}.{c}) ELSE {name}.{c} END"
+            )
         else:
-            updates.append(f"{c} = COALESCE({name}.{c}, excluded.{c})")
+            updates.append(f"{c} = COALESCE(excluded.{c}, {name}.{c})")
     return f"ON CONFLICT ({keys}) DO UPDATE SET {', '.join(updates)}"
 
 

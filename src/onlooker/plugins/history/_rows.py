@@ -243,6 +243,8 @@ def _project(rows: Rows, event: ExecutionEvent, body: str, at: Any) -> Row:
             row["started_at"] = at
         case ToolCallFinished():
             row = _tool_call(rows, event)
+            if "status" in row:  # its second end (a merged or forged trail): the first stays
+                return row
             row["status"] = event.status
             row["result"] = _json(event.result)
             row["error"] = _error(event.error)
@@ -259,6 +261,8 @@ def _project(rows: Rows, event: ExecutionEvent, body: str, at: Any) -> Row:
             row["started_at"] = at
         case ExecutionFinished():
             row = _execution(rows, event, at)
+            if "status" in row:
+                return row
             row["status"] = event.status
             row["result"] = _json(event.result)
             row["error"] = _error(event.error)
@@ -272,6 +276,8 @@ def _project(rows: Rows, event: ExecutionEvent, body: str, at: Any) -> Row:
             row["started_at"] = at
         case InteractionResolved():
             row = _interaction(rows, event)
+            if "status" in row:
+                return row
             row["status"] = event.status
             row["response"] = _json(event.response)
             row["error"] = _error(event.error)

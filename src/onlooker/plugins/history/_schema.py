@@ -26,6 +26,7 @@ from onlooker._shared import json_loads, noting_long_ints
 __all__ = [
     "HISTORY_SCHEMA_VERSION",
     "KEEP_SMALLEST",
+    "SET_BY_END",
     "PROJECTIONS",
     "check_schema",
     "events",
@@ -102,10 +103,16 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 
 KEEP_SMALLEST: Final = {"merge": "min"}
-"""A projection column's ``info``: when events disagree, the smallest value wins.
+"""A projection column's ``info``: when events disagree, the smallest value wins."""
 
-Every other projection column keeps the first value known (``COALESCE``), so
-writing the same events twice, or in any order, gives the same rows.
+SET_BY_END: Final = {"merge": "end"}
+"""A projection column's ``info``: the entity's end (``status`` and what its closing
+event says) is set once. A second end under another event id (a merged or forged
+trail) changes nothing the first one recorded.
+
+Every other projection column takes a value when an event knows it (``COALESCE``:
+a value once known never becomes ``NULL``), so writing the same events twice, or
+in any order, gives the same rows.
 """
 
 metadata: Final = sa.MetaData()
@@ -138,12 +145,12 @@ executions: Final = sa.Table(
     sa.Column("trigger_metadata", Json),
     sa.Column("owner", sa.Text),
     sa.Column("input", Json),
-    sa.Column("status", sa.Text),  # NULL while running
-    sa.Column("result", Json),
-    sa.Column("error", Json),
+    sa.Column("status", sa.Text, info=SET_BY_END),  # NULL while running
+    sa.Column("result", Json, info=SET_BY_END),
+    sa.Column("error", Json, info=SET_BY_END),
     sa.Column("started_at", UtcDateTime),
-    sa.Column("finished_at", UtcDateTime),
-    sa.Column("duration_ms", sa.Float),
+    sa.Column("finished_at", UtcDateTime, info=SET_BY_END),
+    sa.Column("duration_ms", sa.Float, info=SET_BY_END),
     sa.Column("parent_execution_id", sa.Text),
     sa.Column("parent_tool_call_id", sa.Text),
     sa.Column("depth", sa.Integer, nullable=False),
@@ -164,14 +171,14 @@ tool_calls: Final = sa.Table(
     sa.Column("tool_call_id", sa.Text, primary_key=True),
     sa.Column("execution_id", sa.Text, primary_key=True),  # ids are unique per execution
     sa.Column("tool", sa.Text, nullable=False),
-    sa.Column("status", sa.Text),  # NULL while running
+    sa.Column("status", sa.Text, info=SET_BY_END),  # NULL while running
     sa.Column("args", Json),
-    sa.Column("result", Json),
-    sa.Column("error", Json),
-    sa.Column("metadata", Json),
-    sa.Column("duration_ms", sa.Float),
+    sa.Column("result", Json, info=SET_BY_END),
+    sa.Column("error", Json, info=SET_BY_END),
+    sa.Column("metadata", Json, info=SET_BY_END),
+    sa.Column("duration_ms", sa.Float, info=SET_BY_END),
     sa.Column("started_at", UtcDateTime),
-    sa.Column("finished_at", UtcDateTime),
+    sa.Column("finished_at", UtcDateTime, info=SET_BY_END),
     sa.Column("seq", sa.Integer, nullable=False, info=KEEP_SMALLEST),
     sa.Column("phase", sa.Text),
     sa.Column("task_id", sa.Text),
@@ -189,11 +196,11 @@ interactions: Final = sa.Table(
     sa.Column("message", sa.Text),
     sa.Column("requested_schema", Json),
     sa.Column("mode", sa.Text),
-    sa.Column("status", sa.Text),  # NULL while open
-    sa.Column("response", Json),
-    sa.Column("error", Json),
+    sa.Column("status", sa.Text, info=SET_BY_END),  # NULL while open
+    sa.Column("response", Json, info=SET_BY_END),
+    sa.Column("error", Json, info=SET_BY_END),
     sa.Column("started_at", UtcDateTime),
-    sa.Column("resolved_at", UtcDateTime),
+    sa.Column("resolved_at", UtcDateTime, info=SET_BY_END),
     sa.Column("seq", sa.Integer, nullable=False, info=KEEP_SMALLEST),
     sa.Index("ix_interactions_execution_seq", "execution_id", "seq"),
     sa.Index("ix_interactions_status", "status"),
