@@ -335,7 +335,7 @@ class TestIdempotence:
         event id changed the recorded status: the later end won the merge."""
         events = execution_events("f", tools=[("a", "completed", 1.0)])
         ends = [e for e in events if isinstance(e, ExecutionFinished | ToolCallFinished)]
-        forged = [
+        forged: list[ExecutionEvent] = [
             end.model_copy(update={"event_id": f"forged-{end.event_id}", "status": "cancelled"})
             for end in ends
         ]

@@ -26,8 +26,8 @@ from onlooker._shared import json_loads, noting_long_ints
 __all__ = [
     "HISTORY_SCHEMA_VERSION",
     "KEEP_SMALLEST",
-    "SET_BY_END",
     "PROJECTIONS",
+    "SET_BY_END",
     "check_schema",
     "events",
     "executions",
