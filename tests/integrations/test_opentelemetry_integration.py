@@ -491,6 +491,32 @@ class TestExportNative:
 
 
 class TestExportTracked:
+    async def test_a_declared_tools_tracked_calls_leave_the_current_span_alone(
+        self, memory: tuple[TracerProvider, InMemorySpanExporter]
+    ) -> None:
+        """A tool declared for a framework (as the Claude adapter declares ``Write``) had
+        its tracked calls made current: two open at once, or one finished in another
+        task, left an ended call current, and the program's next span its child."""
+        provider, exporter = memory
+        tracer = provider.get_tracer("app")
+        plugin = otel.plugin(provider)
+        async with onlooker.ExecutionEngine(plugins=[plugin]) as engine:
+            engine.declare_tool(onlooker.ToolDeclaration("Write", mutating=True))
+            with tracer.start_as_current_span("request") as request:
+                async with engine.track("agent") as run:
+                    first = await run.tool_started("Write", {"p": 1}, tool_call_id="c1")
+                    second = await run.tool_started("Write", {"p": 2}, tool_call_id="c2")
+                    await first.finished("ok")
+                    await second.finished("ok")
+                    third = await run.tool_started("Write", {"p": 3}, tool_call_id="c3")
+                    async with anyio.create_task_group() as group:
+                        group.start_soon(third.finished, "ok")
+                assert trace_api.get_current_span() is request
+                with tracer.start_as_current_span("next model call"):
+                    pass
+        spans = exporter.get_finished_spans()
+        assert parent_id(one(spans, "next model call")) == request.get_span_context().span_id
+
     async def test_a_tracked_run_exports_like_a_native_one(
         self, memory: tuple[TracerProvider, InMemorySpanExporter]
     ) -> None:

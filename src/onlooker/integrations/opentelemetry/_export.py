@@ -6,6 +6,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, final
 
+import anyio
+
 import onlooker
 from onlooker import (
     ExecutionEvent,
@@ -126,7 +128,7 @@ class TraceExport:
         self._tool_spans: dict[tuple[str, str], trace_api.Span] = {}
         # A call onlooker runs has its span current while its tool runs: the tool's own
         # spans (an instrumented HTTP client, a database) nest under it.
-        self._current: dict[tuple[str, str], Token[Context]] = {}
+        self._current: dict[tuple[str, str], tuple[int | None, Token[Context]]] = {}
         self._dispatch: dict[type[Any], Callable[[Any], None]] = {
             ExecutionStarted: self._execution_started,
             ToolCallStarted: self._tool_started,
@@ -247,11 +249,13 @@ class TraceExport:
             attributes=_encodable(attributes),
             start_time=ns(event.at),
         )
-        # A registered tool is one ``ctx.call`` runs, between its two events, in the task
-        # that emits them (this observer is synchronous: it runs in that task's context).
-        # A framework's tool (a tracked call) may end in another context: left alone.
-        if declaration is not None:
-            self._current[key] = context_api.attach(trace_api.set_span_in_context(span))
+        # A tool of the registry is one ``ctx.call`` runs, between its two events, in the
+        # task that emits them (this observer is synchronous: it runs in that task's
+        # context). A framework's tool (a tracked call) may end in another context, and a
+        # declared one (``declare_tool``) is a framework's: left alone.
+        if event.tool in self._tools:
+            token = context_api.attach(trace_api.set_span_in_context(span))
+            self._current[key] = (_task(), token)
 
     def _tool_finished(self, event: ToolCallFinished) -> None:
         key = (event.execution_id, event.tool_call_id)
@@ -276,8 +280,12 @@ class TraceExport:
     def _leave(self, key: tuple[str, str], span: trace_api.Span) -> None:
         """Make the call's span no longer current, where this is the context it was made
         current in (its tool's task, as the span is still current there)."""
-        token = self._current.pop(key, None)
-        if token is not None and trace_api.get_current_span() is span:
+        entry = self._current.pop(key, None)
+        if entry is None:
+            return
+        task, token = entry
+        # Another task (a child holds a copy of the context) must not detach it.
+        if task is not None and task == _task() and trace_api.get_current_span() is span:
             context_api.detach(token)
 
     def _interaction_started(self, event: InteractionStarted) -> None:
@@ -327,6 +335,14 @@ class TraceExport:
             span.set_attribute(ERROR_TYPE, utf8(error_type))
             span.set_status(trace_api.Status(trace_api.StatusCode.ERROR, self._text(message)))
         span.end(end_time=ns(event.at))
+
+
+def _task() -> int | None:
+    """The current task's id (``None`` outside one): the context a token belongs to."""
+    try:
+        return anyio.get_current_task().id
+    except RuntimeError:
+        return None
 
 
 def _redactor_of(redactor: Redactor | None) -> Redactor:
