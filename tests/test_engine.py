@@ -1311,6 +1311,35 @@ class TestShutdownTimeout:
         assert isinstance(raised.value.__context__, onlooker.PluginError)
 
     @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # asyncio's native cancellation
+    async def test_an_interruption_the_flush_took_wins_over_a_plugins_failing_close(
+        self,
+    ) -> None:
+        """Ctrl-C during the observers' flush, then a plugin's teardown raising: the
+        plugin's error came out, and the Ctrl-C the flush had taken was lost."""
+        import asyncio
+        from contextlib import asynccontextmanager
+
+        @asynccontextmanager
+        async def breaks_on_close(ctx: onlooker.PluginContext) -> AsyncIterator[None]:
+            yield
+            raise RuntimeError("teardown failed")
+
+        seen, slow = slow_recording(0.02)
+        plugin = onlooker.define_plugin(id="breaks", extension=breaks_on_close)
+        task = asyncio.current_task()
+        assert task is not None
+        with pytest.raises(asyncio.CancelledError) as raised:
+            async with ExecutionEngine(tools=TOOLS, plugins=[plugin]) as engine:
+                engine.bus.subscribe(slow, name="slow")
+                for _ in range(4):
+                    await engine.execute(fetch_page_program)
+                # 16 events at 20 ms each: the cancellation comes during the flush
+                asyncio.get_running_loop().call_later(0.05, task.cancel)
+        assert task.uncancel() == 0
+        assert isinstance(raised.value.__context__, onlooker.PluginError)
+        assert len(seen) == 16
+
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # asyncio's native cancellation
     async def test_a_second_interruption_ends_the_flush_and_says_so(
         self, caplog: pytest.LogCaptureFixture
     ) -> None:

@@ -1432,6 +1432,71 @@ class TestWriterLeftBehind:
         await anyio.to_thread.run_sync(writer._thread.join, 20)
         assert not writer._thread.is_alive()
 
+    async def test_held_events_taken_as_the_close_goes_on_are_spilled_by_the_writer(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The close's saver ran between the writer taking the held events and telling it
+        so: the saver did not see them, and the writer, stuck after, never saved them."""
+        answer = threading.Event()
+
+        def hangs(self: _writer.BatchWriter, batch: Any) -> int:
+            answer.wait(30)
+            return 0
+
+        base = f"sqlite:///{tmp_path / 'h.db'}?timeout=0.05"
+        failure = Outage("sqlite", base)
+        blocked = tmp_path / "blocked"
+        blocked.write_text("in the way")
+        plugin = history.plugin(
+            base,
+            spill_path=blocked / "spill.jsonl",
+            spill_fallback=blocked / "fallback.jsonl",
+            retry_delays=FAST,
+        )
+        writer: _writer.BatchWriter | None = None
+        try:
+            async with onlooker.ExecutionEngine(
+                tools=[add], plugins=[plugin], shutdown_timeout=0.2
+            ) as engine:
+                store = engine.extension(plugin)
+                failure.begin()
+                await engine.execute(one_call)
+                await engine.bus.flush()
+                await store.flush()
+                writer = store._writer
+                assert writer is not None and writer.statistics().in_memory == 4
+                take_memory = writer._spill.take_memory
+
+                abandon = _writer.BatchWriter._abandon
+                abandoned: list[float] = []
+
+                def once(self: _writer.BatchWriter, waited: float) -> None:
+                    if not abandoned:  # the close's saver runs once
+                        abandoned.append(waited)
+                        abandon(self, waited)
+
+                def taken_as_the_close_goes_on(wait: float | None = None) -> list[Any]:
+                    held = take_memory(wait)
+                    if held:
+                        writer._abandon(0.0)  # the saver, at this very moment
+                    return held
+
+                monkeypatch.setattr(_writer.BatchWriter, "_abandon", once)
+
+                monkeypatch.setattr(writer._spill, "take_memory", taken_as_the_close_goes_on)
+                monkeypatch.setattr(_writer.BatchWriter, "_write_isolating", hangs)
+                blocked.unlink()  # the spill location works again
+                blocked.mkdir()
+            assert writer is not None
+            stats = writer.statistics()
+            assert (stats.in_memory, stats.dropped) == (0, 0)
+            assert len((blocked / "spill.jsonl").read_text().splitlines()) == 4
+        finally:
+            failure.end()
+            answer.set()
+        if writer is not None:
+            await anyio.to_thread.run_sync(writer._thread.join, 20)
+
 
 class TestLoneSurrogates:
     """An undecodable file name (a lone surrogate) is no poison: stored escaped, read back."""

@@ -307,6 +307,9 @@ class ExecutionEngine:
         finally:  # interrupted twice: the observers and plugins are closed all the same
             try:
                 await self.bus._aclose(max(0.0, deadline - anyio.current_time()))
+            except BaseException as exc:
+                if not interruption.take(exc):  # one the flush took: it too wins below
+                    raise
             finally:
                 try:
                     if self._stack is not None:

@@ -481,7 +481,12 @@ class BatchWriter:
             return
         held = self._spill.take_memory()
         with self._lock:  # the close's saver takes them if the database holds us too long
-            self._held_at_close = held
+            late = self._abandoned  # it went on before it could see them: they are ours
+            if not late:
+                self._held_at_close = held
+        if late:
+            self._keep_or_lose(held)
+            return
         try:
             self._write_isolating(held)
             written = True
