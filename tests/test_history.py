@@ -642,8 +642,21 @@ async def test_default_url_is_under_the_cwd(
     assert store.url.endswith(".onlooker/history.db")
 
 
+async def test_the_default_batch_follows_the_backend(url: str) -> None:
+    """PostgreSQL pays round trips per batch: bigger batches (bench/history.py); on
+    SQLite they only delay the writer's start."""
+    expected = 2000 if url.startswith("postgresql") else 500
+    for given, size in ((None, expected), (7, 7)):
+        plugin = history.plugin(url, batch_size=given)
+        async with onlooker.ExecutionEngine(plugins=[plugin]) as engine:
+            writer = engine.extension(plugin)._writer
+            assert writer is not None and writer._batch_size == size
+
+
 def test_plugin_arguments_are_checked() -> None:
     with pytest.raises(ValueError, match="batch_size"):
         history.plugin(batch_size=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        history.plugin(batch_size=True)
     with pytest.raises(ValueError, match="flush_interval"):
         history.plugin(flush_interval=0)

@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from os import PathLike
+from typing import Final
 
 import anyio
 
@@ -21,11 +22,15 @@ __all__ = ["plugin"]
 
 PLUGIN_ID = "history"
 
+DEFAULT_BATCH: Final = {"sqlite": 500, "postgresql": 2000}
+"""Events per batch by backend: PostgreSQL pays a few round trips per batch (measured
+in ``bench/history.py``); on SQLite bigger batches only delay the writer's start."""
+
 
 def plugin(
     url: str | None = None,
     *,
-    batch_size: int = 2000,
+    batch_size: int | None = None,
     flush_interval: float = 0.05,
     spill_path: str | PathLike[str] | None = None,
     retry_delays: Sequence[float] = DEFAULT_RETRY_DELAYS,
@@ -37,8 +42,10 @@ def plugin(
 
     ``url`` is as for :func:`open` (default: ``.onlooker/history.db`` under
     the current directory). Events are written off the hot path in batches
-    of up to ``batch_size`` events, or whatever arrived within
-    ``flush_interval`` seconds, one transaction per batch.
+    of up to ``batch_size`` events (default: 500 on SQLite, 2,000 on
+    PostgreSQL, where each batch pays round trips to the server), or
+    whatever arrived within ``flush_interval`` seconds, one transaction per
+    batch.
 
     Every event is redacted first by the audit trail's policy (``redactor``:
     an :class:`onlooker.plugins.audit.Redactor`, default its default policy)
@@ -57,7 +64,9 @@ def plugin(
     start with a ``HistoryError`` (naming the URL, password hidden) when the
     database cannot be reached.
     """
-    if not isinstance(batch_size, int) or batch_size < 1:
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+    ):
         raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
     if not flush_interval > 0:
         raise ValueError(f"flush_interval must be positive, not {flush_interval!r}")
@@ -83,7 +92,7 @@ class _Settings:
     """What :func:`plugin` was given, checked."""
 
     url: str | None
-    batch_size: int
+    batch_size: int | None
     flush_interval: float
     spill_path: str | PathLike[str] | None
     retry_delays: tuple[float, ...]
@@ -108,7 +117,11 @@ async def _running(settings: _Settings, ctx: PluginContext) -> AsyncIterator[His
         store._spill,
         store._scrubber,
         ctx.logger,
-        batch_size=settings.batch_size,
+        batch_size=(
+            settings.batch_size
+            if settings.batch_size is not None
+            else DEFAULT_BATCH.get(store._db.backend, 500)
+        ),
         flush_interval=settings.flush_interval,
         retry_delays=settings.retry_delays,
     )
