@@ -1120,7 +1120,7 @@ class TestLockedDatabase:
         monkeypatch.setattr(_writer, "STALL_SECONDS", 0.1)
         db = tmp_path / "history.db"
         plugin = history.plugin(f"sqlite:///{db}?timeout=1", batch_size=100, retry_delays=FAST)
-        calls = 600  # 1,200 events: past the 1,024 the writer lets wait before it holds us
+        calls = 1_100  # 2,200 events: past the 2,000 the writer lets wait before it holds us
 
         async def busy(ctx: ExecutionContext) -> None:
             for i in range(calls):
@@ -1176,15 +1176,15 @@ class TestLockedDatabase:
             writer = engine.extension(plugin)._writer
             assert writer is not None
             try:
-                for i in range(1_300):  # past the 1,024 events the writer lets wait
+                for i in range(2_300):  # past the 2,000 events the writer lets wait
                     writer.handle(started(i))
                 assert writer._stall.stalled  # it took nothing: the program went on
                 gate.release()  # one batch, and the writer is as stuck as before
                 with anyio.fail_after(10):
-                    while writer.statistics().pending > 1_200:  # noqa: ASYNC110  # a thread's
+                    while writer.statistics().pending > 2_200:  # noqa: ASYNC110  # a thread's
                         await anyio.sleep(0.01)
-                assert writer.statistics().pending > 512  # far from caught up halfway
-                writer.handle(started(1_300))
+                assert writer.statistics().pending > 1_000  # far from caught up halfway
+                writer.handle(started(2_300))
                 assert not writer._stall.stalled  # it moved: past the limit, emitters wait again
             finally:
                 opened.set()

@@ -4,7 +4,7 @@ The observer is synchronous: it runs in the emitting task and only appends
 the event to a buffer (and wakes the writer when it sleeps), which costs
 the execution less than an asynchronous observer's queue and worker task.
 Only when the writer is far behind (``2 * batch_size`` events, at least
-1,024) does the emitter wait for it to catch up halfway.
+2,000) does the emitter wait for it to catch up halfway.
 
 A writer thread takes batches of ``batch_size`` events, or what arrived
 within ``flush_interval`` of the first waiting event, redacts and
@@ -133,7 +133,7 @@ class BatchWriter:
         self._flush_interval = flush_interval
         self._retry_delays = tuple(retry_delays)
         self.clock = clock
-        self._max_pending = max(2 * batch_size, 1024)
+        self._max_pending = max(2 * batch_size, 2000)
         self._buffer: deque[ExecutionEvent] = deque()
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)  # the writer waits on it
