@@ -491,17 +491,26 @@ class TestExportNative:
 
 
 class TestExportTracked:
-    async def test_a_declared_tools_tracked_calls_leave_the_current_span_alone(
-        self, memory: tuple[TracerProvider, InMemorySpanExporter]
+    @pytest.mark.parametrize("known_as", ["declared", "registered"])
+    async def test_tracked_calls_leave_the_current_span_alone(
+        self, memory: tuple[TracerProvider, InMemorySpanExporter], known_as: str
     ) -> None:
-        """A tool declared for a framework (as the Claude adapter declares ``Write``) had
-        its tracked calls made current: two open at once, or one finished in another
-        task, left an ended call current, and the program's next span its child."""
+        """A tool declared for a framework (as the Claude adapter declares ``Write``), or
+        one of the engine's own tools, had its tracked calls made current: two open at
+        once, or one finished in another task, left an ended call current, and the
+        program's next span its child."""
+
+        @onlooker.tool(name="Write")
+        def write(p: int) -> str:
+            return "ok"
+
         provider, exporter = memory
         tracer = provider.get_tracer("app")
         plugin = otel.plugin(provider)
-        async with onlooker.ExecutionEngine(plugins=[plugin]) as engine:
-            engine.declare_tool(onlooker.ToolDeclaration("Write", mutating=True))
+        tools = [write] if known_as == "registered" else []
+        async with onlooker.ExecutionEngine(tools=tools, plugins=[plugin]) as engine:
+            if known_as == "declared":
+                engine.declare_tool(onlooker.ToolDeclaration("Write", mutating=True))
             with tracer.start_as_current_span("request") as request:
                 async with engine.track("agent") as run:
                     first = await run.tool_started("Write", {"p": 1}, tool_call_id="c1")

@@ -21,8 +21,8 @@ onlooker event             span
                            ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
                            ``gen_ai.tool.type=function``, ``gen_ai.tool.description``
                            when declared; ``gen_ai.tool.call.arguments`` (JSON) only with
-                           ``record_content=True``. For a tool of the registry (``ctx.call``)
-                           the span is current while the tool runs: its body's spans
+                           ``record_content=True``. For a native call (``ctx.call``) the
+                           span is current while the tool runs: its body's spans
                            nest under it
 ``ToolCallFinished``       ends it: ``onlooker.tool.status`` on every tool span
                            (completed / failed / skipped / blocked / cancelled);

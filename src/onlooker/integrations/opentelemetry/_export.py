@@ -249,11 +249,10 @@ class TraceExport:
             attributes=_encodable(attributes),
             start_time=ns(event.at),
         )
-        # A tool of the registry is one ``ctx.call`` runs, between its two events, in the
-        # task that emits them (this observer is synchronous: it runs in that task's
-        # context). A framework's tool (a tracked call) may end in another context, and a
-        # declared one (``declare_tool``) is a framework's: left alone.
-        if event.tool in self._tools:
+        # A native call (``ctx.call``) runs its tool between its two events, in the task
+        # that emits them (this observer is synchronous: it runs in that task's context).
+        # A framework's call (a tracked one) may end in another context: left alone.
+        if _native_call(event):
             token = context_api.attach(trace_api.set_span_in_context(span))
             self._current[key] = (_task(), token)
 
@@ -335,6 +334,14 @@ class TraceExport:
             span.set_attribute(ERROR_TYPE, utf8(error_type))
             span.set_status(trace_api.Status(trace_api.StatusCode.ERROR, self._text(message)))
         span.end(end_time=ns(event.at))
+
+
+def _native_call(event: ToolCallStarted) -> bool:
+    """Whether ``ctx.call`` of the execution running here emitted ``event``."""
+    try:
+        return onlooker.current_context().execution_id == event.execution_id
+    except RuntimeError:  # no native execution runs here: a tracked call
+        return False
 
 
 def _task() -> int | None:
