@@ -351,27 +351,35 @@ class TestIdempotence:
         assert [call.status for call in tree.tool_calls] == ["completed"]
 
     @pytest.mark.parametrize("same_batch", [True, False])
-    async def test_the_last_known_attribution_wins(self, url: str, same_batch: bool) -> None:
-        """A run started under one phase and finished under another reads the latter,
-        whether its two events were written together or apart."""
+    @pytest.mark.parametrize("end_first", [False, True])
+    async def test_the_end_attribution_wins_in_any_order(
+        self, url: str, same_batch: bool, end_first: bool
+    ) -> None:
+        """A run started under one phase and finished under another read as whichever of
+        its events was written last (an end written before its start, as a spill drained
+        after the next batch does, read as the start)."""
         events = execution_events("p")
         started, finished = events[0], events[-1]
+        assert isinstance(started, ExecutionStarted)
         started = started.model_copy(
             update={"attribution": started.attribution.model_copy(update={"phase": "plan"})}
         )
         finished = finished.model_copy(
             update={"attribution": finished.attribution.model_copy(update={"phase": "report"})}
         )
+        order: list[ExecutionEvent] = [finished, started] if end_first else [started, finished]
         async with history.open(url) as store:
             if same_batch:
-                await store.write_events([started, finished])
+                await store.write_events(order)
             else:
-                await store.write_events([started])
-                await store.write_events([finished])
-            phase = await store.query(
-                lambda conn: conn.execute(sa.select(tables.executions.c.phase)).scalar_one()
+                for event in order:
+                    await store.write_events([event])
+            phase, program = await store.query(
+                lambda conn: conn.execute(
+                    sa.select(tables.executions.c.phase, tables.executions.c.program)
+                ).one()
             )
-        assert phase == "report"
+        assert (phase, program) == ("report", started.program)
 
     async def test_any_order_gives_the_same_rows(self, url: str) -> None:
         events = execution_events("o", tools=[("a", "completed", 1.0)] * 3)

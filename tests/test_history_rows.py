@@ -88,7 +88,10 @@ class TestRowsAreNamedByTheSchema:
         assert statement.startswith(f"INSERT INTO tool_calls ({columns}) VALUES")
         assert "seq = CASE WHEN excluded.seq < tool_calls.seq" in statement
         assert "status = CASE WHEN tool_calls.status IS NULL" in statement
-        assert "tool = COALESCE(excluded.tool, tool_calls.tool)" in statement
+        assert (
+            "tool = CASE WHEN tool_calls.status IS NULL THEN COALESCE(excluded.tool, tool_calls.tool) "
+            "ELSE COALESCE(tool_calls.tool, excluded.tool) END"
+        ) in statement
 
 
 class TestMergeWithinABatch:

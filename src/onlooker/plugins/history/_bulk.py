@@ -9,7 +9,8 @@ of that (``bench/history.py``).
 Every statement is derived from the tables in ``_schema.py``: the column
 lists, the conflict key (a table's primary key) and how a projection
 column merges with what is stored (``COALESCE``: a value, once known,
-never becomes ``NULL``; :data:`~._schema.KEEP_SMALLEST` columns keep the
+never becomes ``NULL``; the end's values win over the start's, whichever
+is written first; :data:`~._schema.KEEP_SMALLEST` columns keep the
 smaller; :data:`~._schema.SET_BY_END` columns are set by the entity's
 first end only).
 """
@@ -51,8 +52,11 @@ def _merge_clause(table: sa.Table) -> str:
                 f"{c} = CASE WHEN {name}.status IS NULL "
                 f"THEN COALESCE(excluded.{c}, {name}.{c}) ELSE {name}.{c} END"
             )
-        else:
-            updates.append(f"{c} = COALESCE(excluded.{c}, {name}.{c})")
+        else:  # the last value known, but an ended entity keeps its end's
+            updates.append(
+                f"{c} = CASE WHEN {name}.status IS NULL THEN COALESCE(excluded.{c}, {name}.{c}) "
+                f"ELSE COALESCE({name}.{c}, excluded.{c}) END"
+            )
     return f"ON CONFLICT ({keys}) DO UPDATE SET {', '.join(updates)}"
 
 

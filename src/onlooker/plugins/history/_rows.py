@@ -170,6 +170,18 @@ def _known(row: Row, column: str, value: Any) -> None:
         row[column] = value
 
 
+def _missing(row: Row, column: str, value: Any) -> None:
+    """Set ``column`` only if the row does not know it yet (the entity has ended: its end's
+    values stay, whichever of its events came first)."""
+    if value is not None and row.get(column) is None:
+        row[column] = value
+
+
+def _merge(row: Row) -> Callable[[Row, str, Any], None]:
+    """How an event's value merges into the batch's row: the end's values win."""
+    return _missing if "status" in row else _known
+
+
 def _tool_call(rows: Rows, event: ToolCallStarted | ToolCallFinished) -> Row:
     """The batch's row of the event's tool call, with the columns both its events carry."""
     a = event.attribution
@@ -187,9 +199,10 @@ def _tool_call(rows: Rows, event: ToolCallStarted | ToolCallFinished) -> Row:
         }
     else:  # the call's other event: the same attribution, unless one of them lacks it
         row["seq"] = min(row["seq"], event.seq)
-        _known(row, "phase", a.phase)
-        _known(row, "task_id", a.task_id)
-        _known(row, "intent_id", a.intent_id)
+        merge = _merge(row)
+        merge(row, "phase", a.phase)
+        merge(row, "task_id", a.task_id)
+        merge(row, "intent_id", a.intent_id)
     return row
 
 
@@ -210,12 +223,13 @@ def _execution(rows: Rows, event: ExecutionStarted | ExecutionFinished, at: Any)
         }
     else:
         row["sort_at"] = min(row["sort_at"], at)
-        _known(row, "parent_execution_id", a.parent_execution_id)
-        _known(row, "parent_tool_call_id", a.parent_tool_call_id)
-        _known(row, "depth", a.depth)
-        _known(row, "task_id", a.task_id)
-        _known(row, "phase", a.phase)
-        _known(row, "intent_id", a.intent_id)
+        merge = _merge(row)
+        merge(row, "parent_execution_id", a.parent_execution_id)
+        merge(row, "parent_tool_call_id", a.parent_tool_call_id)
+        merge(row, "depth", a.depth)
+        merge(row, "task_id", a.task_id)
+        merge(row, "phase", a.phase)
+        merge(row, "intent_id", a.intent_id)
     return row
 
 

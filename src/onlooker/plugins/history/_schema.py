@@ -111,8 +111,9 @@ event says) is set once. A second end under another event id (a merged or forged
 trail) changes nothing the first one recorded.
 
 Every other projection column takes a value when an event knows it (``COALESCE``:
-a value once known never becomes ``NULL``), so writing the same events twice, or
-in any order, gives the same rows.
+a value once known never becomes ``NULL``), the end's over the start's (an
+attribution that changed during the run reads as it was at the end), so writing
+the same events twice, or in any order, gives the same rows.
 """
 
 metadata: Final = sa.MetaData()
