@@ -1382,14 +1382,13 @@ class TestWriterLeftBehind:
         assert spill.read_text() == ""
         await anyio.to_thread.run_sync(writer._thread.join, 20)
 
-    async def test_events_held_in_memory_and_stuck_at_close_are_spilled(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        """Held in memory (no spill file took them), then written at close into a database
-        that hangs: the close left the writer behind and the events were neither spilled
-        nor counted."""
+    @staticmethod
+    def nowhere_to_spill(
+        tmp_path: Path,
+    ) -> tuple[Outage, Path, onlooker.Plugin[history.HistoryStore]]:
+        """An outage of a history database whose spill places are blocked by a file (so
+        its events wait in memory); the blocked directory, to unblock."""
         base = f"sqlite:///{tmp_path / 'h.db'}?timeout=0.05"
-        failure = Outage("sqlite", base)
         blocked = tmp_path / "blocked"
         blocked.write_text("in the way")
         plugin = history.plugin(
@@ -1398,6 +1397,31 @@ class TestWriterLeftBehind:
             spill_fallback=blocked / "fallback.jsonl",
             retry_delays=FAST,
         )
+        return Outage("sqlite", base), blocked, plugin
+
+    @staticmethod
+    async def held_in_memory(
+        engine: onlooker.ExecutionEngine,
+        plugin: onlooker.Plugin[history.HistoryStore],
+        failure: Outage,
+    ) -> history.HistoryStore:
+        """One execution's four events, held in memory through the outage."""
+        store = engine.extension(plugin)
+        failure.begin()
+        await engine.execute(one_call)
+        await engine.bus.flush()
+        await store.flush()
+        stats = store.statistics()
+        assert stats is not None and stats.in_memory == 4
+        return store
+
+    async def test_events_held_in_memory_and_stuck_at_close_are_spilled(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Held in memory (no spill file took them), then written at close into a database
+        that hangs: the close left the writer behind and the events were neither spilled
+        nor counted."""
+        failure, blocked, plugin = self.nowhere_to_spill(tmp_path)
         answer = threading.Event()
         write_isolating = _writer.BatchWriter._write_isolating
 
@@ -1410,13 +1434,7 @@ class TestWriterLeftBehind:
                 async with onlooker.ExecutionEngine(
                     tools=[add], plugins=[plugin], shutdown_timeout=0.2
                 ) as engine:
-                    store = engine.extension(plugin)
-                    failure.begin()
-                    await engine.execute(one_call)
-                    await engine.bus.flush()
-                    await store.flush()
-                    assert store.statistics() is not None
-                    assert store.statistics().in_memory == 4  # type: ignore[union-attr]
+                    store = await self.held_in_memory(engine, plugin, failure)
                     failure.end()
                     monkeypatch.setattr(_writer.BatchWriter, "_write_isolating", hangs)
                     blocked.unlink()  # the spill location works again
@@ -1443,28 +1461,15 @@ class TestWriterLeftBehind:
             answer.wait(30)
             return 0
 
-        base = f"sqlite:///{tmp_path / 'h.db'}?timeout=0.05"
-        failure = Outage("sqlite", base)
-        blocked = tmp_path / "blocked"
-        blocked.write_text("in the way")
-        plugin = history.plugin(
-            base,
-            spill_path=blocked / "spill.jsonl",
-            spill_fallback=blocked / "fallback.jsonl",
-            retry_delays=FAST,
-        )
+        failure, blocked, plugin = self.nowhere_to_spill(tmp_path)
         writer: _writer.BatchWriter | None = None
         try:
             async with onlooker.ExecutionEngine(
                 tools=[add], plugins=[plugin], shutdown_timeout=0.2
             ) as engine:
-                store = engine.extension(plugin)
-                failure.begin()
-                await engine.execute(one_call)
-                await engine.bus.flush()
-                await store.flush()
+                store = await self.held_in_memory(engine, plugin, failure)
                 writer = store._writer
-                assert writer is not None and writer.statistics().in_memory == 4
+                assert writer is not None
                 take_memory = writer._spill.take_memory
 
                 abandon = _writer.BatchWriter._abandon
