@@ -1579,6 +1579,28 @@ class TestLoneSurrogates:
                 assert [c.tool_call_id for c in tree.tool_calls] == ["c-caf\ufffd"]
                 assert await store.events(spelling) == recorder.events
 
+    async def test_a_nul_in_what_is_looked_up(self, url: str) -> None:
+        """PostgreSQL stores a NUL in an id, trigger or tool name as U+FFFD; a lookup by
+        the name given raised the driver's DataError there (and the UI showed a 503)."""
+        plugin = history.plugin(url)
+        async with (
+            onlooker.ExecutionEngine(plugins=[plugin]) as engine,
+            engine.track("p", execution_id="run\x00x", trigger="t\x00rig") as run,
+        ):
+            call = await run.tool_started("to\x00ol", {}, tool_call_id="c1")
+            await call.finished("ok")
+        async with history.open(url) as store:
+            tree = await store.get_execution("run\x00x")
+            assert tree is not None and [c.tool_call_id for c in tree.tool_calls] == ["c1"]
+            assert len(await store.events("run\x00x")) == 4
+            for found in (
+                await store.list_executions(trigger="t\x00rig"),
+                await store.list_executions(tool="to\x00ol"),
+            ):
+                assert [e.execution_id for e in found] == [tree.execution_id]
+            assert await store.get_execution("other\x00") is None
+            assert await store.events("other\x00") == []
+
     def test_parse_event_reads_the_escape_json_writes(self) -> None:
         event = poison("x", 0)
         raw = json.dumps(event.model_dump(mode="json") | {"tool": "caf\udce9"})

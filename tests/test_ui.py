@@ -813,6 +813,39 @@ class TestPostgres:
         finally:
             cluster.drop_database(url)
 
+    def test_a_nul_in_an_id_or_filter_is_looked_up_as_stored(self) -> None:
+        """PostgreSQL stores a NUL as U+FFFD: a URL holding one raised the driver's
+        DataError, shown as a 503 "the history database cannot be read"."""
+
+        async def tracked(url: str) -> None:
+            plugin = history.plugin(url)
+            async with (
+                onlooker.ExecutionEngine(plugins=[plugin]) as engine,
+                engine.track("p", execution_id="run\x00x", trigger="t\x00rig") as run,
+            ):
+                call = await run.tool_started("to\x00ol", {}, tool_call_id="c\x001")
+                await call.finished("ok")
+
+        cluster = postgres.cluster_or_skip()
+        url = cluster.create_database()
+        try:
+            anyio.run(tracked, url)
+            with client(create_app(url)) as c:
+                for path in (
+                    "/executions/run%00x",
+                    "/executions/run%00x?call=c%001",
+                    "/executions/run%00x?format=json",
+                    "/?trigger=t%00rig",
+                    "/?tool=to%00ol",
+                ):
+                    response = c.get(path)
+                    assert response.status_code == 200, (path, response.status_code)
+                    assert "run\ufffdx" in response.text or "run\\u0000x" in response.text
+                assert c.get("/?program=p%00").status_code == 200
+                assert c.get("/executions/other%00").status_code == 404
+        finally:
+            cluster.drop_database(url)
+
     def test_a_postgresql_database_without_tables(self) -> None:
         cluster = postgres.cluster_or_skip()
         url = cluster.create_database()

@@ -34,7 +34,7 @@ from onlooker.plugins.history import (
     _read,
 )
 from onlooker.plugins.history._read import encode_cursor
-from onlooker.plugins.history._rows import no_surrogate
+from onlooker.plugins.history._rows import as_stored
 from onlooker.plugins.history.tables import events, executions, interactions, tool_calls
 
 __all__ = [
@@ -108,9 +108,14 @@ def _record(row: RowMapping) -> ExecutionRecord:
     return _read.validated(ExecutionRecord, fields, f"execution {fields['execution_id']!r}")
 
 
+def _stored(conn: Connection, value: str) -> str:
+    """``value`` as this database holds it (see ``as_stored``): what a lookup compares."""
+    return as_stored(value, conn.dialect.name)
+
+
 def execution_record(conn: Connection, execution_id: str) -> ExecutionRecord | None:
     """One execution without its calls; ``None`` if unknown."""
-    query = sa.select(executions).where(executions.c.execution_id == execution_id)
+    query = sa.select(executions).where(executions.c.execution_id == _stored(conn, execution_id))
     found = _read.fetch(conn, query, executions)
     return _record(found[0]) if found else None
 
@@ -185,6 +190,7 @@ def _error(value: Any) -> ErrorInfo | None:
 
 def execution_node(conn: Connection, execution_id: str) -> Node | None:
     """The execution and every descendant, with what the timeline draws; ``None`` if unknown."""
+    execution_id = _stored(conn, execution_id)
     root = execution_record(conn, execution_id)
     if root is None:
         return None
@@ -233,7 +239,8 @@ def execution_node(conn: Connection, execution_id: str) -> Node | None:
 def call_record(conn: Connection, execution_id: str, tool_call_id: str) -> ToolCallRecord | None:
     """One tool call of the execution, whole; ``None`` if it has no such call."""
     query = sa.select(tool_calls).where(
-        tool_calls.c.execution_id == execution_id, tool_calls.c.tool_call_id == tool_call_id
+        tool_calls.c.execution_id == _stored(conn, execution_id),
+        tool_calls.c.tool_call_id == _stored(conn, tool_call_id),
     )
     found = _read.fetch(conn, query, tool_calls)
     if not found:
@@ -249,8 +256,8 @@ def interaction_record(
 ) -> InteractionRecord | None:
     """One question of the execution, whole; ``None`` if it has no such question."""
     query = sa.select(interactions).where(
-        interactions.c.execution_id == execution_id,
-        interactions.c.interaction_id == interaction_id,
+        interactions.c.execution_id == _stored(conn, execution_id),
+        interactions.c.interaction_id == _stored(conn, interaction_id),
     )
     found = _read.fetch(conn, query, interactions)
     if not found:
@@ -268,9 +275,9 @@ def list_page(conn: Connection, filters: ListFilters) -> Page:
     elif filters.status is not None:
         query = query.where(executions.c.status == filters.status)
     if filters.program is not None:
-        query = query.where(executions.c.program == filters.program)
+        query = query.where(executions.c.program == _stored(conn, filters.program))
     if filters.trigger is not None:
-        query = query.where(executions.c.trigger == filters.trigger)
+        query = query.where(executions.c.trigger == _stored(conn, filters.trigger))
     if filters.since is not None:
         query = query.where(executions.c.sort_at >= filters.since)
     if filters.until is not None:
@@ -281,7 +288,7 @@ def list_page(conn: Connection, filters: ListFilters) -> Page:
         query = query.where(
             sa.exists().where(
                 tool_calls.c.execution_id == executions.c.execution_id,
-                tool_calls.c.tool == filters.tool,
+                tool_calls.c.tool == _stored(conn, filters.tool),
             )
         )
     if filters.cursor is not None:
@@ -322,12 +329,14 @@ def item_events(
     conn: Connection, execution_id: str, key: str, item_id: str
 ) -> list[ExecutionEvent]:
     """The events of one tool call (``key="tool_call_id"``) or interaction, in ``seq`` order."""
+    item_id = _stored(conn, item_id)
     query = sa.select(sa.cast(events.c.body, sa.Text)).where(
-        events.c.execution_id == execution_id, events.c.kind.in_(_KINDS[key])
+        events.c.execution_id == _stored(conn, execution_id), events.c.kind.in_(_KINDS[key])
     )
     quoted = json.dumps(item_id)
     if quoted == f'"{item_id}"':  # spelt as is in the JSON text: narrow by it in SQL first
         query = query.where(sa.cast(events.c.body, sa.Text).contains(quoted, autoescape=True))
     found = [parse_event(body) for body in conn.execute(query.order_by(events.c.seq)).scalars()]
-    # The projection stores an id's lone surrogate (an undecodable name) as U+FFFD.
-    return [event for event in found if no_surrogate(getattr(event, key, None)) == item_id]
+    # The projection stores an id's lone surrogate (an undecodable name) as U+FFFD, and
+    # on PostgreSQL a NUL too; the event's JSON keeps them.
+    return [event for event in found if _stored(conn, getattr(event, key)) == item_id]

@@ -27,6 +27,7 @@ from ._records import (
     ToolCallRecord,
     ToolStats,
 )
+from ._rows import as_stored
 from ._schema import Json, events, executions, interactions, tool_calls
 
 __all__ = [
@@ -212,7 +213,7 @@ def list_executions(
     elif status is not None:
         query = query.where(executions.c.status == status)
     if trigger is not None:
-        query = query.where(executions.c.trigger == trigger)
+        query = query.where(executions.c.trigger == as_stored(trigger, conn.dialect.name))
     if since is not None:
         query = query.where(executions.c.sort_at >= since)
     if until is not None:
@@ -221,7 +222,7 @@ def list_executions(
         query = query.where(
             sa.exists().where(
                 tool_calls.c.execution_id == executions.c.execution_id,
-                tool_calls.c.tool == tool,
+                tool_calls.c.tool == as_stored(tool, conn.dialect.name),
             )
         )
     if cursor is not None:
@@ -249,6 +250,7 @@ def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
 
 def execution_tree(conn: Connection, execution_id: str) -> ExecutionTree | None:
     """The execution, its tool calls, interactions and descendants; ``None`` if unknown."""
+    execution_id = as_stored(execution_id, conn.dialect.name)
     found = fetch(
         conn, _select(executions).where(executions.c.execution_id == execution_id), executions
     )
@@ -331,6 +333,7 @@ def _calls_and_interactions(
 
 def event_list(conn: Connection, execution_id: str) -> list[ExecutionEvent]:
     """The stored events of one execution, parsed, in ``seq`` order."""
+    execution_id = as_stored(execution_id, conn.dialect.name)
     query = (
         sa.select(events.c.event_id, sa.cast(events.c.body, sa.Text))
         .where(events.c.execution_id == execution_id)

@@ -58,6 +58,7 @@ __all__ = [
     "Row",
     "Rows",
     "Stored",
+    "as_stored",
     "build_rows",
     "capped",
     "no_surrogate",
@@ -130,6 +131,13 @@ def no_surrogate(value: Any) -> Any:
 def _no_nul(value: Any) -> Any:
     # PostgreSQL text cannot hold NUL; the raw event keeps it, JSON-escaped.
     return value.replace("\x00", "\ufffd") if type(value) is str and "\x00" in value else value
+
+
+def as_stored(value: str, backend: str) -> str:
+    """``value`` as a text column of ``backend`` holds it (a lone surrogate as U+FFFD, on
+    PostgreSQL a NUL too): what a lookup by the value given must compare with."""
+    text: str = no_surrogate(value)
+    return _no_nul(text) if backend == "postgresql" else text
 
 
 _AT: Final = '"at":"'

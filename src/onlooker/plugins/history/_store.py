@@ -25,7 +25,7 @@ from ._db import Database, describe
 from ._isolate import isolate
 from ._records import ExecutionList, ExecutionTree, HistoryStats
 from ._redaction import DEFAULT_MAX_VALUE_CHARS, Scrubber
-from ._rows import Stored, no_surrogate
+from ._rows import Stored
 from ._spill import DeadLetters, Spill, SpillFile, dead_letter_path
 from ._writer import BatchWriter, HistoryWriterStatistics
 
@@ -206,13 +206,11 @@ class HistoryStore:
 
     async def get_execution(self, execution_id: str) -> ExecutionTree | None:
         """The execution with its tool calls, interactions and children; ``None`` if unknown."""
-        stored = no_surrogate(execution_id)  # as an id with an undecodable name is stored
-        return await self._read(lambda conn: _read.execution_tree(conn, stored))
+        return await self._read(lambda conn: _read.execution_tree(conn, execution_id))
 
     async def events(self, execution_id: str) -> list[ExecutionEvent]:
         """The execution's events as emitted, in ``seq`` order; ``[]`` if unknown."""
-        stored = no_surrogate(execution_id)
-        return await self._read(lambda conn: _read.event_list(conn, stored))
+        return await self._read(lambda conn: _read.event_list(conn, execution_id))
 
     async def stats(
         self, since: datetime | None = None, until: datetime | None = None
