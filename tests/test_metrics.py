@@ -202,6 +202,15 @@ async def test_a_port_in_use_is_named_in_the_error() -> None:
         assert raised.value.errno == errno.EADDRINUSE
 
 
+@pytest.mark.parametrize("port", [70000, -1, True, "8000"])
+async def test_a_port_out_of_range_is_named(port: object) -> None:
+    """``serve(70000)`` raised ``OverflowError: bind(): port must be 0-65535``."""
+    plugin = metrics.plugin()
+    async with onlooker.ExecutionEngine(plugins=[plugin]) as engine:
+        with pytest.raises(ValueError, match="port must be an int from 0 to 65535"):
+            engine.extension(plugin).serve(port)  # type: ignore[arg-type]
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield from backend_url(str(request.param), tmp_path)

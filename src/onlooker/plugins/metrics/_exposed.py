@@ -78,8 +78,12 @@ class Exposed:
         """Serve the metrics over HTTP on ``host:port`` (``port=0``: a free port), in a thread.
 
         Loopback by default; pass ``host="0.0.0.0"`` to listen on every
-        interface. The server is closed when the engine (or this object) is.
+        interface. The server is closed when the engine (or this object) is. A port
+        outside 0-65535 is a ``ValueError``; one that cannot be bound, an ``OSError``
+        naming the address.
         """
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an int from 0 to 65535, not {port!r}")
         try:
             server, thread = start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:  # name the address: "Address already in use" says not which
