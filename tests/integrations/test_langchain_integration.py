@@ -531,6 +531,24 @@ async def test_the_wrapper_alone_governs_each_call_in_an_execution_of_its_own() 
     assert [e.status for e in recorder.of(ExecutionFinished)] == ["completed", "completed"]
 
 
+async def test_the_wrapper_alone_ends_a_failed_calls_execution_with_its_error() -> None:
+    """A tool that handled its own error: the call was a ``ToolError``, its execution's
+    end a generic ``Error``."""
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        agent = Agent(wrap_tool_call(engine))
+        chat = model(call("reserve", "c1", order_id="A1"), AIMessage(content="done"))
+        await agent.graph("bot", chat, agent.tools()).ainvoke({"messages": [HumanMessage("hi")]})
+    [ended] = recorder.of(ToolCallFinished)
+    [finished] = recorder.of(ExecutionFinished)
+    assert ended.status == finished.status == "failed"
+    assert ended.error is not None and finished.error is not None
+    expected = ("ToolError", "order A1 is on hold", "failure")
+    assert (ended.error.type, ended.error.message, ended.error.cause) == expected
+    assert (finished.error.type, finished.error.message, finished.error.cause) == expected
+
+
 async def test_the_wrapper_alone_records_the_post_hooks_output_as_the_result() -> None:
     """A call's own execution ends with what the graph got, not what a post-hook removed."""
 

@@ -14,7 +14,7 @@ from uuid import UUID
 
 import anyio
 
-from onlooker import HookAbortError, HookAction, UnknownToolError
+from onlooker import HookAbortError, HookAction, ToolError, UnknownToolError
 
 from .. import require
 from .._arguments import validated
@@ -243,8 +243,12 @@ class _ToolNodeGovernor:
             _ended_late(call)
             return result
         if message is not None and message.status == "error":
-            error: Exception | str = (
-                raised if isinstance(raised, Exception) else text(message.content)
+            # A message alone (a tool that handled its own error) is the tool's failure,
+            # for the call and for a call's own execution alike.
+            error: Exception = (
+                raised
+                if isinstance(raised, Exception)
+                else ToolError(text(message.content), tool=call.tool)
             )
             if unknown:  # recorded as ctx.call records a tool it does not know
                 error = UnknownToolError(text(message.content), tool=call.tool)
