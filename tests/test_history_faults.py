@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from onlooker import (
 )
 from onlooker._ui import _queries
 from onlooker.plugins import audit, history
-from onlooker.plugins.history import _rows, _writer, tables
+from onlooker.plugins.history import _read, _rows, _writer, tables
 from onlooker.plugins.history._db import Database
 from onlooker.plugins.history._spill import DeadLetters, Spill, SpillFile
 from onlooker.plugins.history._writer import MAX_COOLDOWN
@@ -1600,6 +1601,9 @@ class TestLoneSurrogates:
                 assert [e.execution_id for e in found] == [tree.execution_id]
             assert await store.get_execution("other\x00") is None
             assert await store.events("other\x00") == []
+            for odd in ("zz\x00", "zz\udce9"):  # a cursor made by hand
+                cursor = _read.encode_cursor(datetime.now(UTC) + timedelta(days=1), odd)
+                assert len(await store.list_executions(cursor=cursor)) == 1
 
     def test_parse_event_reads_the_escape_json_writes(self) -> None:
         event = poison("x", 0)

@@ -654,6 +654,25 @@ class TestAudit:
         assert len(index.executions_of("s-one")) == 2
         assert index.verdict("s-one").verdict == "intact"
 
+    def test_an_id_with_a_nul_is_found_by_either_spelling(self, tmp_path: Path) -> None:
+        """History on PostgreSQL names the execution with U+FFFD where the trail has a NUL:
+        its page, opened by that spelling, said no trail mentioned it."""
+        audit_dir = tmp_path / "audit"
+
+        async def tracked() -> None:
+            plugin = audit.plugin(audit_dir, session_id="s-nul")
+            async with (
+                onlooker.ExecutionEngine(plugins=[plugin]) as engine,
+                engine.track("p", execution_id="run\x00x"),
+            ):
+                pass
+
+        anyio.run(tracked)
+        index = AuditIndex(audit_dir)
+        assert index.sessions_of("run\x00x") == ["s-nul"]
+        assert index.sessions_of("run\ufffdx") == ["s-nul"]
+        assert index.executions_of("s-nul") == ["run\x00x"]  # linked as the trail spells it
+
     def test_an_execution_id_inside_a_tool_argument_names_no_execution(
         self, tmp_path: Path
     ) -> None:

@@ -22,7 +22,7 @@ from typing import Final
 
 from onlooker import AuditError
 from onlooker.plugins import audit
-from onlooker.plugins.history._rows import no_surrogate
+from onlooker.plugins.history._rows import as_stored, no_surrogate
 
 __all__ = ["AuditIndex", "SessionVerdict"]
 
@@ -66,6 +66,13 @@ class _File:
     mtime_ns: int
     offset: int  # bytes read up to the last complete line
     ids: set[str] = field(default_factory=set)
+    keys: set[str] = field(default_factory=set)  # the ids as any history spells them
+
+
+def _key(execution_id: str) -> str:
+    """One spelling of an id for every history: a lone surrogate and a NUL as U+FFFD (as
+    PostgreSQL stores them), so a trail matches whichever spelling a page was opened by."""
+    return as_stored(execution_id, "postgresql")
 
 
 class AuditIndex:
@@ -90,9 +97,8 @@ class AuditIndex:
         """The sessions whose trails hold an event of ``execution_id``."""
         with self._lock:
             self._refresh()
-            found = {
-                path.parent.name for path, entry in self._files.items() if execution_id in entry.ids
-            }
+            key = _key(execution_id)
+            found = {path.parent.name for path, entry in self._files.items() if key in entry.keys}
         return sorted(found)
 
     def executions_of(self, session: str) -> list[str]:
@@ -161,6 +167,7 @@ class AuditIndex:
                 continue
             if isinstance(value, str):
                 entry.ids.add(no_surrogate(value))  # as history names the execution
+                entry.keys.add(_key(value))
         entry.offset += complete
         entry.size = stat.st_size
         entry.mtime_ns = stat.st_mtime_ns

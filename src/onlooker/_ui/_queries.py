@@ -293,6 +293,7 @@ def list_page(conn: Connection, filters: ListFilters) -> Page:
         )
     if filters.cursor is not None:
         at, last_id = decode_cursor(filters.cursor)
+        last_id = _stored(conn, last_id)  # a cursor made by hand
         query = query.where(
             sa.or_(
                 executions.c.sort_at < at,

@@ -227,6 +227,7 @@ def list_executions(
         )
     if cursor is not None:
         at, execution_id = decode_cursor(cursor)
+        execution_id = as_stored(execution_id, conn.dialect.name)  # a cursor made by hand
         query = query.where(
             sa.or_(
                 executions.c.sort_at < at,
