@@ -211,6 +211,17 @@ async def test_a_port_out_of_range_is_named(port: object) -> None:
             engine.extension(plugin).serve(port)  # type: ignore[arg-type]
 
 
+async def test_a_port_that_is_an_int_by_index_is_taken() -> None:
+    class Port:  # as numpy's integers are
+        def __index__(self) -> int:
+            return 0
+
+    plugin = metrics.plugin()
+    async with onlooker.ExecutionEngine(plugins=[plugin]) as engine:
+        with engine.extension(plugin).serve(Port()) as server:  # type: ignore[arg-type]
+            assert server.port > 0
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield from backend_url(str(request.param), tmp_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import threading
 from types import TracebackType
 from typing import Self, final
@@ -82,8 +83,13 @@ class Exposed:
         outside 0-65535 is a ``ValueError``; one that cannot be bound, an ``OSError``
         naming the address.
         """
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        try:
+            number = operator.index(port)  # an int, or one that says it is (numpy's)
+        except TypeError:
+            number = -1
+        if isinstance(port, bool) or not 0 <= number <= 65535:
             raise ValueError(f"port must be an int from 0 to 65535, not {port!r}")
+        port = number
         try:
             server, thread = start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:  # name the address: "Address already in use" says not which
