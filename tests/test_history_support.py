@@ -155,6 +155,18 @@ async def one_call(ctx: ExecutionContext) -> int:
     return result
 
 
+async def track_with_nuls(url: str) -> None:
+    """Record, through the history plugin, a tracked run whose id, trigger, tool and call
+    id hold a NUL (``run\\x00x``, ``t\\x00rig``, ``to\\x00ol``, ``c\\x001``)."""
+    plugin = history.plugin(url)
+    async with (
+        onlooker.ExecutionEngine(plugins=[plugin]) as engine,
+        engine.track("p", execution_id="run\x00x", trigger="t\x00rig") as run,
+    ):
+        call = await run.tool_started("to\x00ol", {}, tool_call_id="c\x001")
+        await call.finished("ok")
+
+
 class Outage:
     """Makes one test database refuse writes, then take them again."""
 

@@ -39,6 +39,7 @@ from onlooker._ui import BackgroundServer, _queries, create_app
 from onlooker._ui._audit import AuditIndex
 from onlooker._ui._timeline import build_timeline, summarize
 from onlooker.plugins import audit, history
+from test_history_support import track_with_nuls
 from test_ui_support import (
     XSS,
     add,
@@ -835,20 +836,10 @@ class TestPostgres:
     def test_a_nul_in_an_id_or_filter_is_looked_up_as_stored(self) -> None:
         """PostgreSQL stores a NUL as U+FFFD: a URL holding one raised the driver's
         DataError, shown as a 503 "the history database cannot be read"."""
-
-        async def tracked(url: str) -> None:
-            plugin = history.plugin(url)
-            async with (
-                onlooker.ExecutionEngine(plugins=[plugin]) as engine,
-                engine.track("p", execution_id="run\x00x", trigger="t\x00rig") as run,
-            ):
-                call = await run.tool_started("to\x00ol", {}, tool_call_id="c\x001")
-                await call.finished("ok")
-
         cluster = postgres.cluster_or_skip()
         url = cluster.create_database()
         try:
-            anyio.run(tracked, url)
+            anyio.run(track_with_nuls, url)
             with client(create_app(url)) as c:
                 for path in (
                     "/executions/run%00x",
