@@ -859,11 +859,13 @@ class TestMetrics:
             cwd=workdir,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            env={**os.environ, "COLUMNS": "300"},
+            env={**os.environ, "COLUMNS": "40"},  # each message stays one line anyway
         )
         try:
             assert server.stderr is not None
-            assert "serving the metrics" in server.stderr.readline().decode()
+            first = server.stderr.readline().decode()
+            assert "serving the metrics" in first
+            assert first.rstrip().endswith(f"at http://127.0.0.1:{port}/metrics")
             with contextlib.closing(sqlite3.connect(workdir / ".onlooker" / "history.db")) as db:
                 db.execute("DROP TABLE tool_calls")
                 db.commit()

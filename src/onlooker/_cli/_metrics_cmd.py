@@ -66,7 +66,10 @@ async def _serve(url: str | None, port: int, host: str, interval: float) -> None
     async with reading(url) as store:
         exposed = await metrics.metrics_from_history(store)
         with exposed.serve(port, host) as server:
-            stderr.print(f"serving the metrics of {escape(store.url)} at {server.url}")
+            # Whole lines, however narrow the terminal (or none): a URL to copy, a log to grep.
+            stderr.print(
+                f"serving the metrics of {escape(store.url)} at {server.url}", soft_wrap=True
+            )
             if not is_loopback(host):
                 stderr.print(
                     "[yellow]warning[/]: listening beyond this machine: anyone who can reach "
@@ -82,10 +85,11 @@ async def _serve(url: str | None, port: int, host: str, interval: float) -> None
                         stderr.print(
                             f"[yellow]warning[/]: cannot read {escape(store.url)} "
                             f"({escape(describe(exc))}); serving the last figures, retrying "
-                            f"every {interval:g} s"
+                            f"every {interval:g} s",
+                            soft_wrap=True,
                         )
                     failing = True
                     continue
                 if failing:
-                    stderr.print(f"{escape(store.url)} can be read again")
+                    stderr.print(f"{escape(store.url)} can be read again", soft_wrap=True)
                 failing = False
