@@ -563,6 +563,20 @@ class Batch:
         self.wait, self.danger, self.wipe = wait, danger, wipe
 
 
+def approved_pay(guard: ToolInputGuardrail[Any], ran: list[int] | None = None) -> FunctionTool:
+    """A ``pay`` tool that asks a person first, guarded by ``guard``; each amount paid is
+    appended to ``ran``."""
+
+    @function_tool(needs_approval=True, tool_input_guardrails=[guard])
+    def pay(amount: int) -> str:
+        """Pay an amount."""
+        if ran is not None:
+            ran.append(amount)
+        return f"paid {amount}"
+
+    return pay
+
+
 async def ended(recorder: RecordingObserver) -> list[ExecutionFinished]:
     """The runs' ends once the processor's deferred records landed, before the engine closes.
 
@@ -1019,12 +1033,7 @@ class TestApprovals:
             if processor:
                 set_trace_processors([OnlookerTracingProcessor(engine)])
             hooks, guard = OnlookerRunHooks(engine), tool_guardrail(engine)
-
-            @function_tool(needs_approval=True, tool_input_guardrails=[guard])
-            def pay(amount: int) -> str:
-                """Pay an amount."""
-                ran.append(amount)
-                return f"paid {amount}"
+            pay = approved_pay(guard, ran)
 
             model = ScriptedModel(
                 [[function_call("pay", {"amount": 5}, call_id="call_1")], [assistant_message("ok")]]
@@ -1093,12 +1102,7 @@ class TestApprovals:
             engine.bus.subscribe(on_end)
             set_trace_processors([OnlookerTracingProcessor(engine)])
             hooks, guard = OnlookerRunHooks(engine), tool_guardrail(engine)
-
-            @function_tool(needs_approval=True, tool_input_guardrails=[guard])
-            def pay(amount: int) -> str:
-                """Pay an amount."""
-                ran.append(amount)
-                return f"paid {amount}"
+            pay = approved_pay(guard, ran)
 
             model = ScriptedModel(
                 [[function_call("pay", {"amount": 5}, call_id="call_1")], [assistant_message("ok")]]
@@ -1142,11 +1146,7 @@ class TestApprovals:
             engine.bus.subscribe(recorder)
             set_trace_processors([OnlookerTracingProcessor(engine)])
             hooks, guard = OnlookerRunHooks(engine), tool_guardrail(engine)
-
-            @function_tool(needs_approval=True, tool_input_guardrails=[guard])
-            def pay(amount: int) -> str:
-                """Pay an amount."""
-                return f"paid {amount}"
+            pay = approved_pay(guard)
 
             @function_tool(tool_input_guardrails=[guard])
             async def lookup(q: str) -> str:
@@ -1183,11 +1183,7 @@ class TestApprovals:
             engine.bus.subscribe(recorder)
             set_trace_processors([OnlookerTracingProcessor(engine)])
             hooks, guard = OnlookerRunHooks(engine), tool_guardrail(engine)
-
-            @function_tool(needs_approval=True, tool_input_guardrails=[guard])
-            def pay(amount: int) -> str:
-                """Pay an amount."""
-                return f"paid {amount}"
+            pay = approved_pay(guard)
 
             def payer(name: str, call_id: str, amount: int) -> Agent[Any]:
                 model = ScriptedModel(
@@ -1227,11 +1223,7 @@ class TestApprovals:
             async with onlooker.ExecutionEngine() as engine:
                 set_trace_processors([OnlookerTracingProcessor(engine)])
                 hooks, guard = OnlookerRunHooks(engine), tool_guardrail(engine)
-
-                @function_tool(needs_approval=True, tool_input_guardrails=[guard])
-                def pay(amount: int) -> str:
-                    """Pay an amount."""
-                    return f"paid {amount}"
+                pay = approved_pay(guard)
 
                 model = ScriptedModel([[function_call("pay", {"amount": 1}, call_id="c1")]])
                 agent = Agent(name="payer", model=model, tools=[pay])
