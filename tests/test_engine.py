@@ -1190,6 +1190,16 @@ def slow_recording(
     return seen, slow
 
 
+async def queue_for(
+    engine: ExecutionEngine, slow: Callable[[ExecutionEvent], Awaitable[None]]
+) -> None:
+    """Subscribe ``slow`` and run four executions: 16 events wait for it (at 20 ms each, a
+    flush of 0.3 s for the close)."""
+    engine.bus.subscribe(slow, name="slow")
+    for _ in range(4):
+        await engine.execute(fetch_page_program)
+
+
 async def cleans_up_slowly(ctx: ExecutionContext) -> None:
     """Runs until cancelled, then takes 0.3 s to clean up (a close waits for it)."""
     try:
@@ -1247,10 +1257,8 @@ class TestShutdownTimeout:
         assert task is not None
         with pytest.raises(asyncio.CancelledError):
             async with ExecutionEngine(tools=TOOLS, shutdown_timeout=10) as engine:
-                engine.bus.subscribe(slow, name="slow")
-                for _ in range(4):
-                    await engine.execute(fetch_page_program)
-                # 16 events at 20 ms each: the flush takes 0.3 s, the cancellation comes at 0.05 s
+                await queue_for(engine, slow)
+                # the cancellation comes at 0.05 s, during the 0.3 s flush
                 asyncio.get_running_loop().call_later(0.05, task.cancel)
         assert task.uncancel() == 0  # still counted when raised (asyncio.run, timeouts read it)
         assert len(seen) == 16
@@ -1330,10 +1338,8 @@ class TestShutdownTimeout:
         assert task is not None
         with pytest.raises(asyncio.CancelledError) as raised:
             async with ExecutionEngine(tools=TOOLS, plugins=[plugin]) as engine:
-                engine.bus.subscribe(slow, name="slow")
-                for _ in range(4):
-                    await engine.execute(fetch_page_program)
-                # 16 events at 20 ms each: the cancellation comes during the flush
+                await queue_for(engine, slow)
+                # the cancellation comes at 0.05 s, during the 0.3 s flush
                 asyncio.get_running_loop().call_later(0.05, task.cancel)
         assert task.uncancel() == 0
         assert isinstance(raised.value.__context__, onlooker.PluginError)
@@ -1351,9 +1357,7 @@ class TestShutdownTimeout:
         assert task is not None
         with pytest.raises(asyncio.CancelledError):
             async with ExecutionEngine(tools=TOOLS, shutdown_timeout=10) as engine:
-                engine.bus.subscribe(slow, name="slow")
-                for _ in range(4):
-                    await engine.execute(fetch_page_program)
+                await queue_for(engine, slow)
                 loop = asyncio.get_running_loop()
                 loop.call_later(0.05, task.cancel)
                 loop.call_later(0.1, task.cancel)  # the flush needs 0.3 s: it ends here
@@ -1383,9 +1387,7 @@ class TestShutdownTimeout:
         with pytest.raises(asyncio.CancelledError):
             with anyio.move_on_after(0.05):
                 async with ExecutionEngine(tools=TOOLS, shutdown_timeout=10) as engine:
-                    engine.bus.subscribe(slow, name="slow")
-                    for _ in range(4):
-                        await engine.execute(fetch_page_program)
+                    await queue_for(engine, slow)
                     asyncio.get_running_loop().call_later(0.1, task.cancel)
                     await anyio.sleep_forever()  # until the scope cancels the block
             went_on = True
