@@ -186,9 +186,7 @@ class Spill:
         if not batch:
             return 0
         data = "".join([ready.body + "\n" for ready in batch])
-        if not self._lock.acquire(timeout=-1 if wait is None else wait):
-            raise TimeoutError(f"the spill files stayed busy for {wait:g} s")
-        with _held(self._lock):
+        with _within(self._lock, wait):
             for file in self.files:
                 try:
                     file.append(data, wait)
@@ -258,17 +256,18 @@ class Spill:
     def take_memory(self, wait: float | None = None) -> list[Stored]:
         """Remove and return the events held in memory (a last attempt at close); waiting
         at most ``wait`` seconds for the spill (``TimeoutError``), else for ever."""
-        if not self._lock.acquire(timeout=-1 if wait is None else wait):
-            raise TimeoutError(f"the spill files stayed busy for {wait:g} s")
-        with _held(self._lock):
+        with _within(self._lock, wait):
             held = list(self._memory)
             self._memory.clear()
         return held
 
 
 @contextmanager
-def _held(lock: threading.Lock) -> Iterator[None]:
-    """Release ``lock``, taken already, when the block ends."""
+def _within(lock: threading.Lock, wait: float | None) -> Iterator[None]:
+    """Hold ``lock`` for the block, waiting at most ``wait`` seconds for it (else for
+    ever), then ``TimeoutError``."""
+    if not lock.acquire(timeout=-1 if wait is None else wait):
+        raise TimeoutError(f"the spill files stayed busy for {wait:g} s")
     try:
         yield
     finally:
