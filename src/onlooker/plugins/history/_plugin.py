@@ -120,7 +120,7 @@ async def _running(settings: _Settings, ctx: PluginContext) -> AsyncIterator[His
         batch_size=(
             settings.batch_size
             if settings.batch_size is not None
-            else DEFAULT_BATCH.get(store._db.backend, 500)
+            else DEFAULT_BATCH[store._db.backend]  # resolve_url refuses other backends
         ),
         flush_interval=settings.flush_interval,
         retry_delays=settings.retry_delays,
