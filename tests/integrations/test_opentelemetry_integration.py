@@ -425,8 +425,53 @@ class TestExportNative:
         spans = exporter.get_finished_spans()
         assert parent_id(one(spans, "GET /a")) == span_id(one(spans, "execute_tool fetch"))
         assert parent_id(one(spans, "parse")) == span_id(one(spans, "execute_tool parse"))
-        # the program's own spans are not the calls': they keep the span current there
-        assert parent_id(one(spans, "between calls")) == request.get_span_context().span_id
+        # the program's own spans are its execution's, not a call's
+        execution = one(spans, f"invoke_agent {reads.__qualname__}")
+        assert parent_id(one(spans, "between calls")) == span_id(execution)
+
+    async def test_a_programs_own_spans_nest_under_its_execution(
+        self, memory: tuple[TracerProvider, InMemorySpanExporter]
+    ) -> None:
+        """A program's own spans (a model call an instrumented client makes) were siblings
+        of its ``invoke_agent`` span; they nest under it now, a child's under the child's,
+        and after a resume, in the detached task, still under the paused execution's."""
+        provider, exporter = memory
+        tracer = provider.get_tracer("app")
+
+        async def summarize(ctx: ExecutionContext) -> None:
+            with tracer.start_as_current_span("child model call"):
+                pass
+
+        async def agent(ctx: ExecutionContext) -> None:
+            with tracer.start_as_current_span("model call"):
+                pass
+            await ctx.spawn(summarize, task_id="summary")
+            with tracer.start_as_current_span("after the child"):
+                pass
+            await ctx.elicit("Go on?")
+            with tracer.start_as_current_span("after the answer"):
+                pass
+
+        async with onlooker.ExecutionEngine(plugins=[otel.plugin(provider)]) as engine:
+            with tracer.start_as_current_span("request") as request:
+                outcome = await engine.execute_with_pause(agent)
+                assert trace_api.get_current_span() is request
+            assert isinstance(outcome, onlooker.PausedExecution)
+            result = await engine.resume(outcome.execution_id, InteractionResponse.accept({}))
+            assert trace_api.get_current_span() is trace_api.INVALID_SPAN  # nothing left current
+            assert isinstance(result, onlooker.ExecutionResult) and result.status == "completed"
+            await engine.execute(summarize)  # a root started where no span is current
+        spans = exporter.get_finished_spans()
+        root = span_id(one(spans, f"invoke_agent {agent.__qualname__}"))
+        children = [span for span in spans if span.name == f"invoke_agent {summarize.__qualname__}"]
+        own = [span for span in children if parent_id(span) == root]
+        assert len(children) == 2 and len(own) == 1
+        started_in = request.get_span_context().span_id
+        assert parent_id(one(spans, f"invoke_agent {agent.__qualname__}")) == started_in
+        for name in ("model call", "after the child", "after the answer"):
+            assert parent_id(one(spans, name)) == root, name
+        by_parent = {parent_id(span) for span in spans if span.name == "child model call"}
+        assert by_parent == {span_id(span) for span in children}
 
     async def test_spans_carry_no_secret_and_encode_with_an_undecodable_name(
         self, memory: tuple[TracerProvider, InMemorySpanExporter]

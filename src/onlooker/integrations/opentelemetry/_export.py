@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["TraceExport", "plugin"]
 
 _ERROR_TOOL_STATUSES: Final = frozenset({"failed", "blocked", "cancelled"})
+_Key = tuple[str, str | None]
 
 
 def plugin(
@@ -126,9 +127,10 @@ class TraceExport:
         self._executions: dict[str, trace_api.Span] = {}
         # Keyed by (execution id, call id): a framework's call ids repeat across runs.
         self._tool_spans: dict[tuple[str, str], trace_api.Span] = {}
-        # A call onlooker runs has its span current while its tool runs: the tool's own
-        # spans (an instrumented HTTP client, a database) nest under it.
-        self._current: dict[tuple[str, str], tuple[int | None, Token[Context]]] = {}
+        # An execution or call onlooker runs has its span current while its program or
+        # tool runs: their own spans (a model call, an HTTP client) nest under it. Keyed
+        # by (execution id, call id), the call id None for the execution's own span.
+        self._current: dict[_Key, tuple[int | None, Token[Context]]] = {}
         self._dispatch: dict[type[Any], Callable[[Any], None]] = {
             ExecutionStarted: self._execution_started,
             ToolCallStarted: self._tool_started,
@@ -197,13 +199,15 @@ class TraceExport:
             attributes["onlooker.parent_tool_call.id"] = attribution.parent_tool_call_id
         if self._record_content and event.input is not None:
             attributes["onlooker.execution.input"] = self._json(event.input)
-        self._executions[event.execution_id] = self._tracer.start_span(
+        span = self._executions[event.execution_id] = self._tracer.start_span(
             utf8(f"invoke_agent {event.program}"),
             context=self._parent_context(event),
             kind=trace_api.SpanKind.INTERNAL,
             attributes=_encodable(attributes),
             start_time=ns(event.at),
         )
+        if _native(event):
+            self._enter((event.execution_id, None), span)
 
     def _json(self, value: Any) -> str:
         """A value as a span attribute: redacted, then JSON."""
@@ -249,12 +253,8 @@ class TraceExport:
             attributes=_encodable(attributes),
             start_time=ns(event.at),
         )
-        # A native call (``ctx.call``) runs its tool between its two events, in the task
-        # that emits them (this observer is synchronous: it runs in that task's context).
-        # A framework's call (a tracked one) may end in another context: left alone.
-        if _native_call(event):
-            token = context_api.attach(trace_api.set_span_in_context(span))
-            self._current[key] = (_task(), token)
+        if _native(event):
+            self._enter(key, span)
 
     def _tool_finished(self, event: ToolCallFinished) -> None:
         key = (event.execution_id, event.tool_call_id)
@@ -276,9 +276,20 @@ class TraceExport:
             span.set_status(trace_api.Status(trace_api.StatusCode.ERROR, self._text(message)))
         span.end(end_time=ns(event.at))
 
-    def _leave(self, key: tuple[str, str], span: trace_api.Span) -> None:
-        """Make the call's span no longer current, where this is the context it was made
-        current in (its tool's task, as the span is still current there)."""
+    def _enter(self, key: _Key, span: trace_api.Span) -> None:
+        """Make a native execution's or call's span current until its end event.
+
+        A native execution (``engine.execute``, ``ctx.spawn``) runs its program, and a
+        native call (``ctx.call``) its tool, between their two events, in the task that
+        emits them (this observer is synchronous: it runs in that task's context). A
+        framework's run or call (a tracked one) may end in another context: left alone.
+        """
+        token = context_api.attach(trace_api.set_span_in_context(span))
+        self._current[key] = (_task(), token)
+
+    def _leave(self, key: _Key, span: trace_api.Span) -> None:
+        """Make a span no longer current, where this is the context it was made current
+        in (its program's or tool's task, as the span is still current there)."""
         entry = self._current.pop(key, None)
         if entry is None:
             return
@@ -324,6 +335,7 @@ class TraceExport:
             call.end(end_time=ns(event.at))
         if span is None:
             return
+        self._leave((event.execution_id, None), span)
         span.set_attribute("onlooker.execution.status", event.status)
         span.set_attribute("onlooker.execution.duration_ms", event.duration_ms)
         if self._record_content and event.status == "completed" and event.result is not None:
@@ -336,8 +348,9 @@ class TraceExport:
         span.end(end_time=ns(event.at))
 
 
-def _native_call(event: ToolCallStarted) -> bool:
-    """Whether ``ctx.call`` of the execution running here emitted ``event``."""
+def _native(event: ExecutionStarted | ToolCallStarted) -> bool:
+    """Whether the native execution running here (its start, or its ``ctx.call``)
+    emitted ``event``."""
     try:
         return onlooker.current_context().execution_id == event.execution_id
     except RuntimeError:  # no native execution runs here: a tracked call
