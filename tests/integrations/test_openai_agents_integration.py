@@ -35,6 +35,7 @@ from agents import (
 from agents.exceptions import (
     InputGuardrailTripwireTriggered,
     MaxTurnsExceeded,
+    ModelBehaviorError,
     OutputGuardrailTripwireTriggered,
     ToolInputGuardrailTripwireTriggered,
 )
@@ -343,6 +344,57 @@ class TestFailures:
             ("done", "crash", "k1", "failed"),
             ("end", "failed"),
         ]
+
+    @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+    async def test_a_model_behavior_error_no_span_carries_fails_the_run(
+        self, streamed: bool, check_stream: Check
+    ) -> None:
+        """The SDK raises ModelBehaviorError (a reused call id) and puts it on no span."""
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks = OnlookerRunHooks(engine)
+            tools = Tools(tool_guardrail(engine))
+            model = ScriptedModel(
+                [
+                    [function_call("lookup", {"city": "Oslo"}, call_id="call_0")],
+                    [function_call("lookup", {"city": "Rome"}, call_id="call_0")],
+                ]
+            )
+            agent = Agent(name="reuser", model=model, tools=[tools.lookup])
+            with pytest.raises(ModelBehaviorError, match="reused"):
+                if streamed:
+                    result = Runner.run_streamed(agent, "go", hooks=hooks)
+                    async for _ in result.stream_events():
+                        pass
+                else:
+                    await Runner.run(agent, "go", hooks=hooks)
+        check_stream(recorder.events)
+        [end] = recorder.of(ExecutionFinished)
+        assert end.status == "failed"
+        assert end.error is not None and "ModelBehaviorError" in end.error.message
+
+    async def test_a_run_started_while_the_caller_handles_an_error_completes(
+        self, check_stream: Check
+    ) -> None:
+        """A retry in an ``except`` block: the caller's exception is not the run's."""
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks = OnlookerRunHooks(engine)
+            first = Agent(name="first", model=ScriptedModel([[assistant_message("a")]]))
+            try:
+                await Runner.run(first, "go", hooks=hooks, max_turns=0)
+            except MaxTurnsExceeded:
+                retry = Agent(name="retry", model=ScriptedModel([[assistant_message("ok")]]))
+                await Runner.run(retry, "go", hooks=hooks)
+        check_stream(recorder.events)
+        assert [(e.status, e.result) for e in recorder.of(ExecutionFinished)][-1] == (
+            "completed",
+            "ok",
+        )
 
     @pytest.mark.parametrize("guarded", [False, True], ids=["plain", "output-guardrail"])
     async def test_a_run_is_recorded_finished_when_runner_run_returns(

@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import re
+import sys
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
@@ -41,6 +42,7 @@ __all__ = [
     "cancelling",
     "guarded",
     "logger",
+    "raised",
     "span_error",
     "span_failure",
     "state_of",
@@ -595,6 +597,24 @@ def timeout_failure(tool_name: str, output: object) -> str | None:
 
 
 _TIMED_OUT: Final = re.compile(r"Tool '(?P<name>.*)' timed out after (?P<seconds>\S+) seconds\.")
+
+
+def raised() -> str | None:
+    """The exception the SDK's ``Runner.run`` is raising as the span ending now ends, if any.
+
+    The SDK ends a run's agent span in a ``finally`` clause while the run's exception is
+    in flight, and puts no error on any span for a ``ModelBehaviorError`` (a reused or
+    empty tool call id, ...). Only an exception whose innermost handler so far is the
+    SDK's own frame counts: not one the caller is handling around ``Runner.run`` (a retry
+    in an ``except`` block), and not a cancellation (see :func:`cancelling`).
+    """
+    exc = sys.exc_info()[1]
+    if not isinstance(exc, Exception) or exc.__traceback__ is None:
+        return None
+    module = exc.__traceback__.tb_frame.f_globals.get("__name__", "")
+    if not isinstance(module, str) or not (module == "agents" or module.startswith("agents.")):
+        return None
+    return f"{type(exc).__name__}: {exc}"
 
 
 def span_error(span: Span[Any]) -> str | None:

@@ -13,7 +13,16 @@ from agents.tracing import (
     TurnSpanData,
 )
 
-from ._shared import CANCELLED, Run, cancelling, logger, span_error, state_of, timeout_failure
+from ._shared import (
+    CANCELLED,
+    Run,
+    cancelling,
+    logger,
+    raised,
+    span_error,
+    state_of,
+    timeout_failure,
+)
 
 if TYPE_CHECKING:
     from onlooker import ExecutionEngine, ExecutionStatus
@@ -134,5 +143,5 @@ def _run_end(run: Run, span: Span[Any]) -> tuple[ExecutionStatus, str | None]:
         return "completed", None
     if cancelling():  # the SDK sets no error on a cancelled run's span
         return "cancelled", None
-    error = span_error(span) or run.turn_error
+    error = span_error(span) or run.turn_error or raised()
     return ("completed" if error is None else "failed"), error
