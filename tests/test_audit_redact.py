@@ -120,6 +120,15 @@ SHAPES: list[tuple[str, str, str]] = [
     ),
     ("env", "export my_pass=Pg$ecret-02; ./deploy", "Pg$ecret-02"),
     ("env", "export my_pass=Pg$ecret-03\n./deploy", "Pg$ecret-03"),
+    # A separator is not the value (it was redacted and the value kept): the removed
+    # line of a diff, and => / := before a quoted value.
+    ("secret_flag", '@@ -1 +1 @@\n-password = "Pr0d-Db-S3cret"\n+password = env()', "S3cret"),
+    ("secret_flag", "--token = tok-9z8y7x6w", "tok-9z8y7x6w"),
+    ("secret_flag", '-access_key=>"AkV4lue-123"', "AkV4lue-123"),
+    ("secret_flag", "-secret := 'G0-s3cret'", "G0-s3cret"),
+    ("secret_assignment", "$db = ['password'=>'PhpS3cret-1'];", "PhpS3cret-1"),
+    ("secret_assignment", 'config.password=>"RbS3cret-2"', "RbS3cret-2"),
+    ("secret_assignment", 'define(DB_PASSWORD=>"C0nst-S3cret")', "C0nst-S3cret"),
 ]
 
 

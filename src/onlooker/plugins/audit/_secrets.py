@@ -228,7 +228,8 @@ _SECRET_ASSIGNMENT = (
     r"|[ \t]+=[ \t]+(?P<ini>" + _NOT_A_VALUE + r"(?=\S*[0-9/+=!@#$%^&*~-])"
     r"(?![-+]?[0-9]+(?:\.[0-9]+)?[ \t]*(?:\r?\n|$))"  # a number: a setting, not a secret
     r"[^\s,;'\"`(){}\[\]#]+)(?=[ \t]*(?:\r?\n|$))"
-    r"|(?:=|:[ \t]+|[ \t]*(?::=|=>|[:=])[ \t]*(?=\\?[\"']))"
+    # =>, := and spaced = / : before a quote first: a bare value is never ">" or "=".
+    r"|(?:[ \t]*(?::=|=>|[:=])[ \t]*(?=\\?[\"'])|=|:[ \t]+)"
     r"(?:" + _QUOTED + r"|(?P<bare>" + _BARE + r")))"
 )
 
@@ -364,10 +365,11 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "secret_flag",
         # A flag starts a word (top-secret, my-token and a/b-token are none); its
         # name may have words before the secret one: --db-password. The dash comes
-        # first, so the scan jumps from dash to dash.
+        # first, so the scan jumps from dash to dash. " = " (":", ":=", "=>") is a separator,
+        # not the value: a removed line of a diff reads -password = "...".
         r"-(?<![\w./\\-]-)-?(?:[A-Za-z0-9]+-)*"
         r"(?i:password|passwd|passphrase|token|secret|api[-_]?key|access[-_]?key)"
-        r"(?:=|\s+)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
+        r"(?:\s*(?:=>|[:=]=?)\s*|\s+)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
         hints=["-passw", "-passphrase", "-token", "-secret", "-api", "-access"],
     ),
     # X=Y before a shell command, at the start of the text or of a command
@@ -398,10 +400,10 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         hints=["export"],
     ),
     # An environment-style assignment (upper-case name) anywhere, as when a
-    # command is quoted inside a message or a result.
+    # command is quoted inside a message or a result (not NAME => value: code).
     Rule(
         "env",
-        r"""(?<![A-Za-z0-9_$])[A-Z][A-Z0-9_]*=(?!\[REDACTED:)"""
+        r"""(?<![A-Za-z0-9_$])[A-Z][A-Z0-9_]*=(?!>|\[REDACTED:)"""
         r"""(?P<secret>"(?:[^"\\]|\\.)*"|'[^']*'|""" + _ANYWHERE_UNQUOTED + ")",
         _redact_env_value,
         hints=["="],
