@@ -697,6 +697,42 @@ async def test_a_synchronous_sub_agent_inside_an_async_tool_is_its_child(
     assert [e.status for e in recorder.of(ExecutionFinished)] == ["completed", "completed"]
 
 
+async def test_a_synchronous_sub_agent_with_a_tool_node_inside_an_async_tool_is_its_child(
+    check_stream: CheckStream,
+) -> None:
+    """A sub-agent's ``invoke`` whose ``ToolNode`` runs its tools on an executor thread: the
+    engine's loop waits in that executor, not in LangChain's dispatch (this hung for ever)."""
+    agent = Agent()
+    inner = agent.graph(
+        "inner",
+        model(call("lookup", "s1", order_id="B2"), AIMessage("inner answer")),
+        agent.tools()[:1],
+    )
+
+    @tool
+    async def ask(question: str) -> str:
+        """Ask the inner agent."""
+        return str(inner.invoke({"messages": [HumanMessage(question)]})["messages"][-1].content)
+
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine() as engine:
+        engine.bus.subscribe(recorder)
+        chat = model(call("ask", "c1", question="why"), AIMessage("done"))
+        with anyio.fail_after(30):
+            await agent.graph("outer", chat, [ask]).ainvoke(
+                {"messages": [HumanMessage("go")]},
+                config(OnlookerCallbackHandler(engine), uuid.uuid4()),
+            )
+    check_stream(recorder.events)
+    outer, inner_run = recorder.of(ExecutionStarted)
+    assert inner_run.attribution.parent_execution_id == outer.execution_id
+    assert inner_run.attribution.parent_tool_call_id == "c1"
+    assert [(e.tool_call_id, e.status) for e in recorder.of(ToolCallFinished)] == [
+        ("s1", "completed"),
+        ("c1", "completed"),
+    ]
+
+
 async def test_a_failing_graph_fails_its_execution() -> None:
     recorder = RecordingObserver()
     root_id = uuid.uuid4()

@@ -110,12 +110,28 @@ class Home:
         """
         self.bind()
         loop = self.loop
-        if loop is None or self.thread == threading.get_ident() or not self._blocked():
+        if loop is None or self.thread == threading.get_ident():
             await self.call(step)
             return
+        # Another thread: queue the step for the engine's loop (in order), then wait for
+        # it only while that loop is seen to make progress. The loop may be blocked by
+        # something other than LangChain's dispatch (a ToolNode's synchronous executor
+        # waiting for this very thread): waiting for ever there would deadlock.
+        ran = threading.Event()
+
+        async def queued() -> None:
+            try:
+                await step()
+            finally:
+                ran.set()
+
         with self.lock:
-            self.queue.append(step)
+            backlog = bool(self.queue)  # earlier steps still wait: the loop is not free
+            self.queue.append(queued)
         loop.call_soon_threadsafe(self._start_drain)
+        if backlog or self._blocked():
+            return
+        await asyncio.to_thread(ran.wait, _PATIENCE)
 
     async def caught_up(self) -> None:
         """Wait, on the engine's loop, until every queued step ran: they came first."""
@@ -153,6 +169,10 @@ class Home:
             frame = frame.f_back
         return False
 
+
+_PATIENCE: Final = 1.0
+"""Seconds a callback on another thread waits for its step to run on the engine's loop
+before it lets the framework go on (the step stays queued, and runs in order)."""
 
 _DISPATCH: Final = (
     os.path.join("langchain_core", "callbacks", "manager.py"),
