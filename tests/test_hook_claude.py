@@ -553,6 +553,19 @@ class TestEvidence:
 
         assert anyio.run(replay) == 3
 
+    def test_a_lone_surrogate_is_recorded_as_given(self, hook: Hook) -> None:
+        """A ``\\ud800`` escape in a payload (an MCP server's output) cost the event: its
+        state could not be saved, and the completed call was later closed ``cancelled``."""
+        args = {"server": "x", "q": "a\ud800b"}
+        hook(pre("toolu_1", "mcp__x__find", args))
+        hook(post("toolu_1", "mcp__x__find", args, {"hit": "z\udfffz"}))
+        hook(event("Stop", stop_hook_active=False))
+        assert hook.errors() == ""
+        started, finished = of(hook.events(), ToolCallStarted) + of(hook.events(), ToolCallFinished)
+        assert started.args == args
+        assert (finished.status, finished.result) == ("completed", {"hit": "z\udfffz"})
+        assert audit.verify(hook.audit_dir / SESSION).ok
+
     def test_a_value_nested_too_deep_for_an_event_is_marked(self, hook: Hook) -> None:
         """An event holds 200 levels of nesting, as the engine's snapshots keep them: a
         deeper tool response is marked there, and the trail still reads to its end."""

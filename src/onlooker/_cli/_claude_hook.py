@@ -380,8 +380,11 @@ def _load_json(path: str) -> dict[str, Any] | None:
 def _save_json(path: str, value: dict[str, Any]) -> None:
     """Write ``value`` whole or not at all (readable by this user alone, as the trail is)."""
     tmp = path + ".tmp"
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
-        handle.write(json_dumps(value))
+    # A lone surrogate (a \ud800 escape in the payload) is written as its escape, as the
+    # trail writes it: it reads back as the same string.
+    body = json_dumps(value).encode("utf-8", "backslashreplace")
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
+        handle.write(body)
     os.replace(tmp, path)
 
 
