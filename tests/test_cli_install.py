@@ -138,6 +138,38 @@ class TestInstall:
         commands = {command for _, command in ours(read(settings))}
         assert commands == {f"{script} hook claude-code"}
 
+    def test_without_an_onlooker_script_the_interpreter_runs_the_module(
+        self, tmp_path: Path
+    ) -> None:
+        """``python -m onlooker hook install`` from an install with no ``onlooker`` script
+        beside its interpreter nor on PATH wrote a bare ``onlooker``: not found (127)."""
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        python = bin_dir / "python3"
+        base: str = getattr(sys, "_base_executable", sys.executable)  # the venv's own Python
+        python.symlink_to(base)  # an interpreter with no script beside it
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),  # onlooker importable
+        }
+        settings = tmp_path / "settings.json"
+        install = [str(python), "-m", "onlooker", "hook", "install", "--settings", str(settings)]
+        subprocess.run(install, env=env, check=True, capture_output=True, timeout=60)
+        (command,) = {command for _, command in ours(read(settings))}
+        assert command == f"{python} -m onlooker hook claude-code"
+        payload = {"session_id": "s1", "hook_event_name": "UserPromptSubmit", "prompt": "hi"}
+        ran = subprocess.run(
+            f"{command} --audit-dir {tmp_path / 'audit'}",
+            shell=True,
+            env=env,
+            input=json.dumps(payload).encode(),
+            capture_output=True,
+            timeout=60,
+        )
+        assert (ran.returncode, ran.stdout) == (0, b"")
+        assert '"input":{"prompt":"hi"}' in (tmp_path / "audit" / "s1" / "events.jsonl").read_text()
+
     @pytest.mark.parametrize(
         ("hooks", "problem"),
         [
@@ -204,6 +236,17 @@ class TestInstall:
         assert result.exit_code == 1
         assert "not valid JSON" in result.output
         assert settings.read_text() == "{not json"
+
+    def test_a_read_only_file_is_an_error_and_left_alone(self, tmp_path: Path) -> None:
+        """A rename replaced a file its owner had made read-only (0444), and kept the mode."""
+        settings = tmp_path / "settings.json"
+        settings.write_text('{"model": "opus"}\n')
+        settings.chmod(0o444)
+        result = invoke("hook", "install", "--settings", str(settings))
+        assert result.exit_code == 1
+        assert "read-only" in result.output
+        assert settings.read_text() == '{"model": "opus"}\n'
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["settings.json"]  # no backup
 
     def test_local_writes_the_personal_file_and_ignores_onlooker(self, project: Path) -> None:
         (project / ".gitignore").write_text("node_modules/")

@@ -73,8 +73,8 @@ def hook_command(
     shorten_paths: bool = False,
 ) -> str:
     """The shell command Claude Code runs for each hook event."""
-    exe = executable or _this_executable()
-    parts = [exe, "hook", "claude-code"]
+    parts = [executable] if executable else _this_executable()
+    parts += ["hook", "claude-code"]
     if audit_dir is not None:
         parts += ["--audit-dir", str(Path(audit_dir).resolve())]
     if deny_commands is not None:
@@ -88,15 +88,23 @@ def hook_command(
     return shlex.join(parts)
 
 
-def _this_executable() -> str:
-    """The absolute path of this ``onlooker``: the hook must run even where no venv is active."""
+def _this_executable() -> list[str]:
+    """The absolute path of this ``onlooker``: the hook must run even where no venv is active.
+
+    Where no ``onlooker`` script can be found (run as ``python -m onlooker`` from an
+    install without scripts), this interpreter runs the module: a bare ``onlooker``
+    would not be found when Claude Code runs the hook.
+    """
     running = Path(sys.argv[0])
     if running.name == "onlooker" and running.is_file():
-        return str(running.resolve())
+        return [str(running.resolve())]
     beside = Path(sys.executable).parent / "onlooker"
     if beside.is_file():
-        return str(beside)
-    return shutil.which("onlooker") or "onlooker"
+        return [str(beside)]
+    found = shutil.which("onlooker")
+    if found is not None:
+        return [found]
+    return [sys.executable, "-m", "onlooker"] if sys.executable else ["onlooker"]
 
 
 def is_ours(hook: object) -> bool:
@@ -224,12 +232,18 @@ def apply(change: Change) -> Path | None:
     settings = change.path
     backup = None
     try:
+        if change.before is not None and not stat.S_IMODE(settings.stat().st_mode) & 0o222:
+            # A rename would replace it all the same: its owner made it read-only on purpose.
+            raise SettingsError(f"cannot write {settings}: it is read-only; left as it is")
         settings.parent.mkdir(parents=True, exist_ok=True)
         if change.before is not None:
             backup = _backup_name(settings)
             shutil.copy2(settings, backup)
         _replace(settings, change.after)
     except OSError as exc:
+        if backup is not None:  # nothing changed: no backup of it either
+            with contextlib.suppress(OSError):
+                backup.unlink()
         raise SettingsError(f"cannot write {settings}: {exc.strerror or exc}") from None
     return backup
 
