@@ -786,6 +786,34 @@ class TestArguments:
         assert [e.status for e in recorded.recorder.of(ExecutionFinished)] == ["completed"]
         check_stream(recorded.recorder.events)
 
+    async def test_an_unknown_tool_and_invalid_arguments_are_typed(
+        self, tmp_path: Path, check_stream: Check
+    ) -> None:
+        """Given the server, the middleware knows its tools and their validators: both
+        were recorded as a plain ``ToolError``, as any error result is."""
+        ran: list[dict[str, Any]] = []
+        async with engine_for(tmp_path, []) as recorded:
+            server = copier(ran)
+            server.middleware.append(OnlookerMiddleware(recorded.engine, server=server))
+            async with Client(server, mode="legacy") as client:
+                unknown = await client.call_tool("paste", {"name": "a"})
+                invalid = await client.call_tool("copy", {"name": "a", "copies": "many"})
+                failing = await client.call_tool("copy", {"name": "a"})  # copies is missing
+        assert (unknown.is_error, invalid.is_error, failing.is_error) == (True, True, True)
+        assert ran == []
+        finished = recorded.recorder.of(ToolCallFinished)
+        assert [(e.tool, e.status) for e in finished] == [("paste", "failed")] + [
+            ("copy", "failed")
+        ] * 2
+        errors = [e.error for e in finished]
+        assert [(e.type, e.cause) for e in errors if e is not None] == [
+            ("UnknownToolError", "failure"),
+            ("ToolInputError", "failure"),
+            ("ToolInputError", "failure"),
+        ]
+        assert "paste" in errors[0].message if errors[0] is not None else False
+        check_stream(recorded.recorder.events)
+
     async def test_arguments_no_hook_rewrote_are_validated_once(self, tmp_path: Path) -> None:
         """The server validates the client's own arguments; onlooker's check of them only
         decides what is recorded, so a validator that transforms applies once."""

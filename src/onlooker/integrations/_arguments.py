@@ -10,12 +10,15 @@ from onlooker._tracked_call import Validate  # tool_started(validate=...)'s own 
 __all__ = ["Validate", "validated"]
 
 
-def validated(validate: Validate | None, arguments: dict[str, Any]) -> Mapping[str, Any]:
-    """The model's (or client's) own ``arguments`` as the tool would receive them; as given
-    if invalid: the framework refuses them with its own error, as without onlooker."""
+def validated(
+    validate: Validate | None, arguments: dict[str, Any]
+) -> tuple[Mapping[str, Any], bool]:
+    """The model's (or client's) own ``arguments`` as the tool would receive them, and
+    whether they are valid; as given if invalid: the framework refuses them with its own
+    error, as without onlooker."""
     if validate is None:
-        return arguments
+        return arguments, True
     try:
-        return validate(arguments)
+        return validate(arguments), True
     except Exception:  # the framework's own validator: it reports the error itself
-        return arguments
+        return arguments, False

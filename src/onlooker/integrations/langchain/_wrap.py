@@ -160,7 +160,7 @@ class _ToolNodeGovernor:
             execution = run.execution
             self._registry.answered(node_run_id, tool_call.get("id") or "")
         validate = validator(request.tool)
-        given = validated(validate, dict(tool_call["args"]))
+        given, _ = validated(validate, dict(tool_call["args"]))
         call = await open_call(
             execution, tool_call["name"], given, tool_call.get("id") or None, validate
         )

@@ -27,7 +27,9 @@ invalid ``modified_input``                an error ``CallToolResult``; the call 
                                           ``failed`` (``ToolInputError`` naming the hook)
 result with ``isError`` false             ``call.finished(result)``; a post-hook's
                                           ``modified_output`` is what the client gets
-result with ``isError`` true              ``call.failed(its text)``
+result with ``isError`` true              ``call.failed(its text)``; given ``server=``,
+                                          typed ``UnknownToolError`` (no such tool) or
+                                          ``ToolInputError`` (arguments it refuses)
 handler raises (``MCPError``, ...)        ``call.failed(exc)``, then the error goes on
 request cancelled                         ``call.failed(cancellation)``: ``cancelled``
 ``elicitation/create`` sent by the tool   ``run.interaction_started(message,

@@ -88,6 +88,10 @@ class _Call:
     """As the client sent them: its retries send the same."""
     rewritten: dict[str, Any] | None
     """A pre-hook's rewrite of them: what the handler is given, every round."""
+    refused_as: str | None
+    """The error type of the server's refusal, when onlooker knows the server will refuse
+    the call: no such tool (``UnknownToolError``), or arguments its validator refuses
+    (``ToolInputError``)."""
     questions: dict[str, str] = field(default_factory=dict)
     """While the client is asked: input request key -> interaction id."""
     asked_at: float = 0.0
@@ -324,7 +328,7 @@ class OnlookerMiddleware:
     ) -> HandlerResult:
         try:
             validate = None if self._arguments is None else self._arguments.validator(name)
-            given = validated(validate, dict(arguments))
+            given, valid = validated(validate, dict(arguments))
             call = await run.tool_started(
                 name,
                 given,
@@ -336,10 +340,16 @@ class OnlookerMiddleware:
                 return self._refusal(reason, self._envelope(ctx))
             # not rewritten: the server validates the client's own arguments
             rewritten = None if dict(call.input) == given else dict(call.input)
+            refused_as = None
+            if self._arguments is not None:  # given the server, its refusals are known
+                if validate is None:
+                    refused_as = "UnknownToolError"
+                elif not valid and rewritten is None:  # a rewrite was validated: it is valid
+                    refused_as = "ToolInputError"
         except Exception:
             logger.exception("onlooker could not govern tools/call %s; passed through", name)
             return await call_next(ctx)
-        first = _Call(run, call, call_ids, own_run, name, dict(arguments), rewritten)
+        first = _Call(run, call, call_ids, own_run, name, dict(arguments), rewritten, refused_as)
         return await self._round(first, ctx, call_next)
 
     async def _round(
@@ -368,7 +378,7 @@ class OnlookerMiddleware:
             wire = as_wire(result)
             if wire.get("resultType") == "input_required":
                 return await self._asked(call, wire)
-            return await self._settle(call.tracked, result)
+            return await self._settle(call.tracked, result, call.refused_as)
         except Exception:
             logger.exception("onlooker could not record the result of tools/call %s", call.name)
             return result
@@ -474,12 +484,20 @@ class OnlookerMiddleware:
         except Exception:
             logger.exception("onlooker could not record the answer to %s", interaction_id)
 
-    async def _settle(self, call: onlooker.TrackedToolCall, result: HandlerResult) -> HandlerResult:
+    async def _settle(
+        self, call: onlooker.TrackedToolCall, result: HandlerResult, refused_as: str | None
+    ) -> HandlerResult:
         """Record the handler's result; what the client gets (the post-hooks' output)."""
         wire = as_wire(result)
         body, envelope = split_envelope(wire)
         if body.get("isError") is True:
-            await call.failed(text_of(body) or "the tool returned an error result")
+            message = text_of(body) or "the tool returned an error result"
+            if refused_as is not None:
+                await call.failed(
+                    onlooker.ErrorInfo(type=refused_as, message=message, cause="failure")
+                )
+            else:
+                await call.failed(message)
             return result
         try:
             output = await call.finished(body)
