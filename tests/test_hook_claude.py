@@ -677,6 +677,8 @@ class TestFailSafe:
             (json.dumps({"hook_event_name": "PreToolUse"}), "no session_id"),
             (json.dumps(event("Stop", session_id="")), "no session_id"),
             (json.dumps(event("Stop", session_id="../..")), "no usable characters"),
+            (json.dumps(event("SubagentStart", agent_type="Explore")), "no usable agent_id"),
+            (json.dumps(event("SubagentStop", agent_id={"x": 1})), "no usable agent_id"),
             ("[" * 100_000 + "]" * 100_000, "not JSON: JSON nested too deeply"),
             ('{"a": ' * 5000 + "1" + "}" * 5000, "not JSON: JSON nested too deeply"),
         ],

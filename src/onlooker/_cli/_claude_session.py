@@ -209,16 +209,20 @@ class Session(Executions):
     # -- sub-agents --------------------------------------------------------------------------
 
     def _on_subagent_start(self, payload: dict[str, Any], _: Verdict | None) -> None:
-        agent = self._safe_id(payload.get("agent_id"))
-        if agent is not None:
-            self._agent(agent, payload)
+        self._agent(self._agent_id(payload), payload)
 
     def _on_subagent_stop(self, payload: dict[str, Any], _: Verdict | None) -> None:
+        keys = ("last_assistant_message", "agent_transcript_path", "stop_hook_active")
+        self._stop(self._agent(self._agent_id(payload), payload), payload, keys)
+
+    def _agent_id(self, payload: dict[str, Any]) -> str:
+        """The sub-agent's id; without one its events cannot be told apart (``ValueError``:
+        the event is not recorded, and ``audit.err`` says so)."""
         agent = self._safe_id(payload.get("agent_id"))
         if agent is None:
-            return
-        keys = ("last_assistant_message", "agent_transcript_path", "stop_hook_active")
-        self._stop(self._agent(agent, payload), payload, keys)
+            event = payload["hook_event_name"]
+            raise ValueError(f"{event} payload has no usable agent_id; not recorded")
+        return agent
 
     # -- tool calls and permission prompts ----------------------------------------------------
 
