@@ -1108,7 +1108,7 @@ class TestApprovals:
             if approve:
                 state.approve(item)
             else:
-                state.reject(item)
+                state.reject(item, rejection_message="not today")
             resumed = await Runner.run(agent, state, hooks=hooks, run_config=config)
             assert resumed.final_output == "ok"
             # Finished by the resumed run, not by the engine's close.
@@ -1122,6 +1122,8 @@ class TestApprovals:
         [answer] = recorder.of(InteractionResolved)
         assert answer.interaction_id == question.interaction_id
         assert answer.status == ("accepted" if approve else "declined")
+        rejected = {"tool_call_approved": False, "message": "not today"}
+        assert answer.response == (None if approve else rejected)
         calls = [(e.tool_call_id, e.status) for e in recorder.of(ToolCallFinished)]
         if approve:  # recorded once, whether the guardrail decided it before or after
             assert calls == [("call_1", "completed")]

@@ -315,7 +315,9 @@ class State:
                 tool_name, await run.track.interaction_started(asks(tool_name, call_id)), None
             )
             await run.track.interaction_resolved(
-                approval.interaction_id, "accepted" if approved else "declined"
+                approval.interaction_id,
+                "accepted" if approved else "declined",
+                None if approved else _rejection(context, tool_name, call_id),
             )
             if approval.entry is not None and not approved:
                 self.forget_call(approval.entry)
@@ -597,6 +599,13 @@ def timeout_failure(tool_name: str, output: object) -> str | None:
 
 
 _TIMED_OUT: Final = re.compile(r"Tool '(?P<name>.*)' timed out after (?P<seconds>\S+) seconds\.")
+
+
+def _rejection(context: RunContextWrapper[Any], tool_name: str, call_id: str) -> object:
+    """A rejected call's answer: the message given with it (``state.reject(item,
+    rejection_message=...)``), as PydanticAI's denial records its own; else none."""
+    message = context.get_rejection_message(tool_name, call_id)
+    return {"tool_call_approved": False, "message": message} if message else None
 
 
 def raised() -> str | None:
