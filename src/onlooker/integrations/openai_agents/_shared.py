@@ -604,7 +604,11 @@ _TIMED_OUT: Final = re.compile(r"Tool '(?P<name>.*)' timed out after (?P<seconds
 def _rejection(context: RunContextWrapper[Any], tool_name: str, call_id: str) -> object:
     """A rejected call's answer: the message given with it (``state.reject(item,
     rejection_message=...)``), as PydanticAI's denial records its own; else none."""
-    message = context.get_rejection_message(tool_name, call_id)
+    try:
+        message = context.get_rejection_message(tool_name, call_id)
+    except Exception:  # the SDK's bookkeeping of approvals: the decision is what matters
+        logger.exception("could not read the rejection message of call %s", call_id)
+        return None
     return {"tool_call_approved": False, "message": message} if message else None
 
 
