@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import anyio
 import pytest
@@ -321,6 +321,26 @@ def stop(last: str, *running_agents: str) -> StopHookInput:
             for agent_id in running_agents
         ],
         session_crons=[],
+    )
+
+
+def batch(*calls: tuple[str, dict[str, Any], str, Any]) -> HookInput:
+    """PostToolBatch, which the CLI sends once a batch of calls is answered (no typed input in
+    the SDK): each call's (tool, input, tool_use_id, what the model got)."""
+    return cast(
+        "HookInput",
+        {
+            "session_id": SESSION,
+            "transcript_path": TRANSCRIPT,
+            "cwd": CWD,
+            "permission_mode": "default",
+            "prompt_id": PROMPT_ID,
+            "hook_event_name": "PostToolBatch",
+            "tool_calls": [
+                {"tool_name": tool, "tool_input": args, "tool_use_id": i, "tool_response": said}
+                for tool, args, i, said in calls
+            ],
+        },
     )
 
 
@@ -760,6 +780,57 @@ class TestTypedHookInputs:
             }
         }
         assert read == {}  # Read is not
+
+    async def test_a_call_refused_outside_onlooker_fails_at_its_batch(
+        self, tmp_path: Path, check_stream: Check
+    ) -> None:
+        """A hook of the application's own denied the first Agent call: it gets no PostToolUse*;
+        its batch closes it (failed, what the model read) and the next Agent call's sub-agent
+        is linked to that call, not to the refused one."""
+        refused = "PreToolUse:Agent hook error: not that task"
+        other = {**DELEGATE, "prompt": "look again"}
+        async with engine_for(tmp_path) as recorded:
+            sdk = Sdk(hooks(recorded.engine))
+            await sdk.send(prompt("delegate"))
+            await sdk.send(pre("Agent", DELEGATE, "toolu_no"))
+            await sdk.send(batch(("Agent", DELEGATE, "toolu_no", refused)))
+            await sdk.send(pre("Agent", other, "toolu_ok"))
+            await sdk.send(subagent_start("a1"))
+            await sdk.send(subagent_stop("a1", "looked"))
+            await sdk.send(post("Agent", other, "toolu_ok", DELEGATED, 30))
+            await sdk.send(batch(("Agent", other, "toolu_ok", "looked")))
+            await sdk.send(stop("done"))
+        check_stream(recorded.recorder.events)
+        root, child = recorded.recorder.of(ExecutionStarted)
+        assert (child.attribution.parent_tool_call_id, child.input) == (
+            "toolu_ok",
+            {"prompt": "look again"},
+        )
+        no, ok = recorded.recorder.of(ToolCallFinished, root.execution_id)
+        assert (no.tool_call_id, no.status, ok.status) == ("toolu_no", "failed", "completed")
+        assert no.error is not None
+        assert (no.error.type, no.error.message) == ("ToolRefused", refused)
+
+    async def test_an_agent_call_closed_with_its_turn_links_no_later_sub_agent(
+        self, tmp_path: Path, check_stream: Check
+    ) -> None:
+        """An Agent call whose sub-agent never started is closed with its turn; the next
+        turn's sub-agent is linked to that turn's own Agent call."""
+        async with engine_for(tmp_path) as recorded:
+            sdk = Sdk(hooks(recorded.engine))
+            await sdk.send(prompt("one", "p1"))
+            await sdk.send(pre("Agent", DELEGATE, "toolu_1"))
+            await sdk.send(stop("gave up"))
+            await sdk.send(prompt("two", "p2"))
+            await sdk.send(pre("Agent", DELEGATE, "toolu_2"))
+            await sdk.send(subagent_start("a2"))
+            await sdk.send(subagent_stop("a2", "checked"))
+            await sdk.send(post("Agent", DELEGATE, "toolu_2", DELEGATED, 30))
+            await sdk.send(stop("done"))
+        check_stream(recorded.recorder.events)
+        _, second, child = recorded.recorder.of(ExecutionStarted)
+        assert child.attribution.parent_execution_id == second.execution_id
+        assert child.attribution.parent_tool_call_id == "toolu_2"
 
     async def test_a_call_whose_pre_tool_use_was_missed_is_recorded(
         self, tmp_path: Path, caplog: pytest.LogCaptureFixture, check_stream: Check
@@ -1360,6 +1431,66 @@ class TestBundledCli:
             assert [e.status for e in ended] == ["cancelled"]
         else:
             assert (resolved.status, call.status) == ("failed", "failed")
+
+    async def test_an_agent_call_your_own_hook_refuses_links_no_sub_agent(
+        self, tmp_path: Path, bundled_cli: Path, check_stream: Check
+    ) -> None:
+        """The application's own PreToolUse hook denies a Task: the call fails with the CLI's
+        words, and the next Task's sub-agent is linked to that Task."""
+        work = tmp_path / "work"
+        work.mkdir()
+
+        def task(tool_use_id: str, marker: str) -> Block:
+            args = {"description": marker, "prompt": f"{marker} please",
+                    "subagent_type": "general-purpose", "run_in_background": False}  # fmt: skip
+            return tool_use(tool_use_id, "Task", args)
+
+        api = MessagesApi(
+            {
+                "MAIN-PROMPT": [
+                    [task("toolu_no", "DENIED")],
+                    [task("toolu_ok", "SUB")],
+                    [say("done")],
+                ]
+            }
+        )
+
+        async def mine(data: HookInput, tool_use_id: str | None, context: Any) -> HookJSONOutput:
+            if "DENIED" not in json.dumps(data.get("tool_input")):
+                return {}
+            return {
+                "hookSpecificOutput": {
+                    "hookEventName": "PreToolUse",
+                    "permissionDecision": "deny",
+                    "permissionDecisionReason": "not that task",
+                }
+            }
+
+        async with engine_for(tmp_path) as recorded:
+            registered = hooks(recorded.engine, program="main")
+            registered["PreToolUse"].append(SdkHookMatcher(matcher="Agent|Task", hooks=[mine]))
+            options = ClaudeAgentOptions(
+                hooks=registered,
+                cwd=work,
+                cli_path=bundled_cli,
+                allowed_tools=["Task", "Agent"],
+                setting_sources=[],
+                env=offline_env(tmp_path, api),
+            )
+            with api.serving(), anyio.fail_after(60):
+                [m async for m in query(prompt="MAIN-PROMPT go", options=options)]
+            recorder = recorded.recorder
+            calls = {e.tool_call_id: e for e in recorder.of(ToolCallFinished)}  # before the close
+        check_stream(recorder.events)
+        [child] = [e for e in recorder.of(ExecutionStarted) if e.attribution.depth == 1]
+        assert (child.attribution.parent_tool_call_id, child.input) == (
+            "toolu_ok",
+            {"prompt": "SUB please"},
+        )
+        assert (calls["toolu_no"].status, calls["toolu_ok"].status) == ("failed", "completed")
+        refused = calls["toolu_no"].error
+        assert refused is not None and refused.type == "ToolRefused"
+        assert "not that task" in refused.message
 
     async def test_a_sub_agents_api_error_fails_only_the_sub_agent(
         self, tmp_path: Path, bundled_cli: Path, check_stream: Check

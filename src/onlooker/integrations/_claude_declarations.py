@@ -23,13 +23,15 @@ HOOK_EVENTS: Final[tuple[HookEvent, ...]] = (
     "PreToolUse",
     "PostToolUse",
     "PostToolUseFailure",
+    "PostToolBatch",  # type: ignore[assignment]  # the CLI sends it; the SDK's HookEvent lacks it
     "SubagentStart",
     "SubagentStop",
     "Stop",
-    "StopFailure",  # type: ignore[assignment]  # the CLI sends it; the SDK's HookEvent lacks it
+    "StopFailure",  # (so too this one: one error for the tuple, on its first such line)
 )
-"""The hook events :func:`hooks` registers, in the order a turn meets them (``StopFailure``
-ends a turn an API error cut short)."""
+"""The hook events :func:`hooks` registers, in the order a turn meets them (``PostToolBatch``
+closes the calls of a batch that got no ``PostToolUse*``: refused outside onlooker;
+``StopFailure`` ends a turn an API error cut short)."""
 
 BUILTIN_TOOLS: Final[tuple[ToolDeclaration, ...]] = (
     ToolDeclaration("Bash", description="Run a shell command", mutating=True),

@@ -36,6 +36,9 @@ PostToolUse            ``call.finished(tool_response, duration_ms=duration_ms)``
                        -> ``continue: false`` and the turn finishes ``failed``
 PostToolUseFailure     ``call.failed(error, duration_ms=duration_ms)`` (``cancelled`` when
                        ``is_interrupt``)
+PostToolBatch          a call of the batch still open (no ``PostToolUse*`` came: refused
+                       outside onlooker) -> ``call.failed(ToolRefused)``, and its
+                       ``Agent``/``Task`` call links no sub-agent
 SubagentStart          ``parent.child(agent_type, parent_tool_call_id=<the Agent/Task
                        call's tool_use_id>).start()``; the parent is the execution that
                        made that call (so sub-agents of sub-agents nest)
@@ -77,8 +80,8 @@ What cannot be governed or rewritten:
   wrapper of the application's ``can_use_tool``: no hook tells a prompt's
   answer (``PermissionRequest`` carries none). A call refused outside onlooker
   and that wrapper (the CLI's own deny without ``can_use_tool``, a deny from
-  a hook of your own) gets no ``PostToolUse*``: it stays open until its
-  turn finishes, then is recorded ``cancelled``.
+  a hook of your own) gets no ``PostToolUse*``: the batch's ``PostToolBatch``
+  closes it ``failed`` (``ToolRefused``, with what the model was told).
 
 The hooks run on the event loop that runs ``query()``/``ClaudeSDKClient``,
 which must be the engine's. An error of the adapter itself is logged on

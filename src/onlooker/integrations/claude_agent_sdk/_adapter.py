@@ -5,6 +5,7 @@ The mapping is in the package docstring.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Mapping
@@ -127,6 +128,8 @@ class Adapter:
                 await self._stop(input_data)
             elif event == "StopFailure":
                 await self._stop_failure(cast("Mapping[str, Any]", input_data))
+            elif event == "PostToolBatch":
+                await self._post_tool_batch(cast("Mapping[str, Any]", input_data))
         except Exception:
             logger.exception("onlooker could not record Claude's %s hook", event)
         return {}
@@ -259,8 +262,15 @@ class Adapter:
         return child
 
     def _claim_spawn(self, session_id: str, agent_type: str | None) -> _Spawn | None:
-        """The oldest open Agent/Task call of the session for this agent type (or any)."""
+        """The oldest open Agent/Task call of the session for this agent type (or any).
+
+        A call that closed without causing its sub-agent (refused outside onlooker,
+        closed with its turn) causes none any more: it is dropped, not claimed.
+        """
         spawns = self._spawns.get(session_id)
+        if not spawns:
+            return None
+        spawns[:] = [spawn for spawn in spawns if self._still_open(session_id, spawn)]
         if not spawns:
             return None
         chosen = next((s for s in spawns if s.agent_type == agent_type), spawns[0])
@@ -352,6 +362,10 @@ class Adapter:
             found = call, turn
         call, turn = found
         return None if call.done else found  # refused late, or closed with its execution
+
+    def _still_open(self, session_id: str, spawn: _Spawn) -> bool:
+        found = self._calls.get((session_id, spawn.tool_use_id))
+        return found is not None and not found[0].done and not spawn.turn.run.finished
 
     def _take_spawn(self, session_id: str, tool_use_id: str) -> _Spawn | None:
         spawns = self._spawns.get(session_id, [])
@@ -465,6 +479,29 @@ class Adapter:
         self._take_spawn(asked.session_id, asked.tool_use_id)
         if not asked.call.done:
             await asked.call.failed(error)
+
+    async def _post_tool_batch(self, data: Mapping[str, Any]) -> None:
+        """The CLI answered a batch of calls: one still open got no ``PostToolUse*``.
+
+        Such a call was refused outside onlooker (a ``PreToolUse`` hook of the
+        application's own, the CLI's permission rules): it never ran. It is
+        recorded ``failed`` (``ToolRefused``, with what the CLI told the model),
+        and causes no sub-agent.
+        """
+        session_id = data["session_id"]
+        for entry in data.get("tool_calls") or ():
+            tool_use_id = entry.get("tool_use_id") if isinstance(entry, Mapping) else None
+            if not isinstance(tool_use_id, str):
+                continue
+            self._take_spawn(session_id, tool_use_id)
+            found = self._calls.pop((session_id, tool_use_id), None)
+            if found is None or found[0].done:
+                continue
+            said = entry.get("tool_response")
+            message = said if isinstance(said, str) else json.dumps(said, default=str)
+            await found[0].failed(
+                ErrorInfo(type="ToolRefused", message=message or "refused", cause="failure")
+            )
 
     async def _post_tool_use_failure(self, data: PostToolUseFailureHookInput) -> None:
         found = await self._open_call(data)
