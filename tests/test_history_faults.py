@@ -1144,7 +1144,7 @@ class TestLockedDatabase:
                 lock.execute("ROLLBACK")
                 lock.close()
         assert result.status == "completed"
-        assert "they wait in memory and the program goes on" in caplog.text
+        assert "the program goes on, and what waits beyond 2000 events goes to" in caplog.text
         stats = store.statistics()
         assert stats is not None and stats.dropped == 0
         assert stats.written + stats.spilled == stats.accepted == 4 + 2 + 2 * calls
@@ -1191,6 +1191,57 @@ class TestLockedDatabase:
             finally:
                 opened.set()
                 gate.release()
+
+    async def test_a_stalled_writer_holds_a_bounded_backlog_the_rest_is_spilled(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """While the writer took nothing (a database locked for long), every event waited
+        in memory: 2.3 million events, 1.7 GB in 20 s of a tight loop, none spilled, all
+        lost to a kill. Past twice the backpressure limit they now go to the spill file."""
+        import threading
+
+        monkeypatch.setattr(_writer, "STALL_SECONDS", 0.05)
+        stuck = threading.Event()
+        write = _writer.BatchWriter._write
+
+        def held(self: _writer.BatchWriter, ready: list[Any]) -> None:
+            stuck.wait(timeout=30)  # the database answers nothing until released
+            write(self, ready)
+
+        def started(i: int) -> ToolCallStarted:
+            return ToolCallStarted(
+                event_id=f"s/{i}", execution_id="s", seq=i, at=T0,
+                attribution=Attribution(), tool_call_id=f"s/c{i}", tool="add", args={"i": i},
+            )  # fmt: skip
+
+        url = f"sqlite:///{tmp_path / 'h.db'}"
+        spill = tmp_path / "spill.jsonl"
+        monkeypatch.setattr(_writer.BatchWriter, "_write", held)
+        plugin = history.plugin(url, batch_size=100, spill_path=spill)
+        async with onlooker.ExecutionEngine(plugins=[plugin]) as engine:
+            writer = engine.extension(plugin)._writer
+            assert writer is not None
+            try:
+                most = 0
+                for i in range(20_000):
+                    writer.handle(started(i))
+                    most = max(most, writer.statistics().pending)
+                assert writer._stall.stalled
+                stats = writer.statistics()
+                assert most <= 2 * 2_000 + 100  # the batch it holds, and twice the limit
+                assert stats.spilled >= 20_000 - most and stats.in_memory == 0
+                assert len(spill.read_text().splitlines()) == stats.spilled
+            finally:
+                stuck.set()
+        monkeypatch.undo()
+        assert writer is not None
+        closed = writer.statistics()
+        assert closed.written + closed.spilled == closed.accepted == 20_000
+        assert closed.dropped == 0
+        async with onlooker.ExecutionEngine(plugins=[history.plugin(url, spill_path=spill)]):
+            pass  # its start drains the spill
+        async with history.open(url) as store:
+            assert len(await store.events("s")) == 20_000
 
     async def test_postgresql_gives_up_on_a_lock_and_spills(self, tmp_path: Path) -> None:
         """Without a lock timeout, COPY waits for another session's lock for ever, and the

@@ -144,6 +144,8 @@ class BatchWriter:
         self._closing = False
         self._accepted = 0
         self._handled = 0
+        self._shed_count = 0  # of those handled, the events the emitter spilled (_shed)
+        self._shed_refused = False  # the spill was busy: no more shedding until the writer moves
         self._written = 0
         self._spilled = 0
         self._retries = 0
@@ -176,8 +178,11 @@ class BatchWriter:
                 self._idle = False
                 self._wakeup.notify()
         elif self._stall.stalled:
-            if self._stall.resumes(self._handled, size < self._max_pending // 2):
+            if self._stall.resumes(self._taken(), size < self._max_pending // 2):
+                self._shed_refused = False
                 self._logger.info("history: the writer goes on with %s", self._db.masked_url)
+            elif size >= 2 * self._max_pending and not self._shed_refused:
+                self._shed()
         elif size >= self._max_pending:
             self._wait_for_room()
 
@@ -328,17 +333,51 @@ class BatchWriter:
             stalled = self._stall.wait(
                 lambda: len(self._buffer) >= self._max_pending // 2 and self._running(),
                 self._nudge,
-                lambda: self._handled,
+                self._taken,
                 STALL_SECONDS,
             )
         if stalled:
             self._logger.warning(
                 "history: the writer has taken nothing from %s for %g s with %d events waiting; "
-                "they wait in memory and the program goes on",
+                "the program goes on, and what waits beyond %d events goes to %s",
                 self._db.masked_url,
                 STALL_SECONDS,
                 len(self._buffer),
+                self._max_pending,
+                self._spill.place,
             )
+
+    def _taken(self) -> int:
+        """How many events the writer thread has taken: its progress (not the emitter's)."""
+        return self._handled - self._shed_count
+
+    def _shed(self) -> None:
+        """A stalled writer (a database locked or hung for long) takes nothing: the events
+        it would take next, all but ``max_pending``, go from here to the spill, as a batch
+        the database refused does, rather than to memory without bound. The program pays
+        for it (redacting and appending them), which is the backpressure a spill allows."""
+        with self._lock:
+            shed = [self._buffer.popleft() for _ in range(len(self._buffer) - self._max_pending)]
+        try:
+            ready = self._scrubber.prepare(shed, self._dead)
+            spilled = self._spill.append(ready, _SPILL_LOCK_WAIT)
+        except Exception as exc:  # the spill is busy (a disk that hangs): they wait here
+            with self._lock:
+                self._buffer.extendleft(reversed(shed))
+            self._shed_refused = True  # until the writer moves again
+            self._logger.error(
+                "history: %d events could not go to %s (%s); they wait in memory",
+                len(shed),
+                self._spill.place,
+                describe(exc),
+            )
+            return
+        with self._lock:
+            self._spilled += spilled
+            self._spill_dirty = True
+            self._handled += len(shed)
+            self._shed_count += len(shed)
+            self._progress.notify_all()
 
     def _nudge(self) -> None:
         """Wake the writer, then wait a little for its progress (the caller holds the lock)."""
@@ -453,8 +492,10 @@ class BatchWriter:
         self._degraded_until = self.clock() + self._cooldown
 
     def _to_spill(self, batch: list[Stored]) -> None:
-        self._spilled += self._spill.append(batch)
-        self._spill_dirty = True
+        spilled = self._spill.append(batch)
+        with self._lock:  # the writer and a shedding emitter both count here
+            self._spilled += spilled
+            self._spill_dirty = True
 
     def _write_isolating(self, batch: Sequence[Stored]) -> int:
         outcome = isolate(self._db, batch, self._dead)
