@@ -122,10 +122,9 @@ SHAPES: list[tuple[str, str, str]] = [
     ("env", "export my_pass=Pg$ecret-03\n./deploy", "Pg$ecret-03"),
     # A separator is not the value (it was redacted and the value kept): the removed
     # line of a diff, and => / := before a quoted value.
-    ("secret_flag", '@@ -1 +1 @@\n-password = "Pr0d-Db-S3cret"\n+password = env()', "S3cret"),
-    ("secret_flag", "--token = tok-9z8y7x6w", "tok-9z8y7x6w"),
-    ("secret_flag", '-access_key=>"AkV4lue-123"', "AkV4lue-123"),
-    ("secret_flag", "-secret := 'G0-s3cret'", "G0-s3cret"),
+    ("secret_assignment", '@@ -1 +1 @@\n-password = "Pr0d-Db-S3cret"\n+password = x', "S3cret"),
+    ("secret_assignment", '-access_key=>"AkV4lue-123"', "AkV4lue-123"),
+    ("secret_assignment", "-secret := 'G0-s3cret'", "G0-s3cret"),
     ("secret_assignment", "$db = ['password'=>'PhpS3cret-1'];", "PhpS3cret-1"),
     ("secret_assignment", 'config.password=>"RbS3cret-2"', "RbS3cret-2"),
     ("secret_assignment", 'define(DB_PASSWORD=>"C0nst-S3cret")', "C0nst-S3cret"),
@@ -181,6 +180,12 @@ class TestShapes:
             "Note on cookie: the session is kept for a day",
             "token = -1\n",
             "password_min_length = 12\n",
+            # a diff's removed lines of code and placeholders, a flag's table or help text
+            "-password: ${DB_PASSWORD}\n-api_key: null\n+api_key: ${API_KEY}\n",
+            '-password = os.environ["PW"]\n',
+            "| --token : 5 |",
+            "  -secret: string\n",
+            "if -token == 3:",
         ],
     )
     def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:
