@@ -24,6 +24,7 @@ from agents import (
     InputGuardrail,
     OutputGuardrail,
     RunConfig,
+    RunContextWrapper,
     Runner,
     ToolInputGuardrail,
     UserError,
@@ -395,6 +396,39 @@ class TestFailures:
             "completed",
             "ok",
         )
+
+    async def test_a_run_inside_the_sdks_handling_of_a_tool_error_completes(
+        self, check_stream: Check
+    ) -> None:
+        """A ``failure_error_function`` that asks another agent: that run ends while the SDK
+        handles the tool's error, which is not that run's (it was recorded failed)."""
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks = OnlookerRunHooks(engine)
+
+            async def explain(context: RunContextWrapper[Any], error: Exception) -> str:
+                model = ScriptedModel([[assistant_message("retry later")]])
+                explainer = Agent(name="explainer", model=model)
+                explained = await Runner.run(explainer, "why?", hooks=hooks)
+                return str(explained.final_output)
+
+            @function_tool(failure_error_function=explain)
+            def fetch(url: str) -> str:
+                """Fetch a page."""
+                raise RuntimeError("connection reset")
+
+            first = [function_call("fetch", {"url": "x"}, call_id="call_1")]
+            model = ScriptedModel([first, [assistant_message("ok")]])
+            await Runner.run(Agent(name="outer", model=model, tools=[fetch]), "go", hooks=hooks)
+        check_stream(recorder.events)
+        ends = {e.execution_id: e for e in recorder.of(ExecutionFinished)}
+        names = {e.execution_id: e.program for e in recorder.of(ExecutionStarted)}
+        assert sorted((names[i], e.status) for i, e in ends.items()) == [
+            ("explainer", "completed"),
+            ("outer", "completed"),
+        ]
 
     @pytest.mark.parametrize("guarded", [False, True], ids=["plain", "output-guardrail"])
     async def test_a_run_is_recorded_finished_when_runner_run_returns(

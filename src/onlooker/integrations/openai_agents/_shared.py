@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 from weakref import ref
 
 from agents import Agent, RunContextWrapper
+from agents.exceptions import AgentsException
 from agents.tool import default_tool_timeout_error_message
 from agents.tool_context import ToolContext
 from agents.tracing import AgentSpanData, FunctionSpanData, Span, get_current_span
@@ -617,12 +618,14 @@ def raised() -> str | None:
 
     The SDK ends a run's agent span in a ``finally`` clause while the run's exception is
     in flight, and puts no error on any span for a ``ModelBehaviorError`` (a reused or
-    empty tool call id, ...). Only an exception whose innermost handler so far is the
-    SDK's own frame counts: not one the caller is handling around ``Runner.run`` (a retry
-    in an ``except`` block), and not a cancellation (see :func:`cancelling`).
+    empty tool call id, ...). Only the SDK's own error (an ``AgentsException``) whose
+    innermost handler so far is the SDK's own frame counts: not one the caller is
+    handling around ``Runner.run`` (a retry in an ``except`` block), not a tool's error
+    the SDK is handling while a run inside it ends (a ``failure_error_function`` that
+    runs an agent), and not a cancellation (see :func:`cancelling`).
     """
     exc = sys.exc_info()[1]
-    if not isinstance(exc, Exception) or exc.__traceback__ is None:
+    if not isinstance(exc, AgentsException) or exc.__traceback__ is None:
         return None
     module = exc.__traceback__.tb_frame.f_globals.get("__name__", "")
     if not isinstance(module, str) or not (module == "agents" or module.startswith("agents.")):
