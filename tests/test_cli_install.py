@@ -138,14 +138,16 @@ class TestInstall:
         commands = {command for _, command in ours(read(settings))}
         assert commands == {f"{script} hook claude-code"}
 
+    @pytest.mark.parametrize("name", ["python3", "pypy3"])
     def test_without_an_onlooker_script_the_interpreter_runs_the_module(
-        self, tmp_path: Path
+        self, tmp_path: Path, name: str
     ) -> None:
         """``python -m onlooker hook install`` from an install with no ``onlooker`` script
-        beside its interpreter nor on PATH wrote a bare ``onlooker``: not found (127)."""
+        beside its interpreter nor on PATH wrote a bare ``onlooker``: not found (127). The
+        command is ours whatever the interpreter's name: installed once, uninstalled."""
         bin_dir = tmp_path / "bin"
         bin_dir.mkdir()
-        python = bin_dir / "python3"
+        python = bin_dir / name
         base: str = getattr(sys, "_base_executable", sys.executable)  # the venv's own Python
         python.symlink_to(base)  # an interpreter with no script beside it
         env = {
@@ -156,7 +158,8 @@ class TestInstall:
         settings = tmp_path / "settings.json"
         install = [str(python), "-m", "onlooker", "hook", "install", "--settings", str(settings)]
         subprocess.run(install, env=env, check=True, capture_output=True, timeout=60)
-        (command,) = {command for _, command in ours(read(settings))}
+        installed = ours(read(settings))
+        (command,) = {command for _, command in installed}
         assert command == f"{python} -m onlooker hook claude-code"
         payload = {"session_id": "s1", "hook_event_name": "UserPromptSubmit", "prompt": "hi"}
         ran = subprocess.run(
@@ -169,6 +172,11 @@ class TestInstall:
         )
         assert (ran.returncode, ran.stdout) == (0, b"")
         assert '"input":{"prompt":"hi"}' in (tmp_path / "audit" / "s1" / "events.jsonl").read_text()
+        subprocess.run(install, env=env, check=True, capture_output=True, timeout=60)
+        assert ours(read(settings)) == installed  # recognised as ours: not added twice
+        uninstall = [*install[:4], "uninstall", *install[5:]]
+        subprocess.run(uninstall, env=env, check=True, capture_output=True, timeout=60)
+        assert ours(read(settings)) == []
 
     @pytest.mark.parametrize(
         ("hooks", "problem"),

@@ -134,7 +134,7 @@ def _runs_the_hook(command: str) -> bool:
     for launcher in (["uvx"], ["pipx", "run"]):
         if words[: len(launcher)] == launcher:
             words = words[len(launcher) :]
-    if len(words) > 1 and Path(words[0]).name.startswith("python") and words[1] == "-m":
+    if len(words) > 2 and words[1:3] == ["-m", "onlooker"]:  # any interpreter: pypy3 too
         words = words[2:]
     return (
         len(words) >= 3
