@@ -212,6 +212,8 @@ class Session(Executions):
         self._agent(self._agent_id(payload), payload)
 
     def _on_subagent_stop(self, payload: dict[str, Any], _: Verdict | None) -> None:
+        if "agent_id" not in payload:  # an older Claude Code's: nothing tells which one
+            return
         keys = ("last_assistant_message", "agent_transcript_path", "stop_hook_active")
         self._stop(self._agent(self._agent_id(payload), payload), payload, keys)
 
