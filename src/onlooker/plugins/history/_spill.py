@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Final, TextIO, cast
 
 from onlooker import EventValidationError, parse_event
 
@@ -94,46 +94,91 @@ class SpillFile:
             return 0
 
     def _drain(self, handle: IO[str], write: Write, dead: DeadLetters) -> int:
-        lines = [line for line in handle.read().splitlines() if line.strip()]
-        parsed: list[tuple[str, Stored]] = []
-        for line in lines:
-            try:
-                event = parse_event(line)
-            except EventValidationError as exc:
-                dead.line(line, f"spill file {self.path}: not an event: {exc}")
-                continue
-            try:  # serialized again: the line may come from another onlooker version
-                parsed.append((line, stored(event)))
-            except Exception as exc:
-                dead.event(event, describe(exc))
+        """Write the file's events, ``_CHUNK`` at a time, as they are read: memory holds one
+        chunk, however many lines an outage left (a million lines read whole took GBs)."""
+        raw = cast("TextIO", handle).buffer  # opened as text: read as bytes, for offsets
         new = 0
-        kept: list[str] = []
-        for start in range(0, len(parsed), _CHUNK):
-            chunk = parsed[start : start + _CHUNK]
-            try:
-                new += write([ready for _, ready in chunk])
-            except Exception as exc:
-                self.logger.warning(
-                    "history: spill file %s: %d events still cannot be written (%s); "
-                    "kept for later",
-                    self.path,
-                    len(parsed) - start,
-                    describe(exc),
-                )
-                kept = [line for line, _ in parsed[start:]]
+        read = 0  # bytes read so far
+        kept_from = 0  # where the lines not yet written start
+        skip: list[tuple[int, int]] = []  # lines after kept_from already set aside
+        chunk: list[Stored] = []
+        while True:
+            data = raw.readline()
+            begins, read = read, read + len(data)
+            line = data.decode("utf-8", "surrogateescape").strip()
+            if line:
+                ready = self._read_line(line, dead)
+                if ready is not None:
+                    chunk.append(ready)
+                elif chunk:  # kept with the chunk should its write fail: not set aside twice
+                    skip.append((begins, read))
+            if chunk and (len(chunk) >= _CHUNK or not data):
+                try:
+                    new += write(chunk)
+                except Exception as exc:
+                    self.logger.warning(
+                        "history: spill file %s: the events from byte %d on still cannot be "
+                        "written (%s); kept for later",
+                        self.path,
+                        kept_from,
+                        describe(exc),
+                    )
+                    _keep_from(raw, kept_from, skip)
+                    os.fsync(handle.fileno())
+                    return new
+                chunk = []
+            if not chunk:
+                kept_from, skip = read, []
+            if not data:
                 break
-        if kept:
-            handle.seek(0)
-            handle.write("".join(line + "\n" for line in kept))
-            handle.truncate()
-            handle.flush()
-            os.fsync(handle.fileno())
-        else:
-            self.path.unlink()
-            self.logger.info(
-                "history: spill file %s: %d events written, file removed", self.path, new
-            )
+        self.path.unlink()
+        self.logger.info("history: spill file %s: %d events written, file removed", self.path, new)
         return new
+
+    def _read_line(self, line: str, dead: DeadLetters) -> Stored | None:
+        """A spilled line as an event to write, else ``None`` (set aside as dead letter)."""
+        try:
+            event = parse_event(line)
+        except EventValidationError as exc:
+            dead.line(line, f"spill file {self.path}: not an event: {exc}")
+            return None
+        try:  # serialized again: the line may come from another onlooker version
+            return stored(event)
+        except Exception as exc:
+            dead.event(event, describe(exc))
+            return None
+
+
+def _keep_from(raw: IO[bytes], offset: int, skip: Sequence[tuple[int, int]]) -> None:
+    """Keep the file's bytes from ``offset`` on, but the ``skip`` ranges, at its start, and cut
+    the rest: in place, under the file's lock (appenders wait on the same file)."""
+    target = 0
+    for begin, end in [*_between(offset, skip), (skip[-1][1] if skip else offset, None)]:
+        source = begin
+        while end is None or source < end:
+            raw.seek(source)
+            data = raw.read(_BLOCK if end is None else min(_BLOCK, end - source))
+            if not data:
+                break
+            raw.seek(target)
+            raw.write(data)
+            source += len(data)
+            target += len(data)
+    raw.truncate(target)
+    raw.flush()
+
+
+def _between(offset: int, skip: Sequence[tuple[int, int]]) -> list[tuple[int, int | None]]:
+    """The byte ranges from ``offset`` up to the last ``skip`` range, without them."""
+    ranges: list[tuple[int, int | None]] = []
+    for begin, end in skip:
+        if begin > offset:
+            ranges.append((offset, begin))
+        offset = end
+    return ranges
+
+
+_BLOCK: Final = 1 << 20
 
 
 class Spill:
