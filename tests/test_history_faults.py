@@ -1234,6 +1234,24 @@ class TestLockedDatabase:
                 opened.set()
                 gate.release()
 
+    async def test_a_store_starts_while_another_connection_holds_a_write_lock(
+        self, tmp_path: Path
+    ) -> None:
+        """Setting the schema up took a write lock even with nothing to create: a start
+        failed with "database is locked" while another program wrote for long."""
+        db = tmp_path / "history.db"
+        url = f"sqlite:///{db}?timeout=0.2"
+        async with history.open(url) as store:
+            await store.write_events(execution_events("kept"))
+        lock = sqlite3.connect(db, isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")
+        try:
+            async with history.open(url) as store:
+                assert (await store.get_execution("kept")) is not None
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+
     async def test_a_stalled_writer_holds_a_bounded_backlog_the_rest_is_spilled(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

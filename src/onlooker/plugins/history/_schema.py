@@ -222,6 +222,13 @@ def setup_schema(
     setup (0 for a new database). ``name`` (the URL, password hidden) goes in
     the error messages.
     """
+    # A schema already whole needs no lock: another connection's long write (a lock held
+    # for long) must not stop a start that has nothing to create.
+    inspector = sa.inspect(conn)
+    if inspector.has_table("schema_version") and _version(conn, inspector, name) == (
+        HISTORY_SCHEMA_VERSION
+    ):
+        return HISTORY_SCHEMA_VERSION
     # One process sets the schema up at a time; the others wait, then find it whole.
     if conn.dialect.name == "postgresql":
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADVISORY_LOCK})
@@ -229,7 +236,7 @@ def setup_schema(
         conn.connection.dbapi_connection, "in_transaction", True
     ):
         conn.exec_driver_sql("BEGIN IMMEDIATE")  # the driver would commit each CREATE alone
-    inspector = sa.inspect(conn)
+    inspector = sa.inspect(conn)  # anew: what it cached may have changed meanwhile
     if not inspector.has_table("schema_version"):
         taken = [t.name for t in metadata.sorted_tables if inspector.has_table(t.name)]
         if taken:  # another program's tables under our names: leave its database as it is
