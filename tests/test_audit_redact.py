@@ -125,6 +125,8 @@ SHAPES: list[tuple[str, str, str]] = [
     ("secret_assignment", '@@ -1 +1 @@\n-password = "Pr0d-Db-S3cret"\n+password = x', "S3cret"),
     ("secret_assignment", '-access_key=>"AkV4lue-123"', "AkV4lue-123"),
     ("secret_assignment", "-secret := 'G0-s3cret'", "G0-s3cret"),
+    ("secret_flag", "cli --token :abc123 run", "abc123"),  # a value that starts with ":"
+    ("secret_flag", "cli --token =abc123 run", "abc123"),
     ("secret_assignment", "$db = ['password'=>'PhpS3cret-1'];", "PhpS3cret-1"),
     ("secret_assignment", 'config.password=>"RbS3cret-2"', "RbS3cret-2"),
     ("secret_assignment", 'define(DB_PASSWORD=>"C0nst-S3cret")', "C0nst-S3cret"),

@@ -563,7 +563,8 @@ class TestSpillChain:
         path = tmp_path / "spill.jsonl"
         events = many_executions(1_500)  # 6,000 events
         lines = [_rows.stored(event).body for event in events]
-        path.write_text("\n".join([*lines[:600], "not an event", *lines[600:]]) + "\n")
+        # the last line unterminated, as a process killed mid-append may leave it
+        path.write_text("\n".join([*lines[:600], "not an event", *lines[600:]]))
         file = SpillFile(path, logger)
         written: list[ExecutionEvent] = []
         refuse = True
@@ -583,12 +584,16 @@ class TestSpillChain:
         finally:
             tracemalloc.stop()
         assert written == events[:500]
-        assert path.read_text().splitlines() == lines[500:]  # the dead letter not kept
+        kept = path.read_text()
+        assert kept.splitlines() == lines[500:]  # the dead letter not kept
+        assert kept.endswith("\n")  # what is appended next starts a line of its own
         assert len(dead_file.read_text().splitlines()) == 1
         assert most < 5_000_000  # about one chunk, not the file
+        late = execution_events("late", tools=[("echo", "completed", 1.0)])
+        file.append("".join(_rows.stored(event).body + "\n" for event in late))
         refuse = False
-        assert file.drain(write, dead) == 5_500
-        assert written == events and not path.exists()
+        assert file.drain(write, dead) == 5_500 + len(late)
+        assert written == events + late and not path.exists()
         assert len(dead_file.read_text().splitlines()) == 1
 
     def test_a_shared_fallback_directory_must_be_private(self, tmp_path: Path) -> None:
@@ -1283,12 +1288,19 @@ class TestLockedDatabase:
             assert writer is not None
             try:
                 most = 0
-                for i in range(20_000):
+                busy = writer._spill._lock  # the spill busy for a while: a shed waits, fails
+                busy.acquire()
+                for i in range(5_000):
+                    writer.handle(started(i))
+                busy.release()
+                assert writer.statistics().spilled == 0
+                for i in range(5_000, 20_000):  # shedding again, after the one that failed
                     writer.handle(started(i))
                     most = max(most, writer.statistics().pending)
                 assert writer._stall.stalled
                 stats = writer.statistics()
-                assert most <= 2 * 2_000 + 100  # the batch it holds, and twice the limit
+                assert most <= 3 * 2_000 + 100  # the next try came a limit later
+                assert stats.pending <= 2 * 2_000 + 100  # the batch it holds, twice the limit
                 assert stats.spilled >= 20_000 - most and stats.in_memory == 0
                 assert len(spill.read_text().splitlines()) == stats.spilled
             finally:

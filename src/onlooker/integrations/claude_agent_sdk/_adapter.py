@@ -498,7 +498,9 @@ class Adapter:
             if found is None or found[0].done:
                 continue
             said = entry.get("tool_response")
-            message = said if isinstance(said, str) else json.dumps(said, default=str)
+            message = (
+                said if isinstance(said, str) or said is None else json.dumps(said, default=str)
+            )
             await found[0].failed(
                 ErrorInfo(type="ToolRefused", message=message or "refused", cause="failure")
             )

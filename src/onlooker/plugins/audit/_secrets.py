@@ -221,7 +221,7 @@ _SECRET_ASSIGNMENT = (
     # A name starts after a character no name holds: scanning from inside one (each "-" of
     # "a-a-...-token") would read it again from every such start, in quadratic time.
     # ... or after a diff's "-" that starts a line: the removed line -password = "...".
-    r"(?:(?<![A-Za-z0-9_.-])|(?<=^-)|(?<=\n-))(?:\\?[\"'])?" + _SECRET_NAME + r"(?:\\?[\"'])?"
+    r"(?<![A-Za-z0-9_.])(?:(?<!-)|(?<=^-)|(?<=\n-))(?:\\?[\"'])?" + _SECRET_NAME + r"(?:\\?[\"'])?"
     r"(?::[ \t]+(?P<bracketed>" + _BRACKETED + r")"
     r"|=(?P<parenthesized>" + _PARENTHESIZED + r")"
     # INI and credentials files: name = value to the end of the line, a value that is not
@@ -366,12 +366,12 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "secret_flag",
         # A flag starts a word (top-secret, my-token and a/b-token are none); its
         # name may have words before the secret one: --db-password. The dash comes
-        # first, so the scan jumps from dash to dash. What follows " = ", "=>" or " :" is
-        # no flag's value: a removed line of a diff (-password = "..."), left to the
-        # assignment rule, which knows code from values.
+        # first, so the scan jumps from dash to dash. What follows " = ", " : ", "=>",
+        # ":=" or "==" is no flag's value: a removed line of a diff (-password = "..."),
+        # left to the assignment rule, which knows code from values, or a comparison.
         r"-(?<![\w./\\-]-)-?(?:[A-Za-z0-9]+-)*"
         r"(?i:password|passwd|passphrase|token|secret|api[-_]?key|access[-_]?key)"
-        r"(?:=(?!>)|\s+(?![=:]))(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
+        r"(?:=(?!>)|\s+(?![=:]\s|=>|:=|==))(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
         hints=["-passw", "-passphrase", "-token", "-secret", "-api", "-access"],
     ),
     # X=Y before a shell command, at the start of the text or of a command

@@ -164,6 +164,11 @@ def _keep_from(raw: IO[bytes], offset: int, skip: Sequence[tuple[int, int]]) -> 
             raw.write(data)
             source += len(data)
             target += len(data)
+    if target:  # a torn last line ends with the file: the next append starts a line
+        raw.seek(target - 1)
+        if raw.read(1) != b"\n":
+            raw.write(b"\n")
+            target += 1
     raw.truncate(target)
     raw.flush()
 
@@ -290,9 +295,10 @@ class Spill:
             if not chunk:
                 break
             new += write(chunk)
-            with self._lock:
-                for _ in chunk:
-                    self._memory.popleft()
+            with self._lock:  # those still first (a shed may have dropped some meanwhile)
+                for ready in chunk:
+                    if self._memory and self._memory[0] is ready:
+                        self._memory.popleft()
         for file in self.files:
             new += file.drain(write, self.dead)
         self.dead.retry()

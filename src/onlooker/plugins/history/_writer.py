@@ -73,6 +73,9 @@ FIRST_COOLDOWN: Final = 0.5
 MAX_COOLDOWN: Final = 30.0
 STALL_SECONDS: Final = 1.0
 """How long an emitter waits for a writer that takes nothing before letting events pile up."""
+_SHED_LOCK_WAIT: Final = 0.05
+"""Seconds the emitting task waits for a spill file's lock when it sheds (a drain holds it:
+the next spill file then), so that the event loop is not held for long."""
 _SPILL_LOCK_WAIT: Final = 1.0
 """Seconds a close that leaves a stuck writer behind waits for a spill file's lock."""
 _SAVE_SECONDS: Final = 5.0
@@ -145,7 +148,7 @@ class BatchWriter:
         self._accepted = 0
         self._handled = 0
         self._shed_count = 0  # of those handled, the events the emitter spilled (_shed)
-        self._shed_refused = False  # the spill was busy: no more shedding until the writer moves
+        self._shed_at = 2 * self._max_pending  # while stalled: waiting events that make it shed
         self._written = 0
         self._spilled = 0
         self._retries = 0
@@ -179,9 +182,9 @@ class BatchWriter:
                 self._wakeup.notify()
         elif self._stall.stalled:
             if self._stall.resumes(self._taken(), size < self._max_pending // 2):
-                self._shed_refused = False
+                self._shed_at = 2 * self._max_pending
                 self._logger.info("history: the writer goes on with %s", self._db.masked_url)
-            elif size >= 2 * self._max_pending and not self._shed_refused:
+            elif size >= self._shed_at:
                 self._shed()
         elif size >= self._max_pending:
             self._wait_for_room()
@@ -360,11 +363,12 @@ class BatchWriter:
             shed = [self._buffer.popleft() for _ in range(len(self._buffer) - self._max_pending)]
         try:
             ready = self._scrubber.prepare(shed, self._dead)
-            spilled = self._spill.append(ready, _SPILL_LOCK_WAIT)
-        except Exception as exc:  # the spill is busy (a disk that hangs): they wait here
+            spilled = self._spill.append(ready, _SHED_LOCK_WAIT)
+        except Exception as exc:  # the spill is busy (a drain, a disk that hangs): they wait
             with self._lock:
                 self._buffer.extendleft(reversed(shed))
-            self._shed_refused = True  # until the writer moves again
+            # Tried again once as many more wait: the loop is not held at every event.
+            self._shed_at = len(self._buffer) + self._max_pending
             self._logger.error(
                 "history: %d events could not go to %s (%s); they wait in memory",
                 len(shed),
@@ -372,6 +376,7 @@ class BatchWriter:
                 describe(exc),
             )
             return
+        self._shed_at = 2 * self._max_pending
         with self._lock:
             self._spilled += spilled
             self._spill_dirty = True
