@@ -285,7 +285,8 @@ class BatchWriter:
         ready = self._scrubber.prepare(taken, self._dead) if taken else []
         # A drain stuck in the database holds the spill file's lock: the next place then.
         saved = self._keep_or_lose(ready, wait=_SPILL_LOCK_WAIT)
-        self._spilled += saved
+        with self._lock:
+            self._spilled += saved
         if held:
             saved += self._keep_or_lose(held, wait=_SPILL_LOCK_WAIT)
         self._unsaved = 0
@@ -519,7 +520,8 @@ class BatchWriter:
             self._logger.warning(
                 "history: spill file %s not drained: %s", self._spill.path, describe(exc)
             )
-        self._spill_dirty = self._spill.pending()
+        with self._lock:  # a shed meanwhile sets it under the lock too
+            self._spill_dirty = self._spill.pending()
 
     def _last_chance(self) -> None:
         """At close: events held in memory go to the database or a spill file, else are lost."""
