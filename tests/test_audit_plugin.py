@@ -448,6 +448,45 @@ class TestFailures:
         stats = trail.statistics()
         assert (stats.written, stats.dropped, stats.pending) == (180, 0, 0)
 
+    async def test_a_hung_disk_keeps_a_bounded_backlog(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """While the write hung, every event waited in memory, without bound. Past the
+        100,000 records a refusing disk keeps, the oldest are dropped, counted, reported."""
+        import threading
+
+        from onlooker.plugins.audit import _plugin
+
+        monkeypatch.setattr(_plugin, "_MAX_PENDING", 64)
+        monkeypatch.setattr(_plugin, "_MAX_RETRY", 500)
+        monkeypatch.setattr(_plugin, "_STALL_SECONDS", 0.05)
+        hung = threading.Event()
+        unstick = threading.Timer(10, hung.set)  # a regression fails the test, not hangs it
+        unstick.start()
+        plugin = audit.plugin(directory=tmp_path / "audit", session_id="s1")
+        async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:
+            trail = engine.extension(plugin)
+            write = trail._writer.write_encoded
+
+            def stuck(bodies: Sequence[bytes]) -> None:
+                hung.wait()
+                write(bodies)
+
+            monkeypatch.setattr(trail._writer, "write_encoded", stuck)
+            try:
+                most = 0
+                for _ in range(100):  # 1,800 events
+                    await engine.execute(program)
+                    most = max(most, trail.statistics().pending)
+            finally:
+                hung.set()
+                unstick.cancel()
+        stats = trail.statistics()
+        assert most <= 500 + 64 + 100  # the bound, a limit of slack, the few the thread holds
+        assert stats.dropped > 0 and stats.written + stats.dropped == 1_800
+        assert "while the trail took no writes" in trail.error_path.read_text()
+        assert audit.verify(trail.session_dir).ok
+
     async def test_records_still_refused_at_close_are_counted_as_dropped(
         self, tmp_path: Path
     ) -> None:

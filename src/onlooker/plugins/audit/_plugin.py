@@ -120,6 +120,7 @@ class AuditTrail:
         self._retry: list[bytes] = []
         self._retry_delay = _RETRY_SECONDS
         self._dropped = 0
+        self._dropped_unreported = 0  # dropped by emitters while the thread hung
         self._failures = 0  # serialization failures (write failures: the writer counts)
         self._thread: threading.Thread | None = None
 
@@ -163,7 +164,11 @@ class AuditTrail:
                 self._idle = False
                 self._cond.notify_all()
         elif self._stall.stalled:
-            self._stall.resumes(self._settled, len(pending) < _MAX_PENDING // 2)
+            if (
+                not self._stall.resumes(self._settled, len(pending) < _MAX_PENDING // 2)
+                and len(pending) >= _MAX_RETRY + _MAX_PENDING
+            ):
+                self._drop_oldest()
         elif len(pending) >= _MAX_PENDING:
             self._wait_for_room()
 
@@ -227,7 +232,14 @@ class AuditTrail:
                 self._writer.report(f"audit writer failed: {exc!r}", error=type(exc).__name__)
             with cond:
                 self._settled += count
+                unreported, self._dropped_unreported = self._dropped_unreported, 0
                 cond.notify_all()
+            if unreported:
+                self._writer.report(
+                    f"dropped the {unreported} oldest unwritten event(s) while the trail took "
+                    "no writes",
+                    records=unreported,
+                )
             if closing:
                 if self._retry:
                     self._give_up(f"{len(self._retry)} record(s) not written: the trail closed")
@@ -310,6 +322,23 @@ class AuditTrail:
         self._idle = False
         self._cond.notify_all()
         self._cond.wait(0.1)
+
+    def _drop_oldest(self) -> None:
+        """A thread that writes nothing (a disk that hangs) keeps at most the records a disk
+        that refuses them keeps (100,000): past that, the oldest waiting events are dropped,
+        counted and reported, as records the disk refused too long are."""
+        with self._cond:
+            excess = len(self._pending) - _MAX_RETRY
+            for _ in range(excess):
+                self._pending.popleft()
+            self._dropped += excess
+            self._dropped_unreported += excess  # audit.err is on that disk: the thread says it
+        _logger.critical(
+            "audit: dropped the %d oldest unwritten event(s) of %s: the trail takes no writes "
+            "(a disk that hangs?)",
+            excess,
+            self._writer.path,
+        )
 
     def _wait_for_room(self) -> None:
         """Backpressure: the thread is far behind; wait until it has caught up halfway, and
