@@ -811,6 +811,20 @@ class TestTypedHookInputs:
         assert no.error is not None
         assert (no.error.type, no.error.message) == ("ToolRefused", refused)
 
+    async def test_a_refused_call_the_batch_gives_no_response_is_refused(
+        self, tmp_path: Path
+    ) -> None:
+        """Its message read "null" (the JSON of a missing response)."""
+        async with engine_for(tmp_path) as recorded:
+            sdk = Sdk(hooks(recorded.engine))
+            await sdk.send(prompt("clean"))
+            await sdk.send(pre("Read", MISSING, "toolu_r"))
+            await sdk.send(batch(("Read", MISSING, "toolu_r", None)))
+            await sdk.send(stop("done"))
+        (refused,) = recorded.recorder.of(ToolCallFinished)
+        assert refused.error is not None
+        assert (refused.error.type, refused.error.message) == ("ToolRefused", "refused")
+
     async def test_an_agent_call_closed_with_its_turn_links_no_later_sub_agent(
         self, tmp_path: Path, check_stream: Check
     ) -> None:
