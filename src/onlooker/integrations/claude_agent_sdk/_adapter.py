@@ -268,9 +268,8 @@ class Adapter:
         closed with its turn) causes none any more: it is dropped, not claimed.
         """
         spawns = self._spawns.get(session_id)
-        if not spawns:
-            return None
-        spawns[:] = [spawn for spawn in spawns if self._still_open(session_id, spawn)]
+        if spawns:
+            spawns[:] = [spawn for spawn in spawns if self._still_open(session_id, spawn)]
         if not spawns:
             return None
         chosen = next((s for s in spawns if s.agent_type == agent_type), spawns[0])
@@ -497,13 +496,9 @@ class Adapter:
             found = self._calls.pop((session_id, tool_use_id), None)
             if found is None or found[0].done:
                 continue
-            said = entry.get("tool_response")
-            message = (
-                said if isinstance(said, str) or said is None else json.dumps(said, default=str)
-            )
-            await found[0].failed(
-                ErrorInfo(type="ToolRefused", message=message or "refused", cause="failure")
-            )
+            said = entry.get("tool_response") or "refused"
+            message = said if isinstance(said, str) else json.dumps(said, default=str)
+            await found[0].failed(ErrorInfo(type="ToolRefused", message=message, cause="failure"))
 
     async def _post_tool_use_failure(self, data: PostToolUseFailureHookInput) -> None:
         found = await self._open_call(data)
