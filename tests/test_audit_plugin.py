@@ -7,7 +7,8 @@ import json
 import logging
 import os
 import subprocess
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 
 import onlooker
 from onlooker.plugins import audit
+from onlooker.plugins.audit import _plugin
 from onlooker.testing import RecordingObserver
 from running import run
 
@@ -243,6 +245,29 @@ def chattr(flag: str, paths: list[str]) -> None:
     subprocess.run(["chattr", flag, *paths], check=True)
 
 
+@contextlib.contextmanager
+def hung_writes(trail: audit.AuditTrail, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every write of ``trail`` hangs (a stuck network disk) until the block ends, and at
+    most 10 s: a regression fails the test rather than hangs it. The thread falls behind
+    after 64 waiting events."""
+    monkeypatch.setattr(_plugin, "_MAX_PENDING", 64)
+    hung = threading.Event()
+    unstick = threading.Timer(10, hung.set)
+    unstick.start()
+    write = trail._writer.write_encoded
+
+    def stuck(bodies: Sequence[bytes]) -> None:
+        hung.wait()
+        write(bodies)
+
+    monkeypatch.setattr(trail._writer, "write_encoded", stuck)
+    try:
+        yield
+    finally:
+        hung.set()
+        unstick.cancel()
+
+
 class TestFailures:
     async def test_a_full_disk_loses_the_execution_nothing(self, tmp_path: Path) -> None:
         if not HAS_DEV_FULL:
@@ -277,10 +302,7 @@ class TestFailures:
     ) -> None:
         """Another writer of the session (a hung hook process) holds its lock for ever: the
         plugin's writes wait 5 s for it (the CLI hook's wait), then count as refused."""
-        import threading
-
         from onlooker._shared import lock_file
-        from onlooker.plugins.audit import _plugin
 
         monkeypatch.setattr(_plugin, "_LOCK_SECONDS", 0.2)
         (tmp_path / "s1").mkdir()
@@ -415,34 +437,16 @@ class TestFailures:
     ) -> None:
         """A write that hangs (a stuck network disk) must not hold the emitter, and the
         event loop with it, beyond a short stall: the events wait in memory instead."""
-        import threading
-
-        import anyio
-
-        from onlooker.plugins.audit import _plugin
-
-        monkeypatch.setattr(_plugin, "_MAX_PENDING", 64)
         monkeypatch.setattr(_plugin, "_STALL_SECONDS", 0.1)
-        hung = threading.Event()
-        unstick = threading.Timer(10, hung.set)  # a regression fails the test, not hangs it
-        unstick.start()
         plugin = audit.plugin(directory=tmp_path / "audit", session_id="s1")
         async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:
             trail = engine.extension(plugin)
-            write = trail._writer.write_encoded
-
-            def stuck(bodies: Sequence[bytes]) -> None:
-                hung.wait()
-                write(bodies)
-
-            monkeypatch.setattr(trail._writer, "write_encoded", stuck)
-            try:
-                with caplog.at_level(logging.WARNING, logger="onlooker.plugins.audit"):
-                    with anyio.fail_after(5):  # frozen, the loop could not even run this
-                        results = [await engine.execute(program) for _ in range(10)]
-            finally:
-                hung.set()
-                unstick.cancel()
+            with (
+                hung_writes(trail, monkeypatch),
+                caplog.at_level(logging.WARNING, logger="onlooker.plugins.audit"),
+                anyio.fail_after(5),  # frozen, the loop could not even run this
+            ):
+                results = [await engine.execute(program) for _ in range(10)]
         assert {result.status for result in results} == {"completed"}
         assert "they wait in memory and the program goes on" in caplog.text
         stats = trail.statistics()
@@ -453,34 +457,16 @@ class TestFailures:
     ) -> None:
         """While the write hung, every event waited in memory, without bound. Past the
         100,000 records a refusing disk keeps, the oldest are dropped, counted, reported."""
-        import threading
-
-        from onlooker.plugins.audit import _plugin
-
-        monkeypatch.setattr(_plugin, "_MAX_PENDING", 64)
         monkeypatch.setattr(_plugin, "_MAX_RETRY", 500)
         monkeypatch.setattr(_plugin, "_STALL_SECONDS", 0.05)
-        hung = threading.Event()
-        unstick = threading.Timer(10, hung.set)  # a regression fails the test, not hangs it
-        unstick.start()
         plugin = audit.plugin(directory=tmp_path / "audit", session_id="s1")
         async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:
             trail = engine.extension(plugin)
-            write = trail._writer.write_encoded
-
-            def stuck(bodies: Sequence[bytes]) -> None:
-                hung.wait()
-                write(bodies)
-
-            monkeypatch.setattr(trail._writer, "write_encoded", stuck)
-            try:
-                most = 0
+            most = 0
+            with hung_writes(trail, monkeypatch):
                 for _ in range(100):  # 1,800 events
                     await engine.execute(program)
                     most = max(most, trail.statistics().pending)
-            finally:
-                hung.set()
-                unstick.cancel()
         stats = trail.statistics()
         assert most <= 500 + 64 + 100  # the bound, a limit of slack, the few the thread holds
         assert stats.dropped > 0 and stats.written + stats.dropped == 1_800
