@@ -665,16 +665,9 @@ async def test_create_react_agent_is_recorded(wrapped: bool, check_stream: Check
     assert [e.status for e in recorder.of(ExecutionFinished)] == ["completed"]
 
 
-async def test_a_synchronous_sub_agent_inside_an_async_tool_is_its_child(
-    check_stream: CheckStream,
-) -> None:
-    """A sub-graph's ``invoke`` blocks the engine's loop while LangChain runs the callbacks on
-    a thread of its own: they are queued, and recorded in order once the loop is free."""
-    inner_chat = model(AIMessage("inner answer"))
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", lambda state: {"messages": [inner_chat.invoke(state["messages"])]})
-    builder.add_edge(START, "agent")
-    inner = builder.compile(name="inner")
+async def asking_synchronously(inner: Any, check_stream: CheckStream) -> RecordingObserver:
+    """A graph whose async tool ``ask`` (call ``c1``) runs ``inner`` by its synchronous
+    ``invoke``, recorded by the handler; the stream checked."""
 
     @tool
     async def ask(question: str) -> str:
@@ -684,16 +677,33 @@ async def test_a_synchronous_sub_agent_inside_an_async_tool_is_its_child(
     recorder = RecordingObserver()
     async with onlooker.ExecutionEngine() as engine:
         engine.bus.subscribe(recorder)
-        agent = Agent()
         chat = model(call("ask", "c1", question="why"), AIMessage("done"))
-        await agent.graph("outer", chat, [ask]).ainvoke(
-            {"messages": [HumanMessage("go")]},
-            config(OnlookerCallbackHandler(engine), uuid.uuid4()),
-        )
+        with anyio.fail_after(30):  # a hang fails the test
+            await (
+                Agent()
+                .graph("outer", chat, [ask])
+                .ainvoke(
+                    {"messages": [HumanMessage("go")]},
+                    config(OnlookerCallbackHandler(engine), uuid.uuid4()),
+                )
+            )
     check_stream(recorder.events)
     outer, inner_run = recorder.of(ExecutionStarted)
     assert inner_run.attribution.parent_execution_id == outer.execution_id
     assert inner_run.attribution.parent_tool_call_id == "c1"
+    return recorder
+
+
+async def test_a_synchronous_sub_agent_inside_an_async_tool_is_its_child(
+    check_stream: CheckStream,
+) -> None:
+    """A sub-graph's ``invoke`` blocks the engine's loop while LangChain runs the callbacks on
+    a thread of its own: they are queued, and recorded in order once the loop is free."""
+    inner_chat = model(AIMessage("inner answer"))
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", lambda state: {"messages": [inner_chat.invoke(state["messages"])]})
+    builder.add_edge(START, "agent")
+    recorder = await asking_synchronously(builder.compile(name="inner"), check_stream)
     assert [e.status for e in recorder.of(ExecutionFinished)] == ["completed", "completed"]
 
 
@@ -708,25 +718,7 @@ async def test_a_synchronous_sub_agent_with_a_tool_node_inside_an_async_tool_is_
         model(call("lookup", "s1", order_id="B2"), AIMessage("inner answer")),
         agent.tools()[:1],
     )
-
-    @tool
-    async def ask(question: str) -> str:
-        """Ask the inner agent."""
-        return str(inner.invoke({"messages": [HumanMessage(question)]})["messages"][-1].content)
-
-    recorder = RecordingObserver()
-    async with onlooker.ExecutionEngine() as engine:
-        engine.bus.subscribe(recorder)
-        chat = model(call("ask", "c1", question="why"), AIMessage("done"))
-        with anyio.fail_after(30):
-            await agent.graph("outer", chat, [ask]).ainvoke(
-                {"messages": [HumanMessage("go")]},
-                config(OnlookerCallbackHandler(engine), uuid.uuid4()),
-            )
-    check_stream(recorder.events)
-    outer, inner_run = recorder.of(ExecutionStarted)
-    assert inner_run.attribution.parent_execution_id == outer.execution_id
-    assert inner_run.attribution.parent_tool_call_id == "c1"
+    recorder = await asking_synchronously(inner, check_stream)
     assert [(e.tool_call_id, e.status) for e in recorder.of(ToolCallFinished)] == [
         ("s1", "completed"),
         ("c1", "completed"),
