@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -130,6 +131,45 @@ SHAPES: list[tuple[str, str, str]] = [
     ("secret_assignment", "$db = ['password'=>'PhpS3cret-1'];", "PhpS3cret-1"),
     ("secret_assignment", 'config.password=>"RbS3cret-2"', "RbS3cret-2"),
     ("secret_assignment", 'define(DB_PASSWORD=>"C0nst-S3cret")', "C0nst-S3cret"),
+    # .netrc, one entry a line or its tokens on lines of their own, numbered as Read does
+    (
+        "netrc",
+        "machine api.heroku.com\n  login me@example.com\n  password 01-Heroku-Pw\n",
+        "Heroku",
+    ),
+    ("netrc", 'echo "machine github.com login u password Gh-N3trc-Pw" >> ~/.netrc', "N3trc"),
+    (
+        "netrc",
+        "     1\tmachine h.example\n     2\t  login bob\n     3\t  password R3ad-Pw\n",
+        "R3ad",
+    ),
+    ("netrc", "machine build login ci port 21 password Ftp-Pw-77", "Ftp-Pw-77"),
+    ("netrc", "default login anonymous password guest-Pw-42", "guest-Pw-42"),
+    # Docker's config.json: a registry's user:password in base64, as text or inside JSON text
+    ("auth_field", '{"auths": {"ghcr.io": {"auth": "dXNlcjpwYXNzd29yZA=="}}}', "dXNlcjpwYXNz"),
+    ("auth_field", json.dumps({"stdout": json.dumps({"auth": "ZG9ja2VyOnB3"})}), "ZG9ja2VyOnB3"),
+    # a PEM private key in base64: kubeconfig's client-key-data, a Kubernetes Secret's tls.key
+    (
+        "private_key",
+        "    client-key-data: "
+        + base64.b64encode(b"-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAk8s\n").decode(),
+        base64.b64encode(b"-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAk8s\n").decode()[40:],
+    ),
+    *(
+        (
+            "private_key",
+            "tls.key: " + base64.b64encode(f"{header}\nb3BlbnNzaC1rZXk\n".encode()).decode(),
+            base64.b64encode(f"{header}\nb3BlbnNzaC1rZXk\n".encode()).decode()[36:],
+        )
+        for header in (
+            "-----BEGIN PRIVATE KEY-----",
+            "-----BEGIN EC PRIVATE KEY-----",
+            "-----BEGIN DSA PRIVATE KEY-----",
+            "-----BEGIN OPENSSH PRIVATE KEY-----",
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----",
+            "-----BEGIN PGP PRIVATE KEY BLOCK-----",
+        )
+    ),
 ]
 
 
@@ -188,6 +228,12 @@ class TestShapes:
             "| --token : 5 |",
             "  -secret: string\n",
             "if -token == 3:",
+            # prose about machines and defaults, and a certificate (public) in base64
+            "the machine root password is x and the default password is admin",
+            "machine learning password reset",
+            '{"author": "me", "auth": "", "authors": "x"}',
+            "client-certificate-data: "
+            + base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIC\n").decode(),
         ],
     )
     def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:

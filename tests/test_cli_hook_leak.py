@@ -47,6 +47,11 @@ SHAPES: list[tuple[str, str]] = [
     ("DEBUG=1\ndb_password=s3cr3t-env-value\n", "s3cr3t-env-value"),
     ('{"user": "app", "api_token": "tok-json-12345"}', "tok-json-12345"),
     (f"the service answered {VARIABLE_VALUE} alone", VARIABLE_VALUE),
+    ("     1\tmachine api.example.com\n     2\t  login bot\n     3\t  password n3trc-Pw-Value\n",
+     "n3trc-Pw-Value"),
+    ('{"auths": {"registry.example": {"auth": "Ym90OmQwY2tlci1wdw=="}}}', "Ym90OmQwY2tlci1wdw"),
+    ("client-key-data: LS0tLS1CRUdJTiBFQyBQUklWQVRFIEtFWS0tLS0tCk1IY0NBUUVFSUtleUJvZHkK",
+     "Ck1IY0NBUUVFSUtleUJvZHkK"),
 ]  # fmt: skip
 
 

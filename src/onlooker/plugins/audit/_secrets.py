@@ -235,6 +235,11 @@ _SECRET_ASSIGNMENT = (
 )
 
 
+# Between a .netrc entry's tokens: blanks and line breaks, a line's number after a break.
+_NETRC_BLANK = r"(?:[ \t]*\r?\n(?:[ \t]*[0-9]+\t)?|[ \t])++"
+_NETRC_LOGIN = _NETRC_BLANK + r"(?:login|account)[ \t]"
+
+
 def _redact_assignment(match: re.Match[str]) -> str:
     """The assignment with its value (inside its quotes, when quoted) replaced."""
     groups = ("dq", "sq", "edq", "bare", "bracketed", "parenthesized", "ini")
@@ -361,6 +366,36 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r":_(?:authToken|auth|password)\b(?:[ \t]*=[ \t]*|[ \t]+)(?!\[REDACTED:)"
         r"(?P<secret>[^\s\"']+)",
         hints=[":_"],
+    ),
+    # .netrc: "password VALUE" in an entry that starts "machine HOST" (or "default"), its
+    # tokens on one line or many, numbered as Claude Code's Read numbers lines or not. A
+    # host without a dot, and "default", need a login first: "the machine root password
+    # is" and "the default password is" are prose.
+    Rule(
+        "netrc",
+        r"\b(?:machine[ \t]+(?:[^\s\"'.]*\.[^\s\"']+|[^\s\"']+(?=" + _NETRC_LOGIN + r"))"
+        r"|default(?=" + _NETRC_LOGIN + r"))"
+        # (a value is never the next entry's keyword: each entry is read once, never again
+        # from inside another, so the scan is linear)
+        r"(?:" + _NETRC_BLANK + r"(?:login|account|port)[ \t]+(?!(?:machine|default)\b)"
+        r"[^\s\"']+)*+" + _NETRC_BLANK + r"password[ \t]+(?P<secret>[^\s\"']+)",
+        hints=["password"],
+    ),
+    # Docker's config.json (and any JSON text) keeps a registry's "user:password" in base64
+    # under "auth": {"auths": {"registry.example": {"auth": "dXNlcjpwYXNz"}}}.
+    Rule(
+        "auth_field",
+        r'(?<![\w\\])(\\?)"auth\1"[ \t]*:[ \t]*\1"(?P<secret>[^"\\\s]+)\1"',
+        hints=['"auth'],
+    ),
+    # A PEM private key in base64, as kubeconfig's client-key-data and a Kubernetes Secret's
+    # tls.key hold it: "-----BEGIN [RSA |EC |...]PRIVATE KEY" encoded (a certificate stays).
+    Rule(
+        "private_key",
+        r"LS0tLS1CRUdJTi(?:BQUklWQVRF|BSU0EgUFJJVkFURS|BFQyBQUklWQVRF|BEU0EgUFJJVkFURS"
+        r"|BPUEVOU1NIIFBSSVZBVEUgS0VZ|BFTkNSWVBURUQgUFJJVkFURS|BQR1AgUFJJVkFURS)"
+        r"[A-Za-z0-9+/]*+=*+",
+        hints=["ls0tls1crudjti"],
     ),
     Rule(
         "secret_flag",
