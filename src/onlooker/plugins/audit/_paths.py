@@ -31,6 +31,18 @@ def clean_dir(path: str | os.PathLike[str]) -> str:
     return os.path.normpath(os.path.abspath(os.fspath(path)))
 
 
+def working_dir() -> str:
+    """The working directory, absolute and normalized; ``""`` when it was removed.
+
+    A process whose working directory was removed (a daemon, a test in a
+    temporary directory) still records: no path is inside ``""``.
+    """
+    try:
+        return clean_dir(os.getcwd())
+    except OSError:
+        return ""
+
+
 @final
 class PathShortener:
     """Absolute paths outside ``cwd`` as ``~/...`` under ``home``, else their base name."""
@@ -62,6 +74,8 @@ class PathShortener:
 
 
 def _inside(path: str, directory: str) -> bool:
+    if not directory:  # a working directory that was removed holds nothing
+        return False
     if directory == "/":
         return True
     return path == directory or path.startswith(directory + "/")

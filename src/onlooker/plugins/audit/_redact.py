@@ -34,7 +34,7 @@ import os
 
 from ._cap import cap_record
 from ._known import LEARNED_MARKER, KnownSecrets
-from ._paths import PathShortener, clean_dir
+from ._paths import PathShortener, clean_dir, working_dir
 from ._secrets import (
     DEFAULT_RULES,
     DEFAULT_SECRET_KEYS,
@@ -138,7 +138,7 @@ class Redactor:
         for rule in (*(rules or ()), *extra_rules):
             rule.pattern  # noqa: B018  # likewise
         self.shorten_paths: Final = shorten_paths
-        self.cwd: Final = clean_dir(cwd if cwd is not None else os.getcwd())
+        self.cwd: Final = clean_dir(cwd) if cwd is not None else working_dir()
         self.home: Final = clean_dir(home if home is not None else os.path.expanduser("~"))
         self._paths: Final = PathShortener(self.cwd, self.home)
         # The rare texts that need work are found by their hints, lower-cased

@@ -98,7 +98,18 @@ def is_transient(exc: BaseException) -> bool:
 
 def default_url() -> str:
     """The default store: ``.onlooker/history.db`` under the current directory."""
-    return f"sqlite:///{Path.cwd() / DEFAULT_PATH}"
+    return f"sqlite:///{working_directory('the default history database') / DEFAULT_PATH}"
+
+
+def working_directory(needed_for: str) -> Path:
+    """The current directory, or a :class:`HistoryError` saying it was removed (not a bare errno)."""
+    try:
+        return Path.cwd()
+    except OSError as exc:
+        raise HistoryError(
+            f"{needed_for} is under the working directory, which is gone ({exc.strerror}): "
+            "give an absolute path"
+        ) from exc
 
 
 def mask_url(url: str | URL) -> str:

@@ -21,7 +21,7 @@ from onlooker import ExecutionEvent, HistoryError
 from onlooker.plugins.audit import Redactor
 
 from . import _read
-from ._db import Database, describe
+from ._db import Database, describe, working_directory
 from ._isolate import isolate
 from ._records import ExecutionList, ExecutionTree, HistoryStats
 from ._redaction import DEFAULT_MAX_VALUE_CHARS, Scrubber
@@ -56,7 +56,7 @@ def default_spill_path(db: Database) -> Path:
     if sqlite_path is not None:
         return sqlite_path.with_name(sqlite_path.name + ".spill.jsonl")
     digest = hashlib.sha256(db.masked_url.encode()).hexdigest()[:16]
-    return Path.cwd() / ".onlooker" / f"spill-{digest}.jsonl"
+    return working_directory("the default spill file") / ".onlooker" / f"spill-{digest}.jsonl"
 
 
 def default_spill_fallback(primary: Path) -> Path:
