@@ -281,6 +281,32 @@ class TestExtensions:
         assert info.value.plugin_id == "b"
         assert closed == ["b", "a"]  # the others still close, in reverse order
 
+    async def test_a_failing_teardown_is_not_thrown_into_the_others(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        closed: list[str] = []
+
+        def closing(name: str, fails: bool) -> onlooker.Plugin[str]:
+            @asynccontextmanager
+            async def extension(ctx: onlooker.PluginContext) -> AsyncIterator[str]:
+                yield name  # no try/finally: a teardown written the simple way
+                closed.append(name)
+                if fails:
+                    raise RuntimeError(f"{name}'s disk gone")
+
+            return define_plugin(id=name, extension=extension)
+
+        plugins = [closing("a", False), closing("b", True), closing("c", True)]
+        with (
+            caplog.at_level(logging.ERROR, logger="onlooker"),
+            pytest.raises(PluginError, match="plugin 'c' failed to close") as info,
+        ):
+            async with ExecutionEngine(plugins=plugins):
+                pass
+        assert info.value.plugin_id == "c"  # the first to fail; the next is logged
+        assert closed == ["c", "b", "a"]
+        assert "plugin 'b' failed to close: b's disk gone" in caplog.text
+
 
 class TestObserversAndHooks:
     async def test_observer_without_extension(self) -> None:

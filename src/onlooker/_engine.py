@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Iterable, Sequence
-from contextlib import AsyncExitStack, suppress
+from contextlib import suppress
 from time import perf_counter
 from types import TracebackType
 from typing import Any, Final, TypeVar
@@ -26,7 +26,7 @@ from ._errors import NotRunningTrackingError, PluginError, TrackingError
 from ._events import ErrorInfo, Trigger, new_id
 from ._execution import child_runner, root_attribution, run_execution
 from ._hooks import HookMatcher, HookPlans
-from ._install import install_plugins
+from ._install import Teardowns, install_plugins
 from ._interrupts import Interruption
 from ._lifecycle import Runtime
 from ._pauses import DetachedRuns
@@ -132,7 +132,7 @@ class ExecutionEngine:
         self._owner: int | None = None  # the task that entered: only it can leave the task group
         self._left = False  # the task group was left
         self._closed: anyio.Event | None = None  # set once closed, for a second closer to wait on
-        self._stack: AsyncExitStack | None = None
+        self._stack: Teardowns | None = None
         self._phase = EnginePhase.NEW
 
     # -- lifecycle ----------------------------------------------------------------
@@ -147,7 +147,7 @@ class ExecutionEngine:
         await task_group.__aenter__()
         self._task_group = task_group
         try:
-            self._stack = AsyncExitStack()
+            self._stack = Teardowns()
             extra_hooks = await install_plugins(
                 self._plugins,
                 self._extensions,

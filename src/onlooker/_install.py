@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Sequence
-from contextlib import AsyncExitStack
 from typing import Any
 
 from ._bus import EventBus
@@ -14,7 +13,9 @@ from ._hooks import HookMatcher
 from ._plugin import Plugin, PluginContext
 from ._tools import ToolRegistry
 
-__all__ = ["install_plugins"]
+__all__ = ["Teardowns", "install_plugins"]
+
+logger = logging.getLogger("onlooker")
 
 
 async def install_plugins(
@@ -23,7 +24,7 @@ async def install_plugins(
     *,
     tools: ToolRegistry,
     bus: EventBus,
-    stack: AsyncExitStack,
+    stack: Teardowns,
     shutdown_timeout: float,
 ) -> list[HookMatcher]:
     """Start each plugin in order; return the hooks they add.
@@ -79,7 +80,7 @@ async def _extension(
     plugin: Plugin[Any],
     tools: ToolRegistry,
     bus: EventBus,
-    stack: AsyncExitStack,
+    stack: Teardowns,
     shutdown_timeout: float,
 ) -> Any:
     if plugin.extension is None:
@@ -93,7 +94,7 @@ async def _extension(
     )
     ext = plugin.extension(context)
     if hasattr(ext, "__aenter__") and hasattr(ext, "__aexit__"):  # awaitable too, maybe
-        return await stack.enter_async_context(_Named(plugin.id, ext))
+        return await stack.enter(_Named(plugin.id, ext))
     if inspect.isawaitable(ext):  # an async def extension: its coroutine would never run
         if inspect.iscoroutine(ext):
             ext.close()  # never awaited: no "was never awaited" warning on top
@@ -123,3 +124,38 @@ class _Named:
             raise PluginError(
                 f"plugin {self._id!r} failed to close: {exc}", plugin_id=self._id
             ) from exc
+
+
+class Teardowns:
+    """The plugins' async context managers, closed in reverse order, each as if it were alone.
+
+    Unlike an ``AsyncExitStack``, one plugin's failing teardown is not thrown
+    into the others': an extension written ``yield store; await store.close()``
+    (no ``try``/``finally``) still closes after another plugin's close failed.
+    The first failure is raised once all are closed; later ones are logged.
+    """
+
+    def __init__(self) -> None:
+        self._entered: list[_Named] = []
+
+    async def enter(self, manager: _Named) -> Any:
+        value = await manager.__aenter__()
+        self._entered.append(manager)
+        return value
+
+    async def aclose(self) -> None:
+        first: BaseException | None = None
+        while self._entered:
+            manager = self._entered.pop()
+            try:
+                await manager.__aexit__(None, None, None)
+            except BaseException as exc:
+                if first is None:
+                    first = exc
+                elif isinstance(exc, Exception):
+                    logger.error("closing the engine: %s", exc, exc_info=exc)
+                elif isinstance(first, Exception):  # a cancellation or Ctrl-C wins over it
+                    logger.error("closing the engine: %s", first, exc_info=first)
+                    first = exc
+        if first is not None:
+            raise first
