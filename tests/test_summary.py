@@ -122,6 +122,18 @@ class TestCounts:
         assert "secret" in report.errors[1].message
         assert report.children == []
 
+    async def test_only_strings_are_paths(self) -> None:
+        store_plugin = summary.plugin()
+        async with onlooker.ExecutionEngine(plugins=[store_plugin]) as engine:
+            engine.declare_tool(onlooker.ToolDeclaration("Read", reads="file_path"))
+            async with engine.track("agent") as run_:  # a foreign tool: arguments unchecked
+                for value in ["a.md", ["b.md", 3, None, "c.md"], True, 5, 1.5, {"p": 1}, "", None]:
+                    call = await run_.tool_started("Read", {"file_path": value})
+                    await call.finished("ok")
+            report = get(engine.extension(store_plugin), run_.execution_id)
+        assert report.files_read == ["a.md", "b.md", "c.md"]
+        assert report.tool_usage == {"Read": 8}
+
     async def test_no_calls_and_skips(self) -> None:
         async def empty(ctx: ExecutionContext) -> str:
             return ctx.execution_id

@@ -351,11 +351,13 @@ class SummaryStore:
 
 
 def _paths(value: JsonValue) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, list):
-        return [str(item) for item in value if item is not None]
-    return [str(value)]
+    """The paths a declared argument names: a string, or the strings of a list.
+
+    Anything else is no path (a foreign tool's ``True``, ``5`` or object,
+    which ``str()`` would have turned into a file named ``True``).
+    """
+    items = value if isinstance(value, list) else [value]
+    return [item for item in items if isinstance(item, str) and item]
 
 
 def plugin(*, keep: int = DEFAULT_KEEP) -> onlooker.Plugin[SummaryStore]:
