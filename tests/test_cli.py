@@ -353,6 +353,7 @@ class TestHelpAndUsage:
             ["run", "notes.txt"],
             ["run", str(EXAMPLE), "--answer", "[1, 2]"],
             ["run", str(EXAMPLE), "--answer", "{oops"],
+            ["run", str(EXAMPLE), "--answer", '{"a": ' + "[" * 20_000 + "]" * 20_000 + "}"],
             ["run", str(EXAMPLE), "--answer", "{}", "--interactive"],
             ["run", f"{EXAMPLE}:no_such_function"],
             ["run", f"{EXAMPLE}:search"],  # a tool, not an async program
@@ -478,6 +479,32 @@ class TestRun:
             "ratio": 0.5,
             "tags": ["a"],
         }
+
+    def test_a_default_and_choices_reach_the_terminal_written_out(self, workdir: Path) -> None:
+        """cli.md: recorded values never send their control characters to the terminal;
+        a string property's default and enum choices are shown as its question is."""
+        schema = {
+            "type": "object",
+            "properties": {
+                "title": {"type": "string", "default": "\x1b[2Jdefault"},
+                "color": {"type": "string", "enum": ["\x1b]0;pwned\x07red", "blue"]},
+            },
+        }
+        (workdir / "form.py").write_text(
+            "import json\n"
+            "import onlooker\n\n"
+            "async def main(ctx: onlooker.ExecutionContext) -> str:\n"
+            f"    answer = await ctx.elicit('Fill it in', schema={schema!r})\n"
+            "    return json.dumps(answer.content)\n"
+        )
+        result = runner.invoke(
+            app, ["run", "form.py", "--interactive", "--no-audit", "--quiet"], input="\n\nblue\n"
+        )
+        assert result.exit_code == 0, result.output
+        assert "\x1b" not in result.output and "\x07" not in result.output
+        assert "(\\x1b[2Jdefault)" in result.output
+        assert "[\\x1b]0;pwned" in result.output  # (rich drops the BEL itself)
+        assert "\\u001b[2Jdefault" in result.output  # the answer keeps the real default
 
     def test_json_output_is_json_with_nan_and_infinity_as_null(self, workdir: Path) -> None:
         (workdir / "floats.py").write_text(FLOATS)

@@ -245,6 +245,35 @@ class TestInstall:
         assert "not valid JSON" in result.output
         assert settings.read_text() == "{not json"
 
+    @pytest.mark.parametrize(
+        "text",
+        [
+            '{"a": 1e999}',  # valid JSON that json.dumps would write back as Infinity
+            '{"a": NaN}',  # not JSON at all: Python's json takes it
+            '{"a": -Infinity}',
+            "[" * 100_000 + "]" * 100_000,  # nested deeper than json.loads recurses
+        ],
+    )
+    @pytest.mark.parametrize("command", ["install", "uninstall", "status"])
+    def test_json_python_would_misread_is_refused_and_left_alone(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, command: str
+    ) -> None:
+        """Installing must never turn a settings file into one Claude Code cannot parse."""
+        settings = tmp_path / "settings.json"
+        settings.write_text(text)
+        args = ["--settings", str(settings)] if command != "status" else []
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / ".claude").mkdir()
+        (tmp_path / ".claude" / "settings.json").write_text(text)
+        result = invoke("hook", command, *args)
+        assert result.exception is None or isinstance(result.exception, SystemExit), (
+            result.exception
+        )
+        assert result.exit_code == 1, result.output
+        assert "not valid JSON" in result.output
+        assert settings.read_text() == text
+        assert sorted(path.name for path in tmp_path.iterdir()) == [".claude", "settings.json"]
+
     def test_a_read_only_file_is_an_error_and_left_alone(self, tmp_path: Path) -> None:
         """A rename replaced a file its owner had made read-only (0444), and kept the mode."""
         settings = tmp_path / "settings.json"

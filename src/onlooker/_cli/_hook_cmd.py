@@ -25,6 +25,7 @@ from ._settings import (
     installed_commands,
     is_assignment,
     is_ours,
+    parse_json,
     plan_install,
     plan_uninstall,
     settings_path,
@@ -255,7 +256,7 @@ def _check_hooks(path: Path) -> None:
     A file that cannot be read or parsed is left to :func:`plan_install`, which names that.
     """
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
     hooks = data.get("hooks") if isinstance(data, dict) else None

@@ -12,10 +12,11 @@ from typing import Any, Final, TextIO, cast
 
 from rich.console import Console
 from rich.prompt import Confirm, FloatPrompt, IntPrompt, InvalidResponse, Prompt, PromptBase
+from rich.text import Text
 
 from onlooker import Elicitation, InteractionResponse
 
-from ._common import escape
+from ._common import escape, printable
 
 __all__ = ["GaveUp", "StdinLines", "ask"]
 
@@ -152,11 +153,21 @@ class _FinitePrompt(FloatPrompt):
         return number
 
 
+class _TextPrompt(Prompt):
+    """A string property: its ``default`` and ``enum`` choices are the program's text, shown
+    with their control characters written out (``\\x1b``) as every recorded value is: rich
+    prints them as they are, and an ESC there would reach the terminal."""
+
+    def make_prompt(self, default: Any) -> Text:
+        shown = super().make_prompt(default)
+        return Text(printable(shown.plain), end="")
+
+
 _PROMPTS: Final[dict[str, tuple[type[PromptBase[Any]], tuple[type, ...]]]] = {
     "boolean": (Confirm, (bool,)),
     "integer": (IntPrompt, (int,)),
     "number": (_FinitePrompt, (int, float)),
-    "string": (Prompt, (str,)),
+    "string": (_TextPrompt, (str,)),
 }
 """A JSON Schema type: its prompt, and the types of a default it can offer."""
 

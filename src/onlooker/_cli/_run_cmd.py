@@ -112,6 +112,10 @@ def run(
 def _parse_answer(raw: str) -> dict[str, Any]:
     try:
         value = json.loads(raw)
+    except RecursionError:
+        raise typer.BadParameter(
+            "not valid JSON: nested too deeply", param_hint="--answer"
+        ) from None
     except ValueError as exc:
         raise typer.BadParameter(f"not valid JSON: {exc}", param_hint="--answer") from None
     if not isinstance(value, dict):

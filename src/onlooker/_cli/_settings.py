@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import json
+import math
 import os
 import shlex
 import shutil
@@ -212,7 +213,7 @@ def plan_uninstall(settings: Path) -> Change:
 
 
 def _plan(settings: Path, before: str | None, data: dict[str, Any]) -> Change:
-    after = json.dumps(data, indent=2) + "\n"
+    after = json.dumps(data, indent=2, allow_nan=False) + "\n"
     if before is not None:
         try:
             if json.loads(before) == data:
@@ -334,6 +335,26 @@ def ignore_onlooker(project: Path, dry_run: bool = False) -> Path | None:
     return gitignore
 
 
+def parse_json(text: str) -> Any:
+    """``text`` as strict JSON: Python's ``NaN`` and ``Infinity``, and a number too large
+    for a float (``1e999``, which would be written back as ``Infinity``), are not JSON
+    Claude Code can read; a document nested too deeply is a ``ValueError`` like any other."""
+
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON value")
+
+    def finite(number: str) -> float:
+        value = float(number)
+        if not math.isfinite(value):
+            raise ValueError(f"the number {number[:40]} is too large to keep")
+        return value
+
+    try:
+        return json.loads(text, parse_constant=no_constant, parse_float=finite)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
 def _load(settings: Path) -> tuple[str | None, dict[str, Any]]:
     try:
         text = settings.read_text(encoding="utf-8")
@@ -344,7 +365,7 @@ def _load(settings: Path) -> tuple[str | None, dict[str, Any]]:
     if not text.strip():
         return text, {}
     try:
-        data = json.loads(text)
+        data = parse_json(text)
     except ValueError as exc:
         raise SettingsError(f"{settings} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
