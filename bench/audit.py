@@ -64,7 +64,11 @@ async def write_file(path: str, content: str) -> int:
 
 
 def load_baseline(revision: str) -> ModuleType:
-    """The audit package as it was at ``revision``, imported as ``onlooker_audit_baseline``."""
+    """The audit package as it was at ``revision``, imported beside the current one.
+
+    As ``onlooker.plugins._audit_baseline``: its relative imports of the rest
+    of onlooker (``from ..._shared import ...``) resolve as they do in place.
+    """
     package = "src/onlooker/plugins/audit"
     names = subprocess.run(
         ["git", "ls-tree", "--name-only", f"{revision}:{package}"],
@@ -78,7 +82,9 @@ def load_baseline(revision: str) -> ModuleType:
         ).stdout  # fmt: skip
         (folder / name).write_bytes(source)
     spec = importlib.util.spec_from_file_location(
-        "onlooker_audit_baseline", folder / "__init__.py", submodule_search_locations=[str(folder)]
+        "onlooker.plugins._audit_baseline",
+        folder / "__init__.py",
+        submodule_search_locations=[str(folder)],
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

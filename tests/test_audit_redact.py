@@ -148,6 +148,13 @@ SHAPES: list[tuple[str, str, str]] = [
     # Docker's config.json: a registry's user:password in base64, as text or inside JSON text
     ("auth_field", '{"auths": {"ghcr.io": {"auth": "dXNlcjpwYXNzd29yZA=="}}}', "dXNlcjpwYXNz"),
     ("auth_field", json.dumps({"stdout": json.dumps({"auth": "ZG9ja2VyOnB3"})}), "ZG9ja2VyOnB3"),
+    # ... and Docker's config.json in base64: a Kubernetes Secret's .dockerconfigjson
+    (
+        "auth_field",
+        "data:\n  .dockerconfigjson: "
+        + base64.b64encode(b'{"auths":{"ghcr.io":{"auth":"YWxpY2U6cHc="}}}').decode(),
+        base64.b64encode(b'{"auths":{"ghcr.io":{"auth":"YWxpY2U6cHc="}}}').decode()[12:],
+    ),
     # a PEM private key in base64: kubeconfig's client-key-data, a Kubernetes Secret's tls.key
     (
         "private_key",
@@ -169,6 +176,89 @@ SHAPES: list[tuple[str, str, str]] = [
             "-----BEGIN ENCRYPTED PRIVATE KEY-----",
             "-----BEGIN PGP PRIVATE KEY BLOCK-----",
         )
+    ),
+    # A secret-named entry given as a name and a value (it reached disk in clear): a
+    # Kubernetes container's env, an ECS task definition, an SSM parameter, NuGet.config
+    (
+        "name_value",
+        '        - name: DB_PASSWORD\n          value: "PodEnvPw-123"\n',
+        "PodEnvPw-123",
+    ),
+    ("name_value", "- name: API_KEY\n  value: PodApiKey456\n", "PodApiKey456"),
+    ("name_value", '{"environment":[{"name":"API_TOKEN","value":"EcsTok2-abc"}]}', "EcsTok2-abc"),
+    (
+        "name_value",
+        '"Name": "/prod/db/password",\n  "Type": "SecureString",\n  "Value": "SsmPw-789"',
+        "SsmPw-789",
+    ),
+    ("name_value", '<add key="ClearTextPassword" value="NuGetPw-3" />', "NuGetPw-3"),
+    ("name_value", '<property name="password" value="SpringXmlPw"/>', "SpringXmlPw"),
+    ("name_value", json.dumps('- name: DB_PASSWORD\n  value: "InJson-Pw1"\n'), "InJson-Pw1"),
+    # XML elements: Maven's settings.xml
+    (
+        "xml_secret",
+        "<server>\n  <id>x</id>\n  <password>MavenPw-1</password>\n</server>",
+        "MavenPw",
+    ),
+    ("xml_secret", "<apiToken>XmlTok4-abc</apiToken>", "XmlTok4-abc"),
+    # ~/.pgpass, read whole or numbered
+    ("pgpass", "db.example.com:5432:app:appuser:Pg-S3cret-pw\nlocalhost:*:*:pg:x\n", "S3cret-pw"),
+    ("pgpass", "     1\tlocalhost:*:*:postgres:hunter2pw\n", "hunter2pw"),
+    # an ODBC / SQL Server connection string's Pwd=
+    ("connection_string", "Server=myserver;Database=db;Uid=sa;Pwd=AzSqlPwd2;", "AzSqlPwd2"),
+    # Docker's config.json (tab-indented) held in a JSON string
+    (
+        "auth_field",
+        json.dumps(
+            '{\n\t"auths": {\n\t\t"x": {\n\t\t\t"auth": "YWxpY2U6ZG9ja2VyUHc="\n\t\t}\n\t}\n}'
+        ),
+        "YWxpY2U6ZG9ja2VyUHc",
+    ),
+    # a YAML block scalar: the lines are the value (the "|" alone was replaced)
+    (
+        "secret_assignment",
+        "stringData:\n  api-token: |\n    BlockS3cret-1\n    more-lines\nkind: Secret\n",
+        "BlockS3cret",
+    ),
+    (
+        "secret_assignment",
+        "     1\ta:\n     2\t  password: >-\n     3\t    FoldedPw-2\n",
+        "FoldedPw",
+    ),
+    # tokens whose prefix names their service
+    ("vault_token", "vault login hvs.CAESIJlU9JMYEhOPYv4KMb3ahD8Ec2", "CAESIJlU9JMYEhOPYv4K"),
+    ("vault_token", "token: hvs.CAESIJlU9JMYEhOPYv4KMb3ahD8Ec1\n", "CAESIJlU9JMYEhOPYv4K"),
+    ("digitalocean_token", "doctl auth init -t dop_v1_" + "0a1b2c3d" * 8, "0a1b2c3d0a1b2c3d"),
+    ("shopify_token", "shpat_0123456789abcdef0123456789abcdef ok", "0123456789abcdef0123"),
+    ("databricks_token", "Using dapi0123456789abcdef0123456789abcdef-2", "0123456789abcdef0123"),
+    ("grafana_token", "glsa_AbCdEfGhIjKlMnOpQrStUvWxYz012345_abcdef12", "AbCdEfGhIjKlMnOp"),
+    ("linear_key", "lin_api_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcd", "AbCdEfGhIjKlMnOp"),
+    ("stripe_webhook_secret", "whsec_0123456789abcdef0123456789abcdef", "0123456789abcdef0123"),
+    ("sentry_token", "x\nsntryu_0123456789abcdef0123456789abcdef", "0123456789abcdef0123"),
+    ("supabase_token", "sbp_0123456789abcdef0123456789abcdef01234567", "0123456789abcdef0123"),
+    ("pulumi_token", "pul-0123456789abcdef0123456789abcdef01234567", "0123456789abcdef0123"),
+    ("doppler_token", "dp.st.dev.AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcd", "AbCdEfGhIjKlMnOp"),
+    ("atlassian_token", "ATATT3xFfGF0AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "AbCdEfGhIjKlMnOp"),
+    ("newrelic_key", "NRAK-ABCDEFGHIJKLMNOPQRSTUVWXYZ0", "ABCDEFGHIJKLMNOPQRS"),
+    ("heroku_key", "HRKU-AA0123456789abcdef0123456789abcdef_ABCDEFG", "0123456789abcdef0123"),
+    ("age_key", "AGE-SECRET-KEY-1" + "QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L" * 2, "QPZRY9X8GF2TVDW0"),
+    ("google_oauth", "access_token: ya29.a0AfH6SMBxyzAccessTok0123", "a0AfH6SMBxyzAccessTok"),
+    ("google_oauth", "oauth client GOCSPX-AbCdEfGhIjKlMnOpQrStUv", "AbCdEfGhIjKlMnOpQr"),
+    ("gitlab_token", "glptt-0123456789abcdef0123 run", "0123456789abcdef0123"),
+    (
+        "webhook_url",
+        "curl -X POST https://hooks.slack.com/services/T0AAAAAAA/B0BBBBBBB/abcdefghijklmnopqrstuvwx",
+        "abcdefghijklmnopqrstuvwx",
+    ),
+    (
+        "webhook_url",
+        "https://discord.com/api/webhooks/123456789012345678/AbCdEfGhIjKlMnOpQrStUvWx_-",
+        "AbCdEfGhIjKlMnOpQrStUvWx",
+    ),
+    (
+        "telegram_bot_token",
+        "curl https://api.telegram.org/bot123456789:AAEhBOweik6ad9r_QXMENQjcrGbqCr4K-Wk/getMe",
+        "AAEhBOweik6ad9r_QXMENQ",
     ),
 ]
 
@@ -234,6 +324,22 @@ class TestShapes:
             '{"author": "me", "auth": "", "authors": "x"}',
             "client-certificate-data: "
             + base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIC\n").decode(),
+            # an entry's name without its value, placeholders, references, a setting's number
+            '<input type="password" name="password" value="">',
+            '{"name": "password", "type": "string", "required": true}',
+            "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef:\n      name: db\n"
+            "      key: password\n- name: LOG_LEVEL\n  value: debug\n",
+            "- name: GITHUB_TOKEN\n  value: ${{ secrets.GITHUB_TOKEN }}\n",
+            '{"name": "max_tokens", "value": 512}',
+            'settings = [{"key": "password_min_length", "value": 12}]',
+            'name = "db_password"\nvalue = var.db_password\n',
+            # generics, a component named for a password, a property placeholder
+            "List<Token> parse(String s) { return null; }",
+            "<PasswordField>Password</PasswordField>",
+            "<password>${db.password}</password>",
+            # a MAC address, times, grep's file:line:text, a port
+            "02:42:ac:11:00:02\n12:30:00\nsrc/app.py:12:def f(x):\nlocalhost:5432 is up",
+            "see https://hooks.slack.com/services/ and bot12345:AAbc",
         ],
     )
     def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:
@@ -397,6 +503,8 @@ class TestShapes:
             ("a" * 100_000 + "://u:p/w@h", "a" * 100_000 + "://[REDACTED:url_credentials]@h"),
             ("x://" + "a" * 100_000, None),
             ("a://b:c" * 14_000, None),  # a password stops where the next URL starts
+            # base64 JSON: each "eyJ" began a JSON Web Token scanned to the run's end (24 s)
+            ("eyJ0" * 25_000, None),
         ],
     )
     def test_long_runs_of_flags_and_assignments(

@@ -156,7 +156,7 @@ class Redactor:
         self.learn_secrets: Final = learn_secrets
         self._known: Final = KnownSecrets(os.environ if environ is None else environ)
         self._screen: Screen | None = None
-        self._rule_hints_of_long_texts: RuleHints | None = None
+        self._rule_hints_of_texts: RuleHints | None = None
 
     # -- public ------------------------------------------------------------------
 
@@ -212,18 +212,8 @@ class Redactor:
 
     def redact_text(self, text: str) -> str:
         """One string with every rule applied (and paths shortened, when asked)."""
-        # Hints are looked for in the text as it came: a marker written by one
-        # rule never holds what a later rule must redact.
-        needed = self._long_text_rules(text) if len(text) > _LONG else None
-        if needed is not None:
-            for rule in needed:
-                text = rule.apply(text)
-        else:
-            lowered = text.lower()
-            if self._always or self._triggered(text, lowered):
-                for rule, hints in self._rule_hints:
-                    if hints is None or any(hint in lowered for hint in hints):
-                        text = rule.apply(text)
+        for rule in self._rules_needed(text):
+            text = rule.apply(text)
         if self._known and self._known.has(text):
             text = self._known.scrub(text)
         if self.shorten_paths:
@@ -345,14 +335,31 @@ class Redactor:
                 out[new_key] = new
         return value if out is None else out
 
-    def _long_text_rules(self, text: str) -> list[Rule] | None:
-        """The rules a long text needs (``None`` unless ASCII), found on a squeezed copy."""
-        hints = self._rule_hints_of_long_texts
+    def _rules_needed(self, text: str) -> Sequence[Rule]:
+        """The rules whose hints ``text`` holds, in order.
+
+        Hints are looked for in the text as it came: a marker written by one
+        rule never holds what a later rule must redact. A short text holding
+        none is found by one quick test; the rules an ASCII text needs, on a
+        squeezed copy, each hint looked for once (a loop over the rules, each
+        testing its own hints, cost more than the rules themselves).
+        """
+        if len(text) <= _LONG and not self._always and not self._triggered(text, text.lower()):
+            return ()
+        hints = self._rule_hints_of_texts
         if hints is None:
             from ._screen import RuleHints
 
-            hints = self._rule_hints_of_long_texts = RuleHints(self._rule_hints)
-        return hints.needed(text)
+            hints = self._rule_hints_of_texts = RuleHints(self._rule_hints)
+        needed = hints.needed(text)
+        if needed is None:  # not ASCII
+            lowered = text.lower()
+            needed = [
+                rule
+                for rule, hints in self._rule_hints
+                if hints is None or any(hint in lowered for hint in hints)
+            ]
+        return needed
 
     def _untouched(self, text: str, max_chars: int | None) -> bool:
         """Whether redaction and truncation certainly leave ``text`` as it is (a quick test)."""

@@ -87,31 +87,25 @@ class RuleHints:
 
     def __init__(self, rules: Iterable[tuple[Rule, tuple[str, ...] | None]]) -> None:
         self._rules: Final = tuple(
-            (
-                rule,
-                None
-                if hints is None
-                else Needles(_fewest(h.encode() for h in hints if h.isascii())),
-            )
+            (rule, None if hints is None else frozenset(h.encode() for h in hints if h.isascii()))
             for rule, hints in rules
         )
-        every = [word for _, hints in self._rules for word, _ in (hints.words if hints else ())]
-        self._every: Final = Needles(every)  # for the bytes of every hint a text holds
-        self._any: Final = Needles(_fewest(every))
-        self._always: Final = [rule for rule, hints in self._rules if hints is None]
+        # Each word is looked for once, whichever rules share it, and each rule's words
+        # checked against those found: a loop over the rules, each searching its own
+        # words, cost more in Python than the searches.
+        every = dict.fromkeys(word for _, words in self._rules for word in words or ())
+        self._every: Final = Needles(every)
+        self._always: Final = [rule for rule, words in self._rules if words is None]
         self._squeeze: Final = Squeeze(every)
 
     def needed(self, text: str) -> list[Rule] | None:
         """The rules whose hints ``text`` holds, in order; ``None`` if it is not ASCII."""
         if not text.isascii():
             return None
-        squeezed = self._squeeze(text.encode("ascii"))
-        present = self._every.present(squeezed)
-        if not self._any.any_in(squeezed, present):
+        found = self._every.found(self._squeeze(text.encode("ascii")))
+        if not found:
             return self._always
-        return [
-            rule for rule, hints in self._rules if hints is None or hints.any_in(squeezed, present)
-        ]
+        return [rule for rule, words in self._rules if words is None or not words.isdisjoint(found)]
 
 
 @final
@@ -202,17 +196,10 @@ class Needles:
         """The bytes of the words that ``text`` holds."""
         return frozenset([byte for byte in self._alphabet if byte in text])
 
-    def any_in(self, text: bytes, present: frozenset[int] | None = None) -> bool:
-        """Whether ``text`` holds one of the words; ``present``: its bytes, if known.
-
-        (``present`` may hold more bytes than these words are made of.)
-        """
-        if present is None:
-            present = self.present(text)
-        for word, made_of in self.words:  # noqa: SIM110  # a loop: any() over a generator is slower
-            if made_of <= present and word in text:
-                return True
-        return False
+    def found(self, text: bytes) -> set[bytes]:
+        """The words ``text`` holds."""
+        present = self.present(text)
+        return {word for word, made_of in self.words if made_of <= present and word in text}
 
 
 def _find(text: bytes, needles: Needles, count: int, hits: set[int]) -> None:

@@ -235,6 +235,14 @@ _SECRET_ASSIGNMENT = (
 )
 
 
+# The name of a name/value pair that holds a secret: DB_PASSWORD, /prod/db/password,
+# api-token, ClearTextPassword (not max_tokens).
+_SECRET_VALUE_NAME = (
+    r"(?=[\w./-]*?(?i:pass(?:word|wd|phrase)|secret|api[_-]?key|access[_-]?key"
+    r"|private[_-]?key|credentials?|token(?![a-z]|_(?:count|usage|limit|budget|type))))"
+    r"[\w./-]++"
+)
+
 # Between a .netrc entry's tokens: blanks and line breaks, a line's number after a break.
 _NETRC_BLANK = r"(?:[ \t]*\r?\n(?:[ \t]*[0-9]+\t)?|[ \t])++"
 _NETRC_LOGIN = _NETRC_BLANK + r"(?:login|account)[ \t]"
@@ -253,6 +261,10 @@ def _redact_group(match: re.Match[str], rule: str, groups: tuple[str, ...]) -> s
     whole = match.group(0)
     return whole[:start] + marker(rule) + whole[end:]
 
+
+# Where a token starts: not inside a word, but just after an escape (\n, \t, \r) of
+# text held in a JSON string ("...\nHRKU-...").
+_START = r"(?:(?<![A-Za-z0-9])|(?<=\\[ntr]))"
 
 _NAME_HINTS = (
     "passw", "passphrase", "secret", "token", "api_key", "api-key", "apikey",
@@ -277,7 +289,13 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule("aws_access_key", r"(?:AKIA|ASIA)[0-9A-Z]{16}", hints=["akia", "asia"]),
     Rule("google_api_key", r"AIza[0-9A-Za-z_-]{30,}", hints=["aiza"]),
     Rule("npm_token", r"npm_[A-Za-z0-9]{20,}", hints=["npm_"]),
-    Rule("gitlab_token", r"glpat-[A-Za-z0-9_-]{20,}", hints=["glpat-"]),
+    Rule(
+        "gitlab_token",
+        # (personal, pipeline trigger, deploy, runner and CI job tokens: each hint costs
+        # every text a search, so GitLab's rarer prefixes are left out)
+        r"gl(?:pat|ptt|dt|rt|cbt)-[A-Za-z0-9_-]{20,}",
+        hints=["glpat-", "glptt-", "gldt-", "glrt-", "glcbt-"],
+    ),
     Rule(
         "stripe_key",
         r"[sr]k_(?:live|test)_[A-Za-z0-9]{16,}",
@@ -286,6 +304,56 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule("huggingface_token", r"hf_[A-Za-z]{30,}", hints=["hf_"]),
     Rule("pypi_token", r"pypi-AgE[A-Za-z0-9_-]{20,}", hints=["pypi-age"]),
     Rule("sendgrid_key", r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}", hints=["sg."]),
+    # Tokens whose prefix names their service: none starts inside a word.
+    Rule(
+        "vault_token",
+        _START + r"hv[sbr]\.[A-Za-z0-9_-]{24,}",
+        hints=["hvs.", "hvb.", "hvr."],
+    ),
+    Rule("digitalocean_token", _START + r"do[opr]_v1_[a-f0-9]{64}", hints=["_v1_"]),
+    Rule("shopify_token", _START + r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}", hints=["shp"]),
+    Rule("databricks_token", _START + r"dapi[a-f0-9]{32}(?:-[0-9]+)?", hints=["dapi"]),
+    Rule(
+        "grafana_token",
+        _START + r"(?:glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}|glc_[A-Za-z0-9+/]{32,}=*)",
+        hints=["glsa_", "glc_"],
+    ),
+    Rule("linear_key", _START + r"lin_(?:api|oauth)_[A-Za-z0-9]{32,}", hints=["lin_"]),
+    Rule("stripe_webhook_secret", _START + r"whsec_[A-Za-z0-9+/]{24,}", hints=["whsec_"]),
+    Rule(
+        "sentry_token",
+        _START + r"(?:sntry[su]_[A-Za-z0-9+/=_]{32,}|sntrys_eyJ[A-Za-z0-9+/=_]{20,})",
+        hints=["sntry"],
+    ),
+    Rule("supabase_token", _START + r"sbp_[a-f0-9]{40}", hints=["sbp_"]),
+    Rule("pulumi_token", _START + r"pul-[a-f0-9]{40}", hints=["pul-"]),
+    Rule(
+        "doppler_token",
+        _START + r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9_.-]{40,}",
+        hints=["dp."],
+    ),
+    Rule("atlassian_token", _START + r"ATATT3[A-Za-z0-9_=-]{40,}", hints=["atatt3"]),
+    Rule("newrelic_key", _START + r"NRAK-[A-Z0-9]{27}", hints=["nrak-"]),
+    Rule("heroku_key", _START + r"HRKU-[A-Za-z0-9_-]{40,}", hints=["hrku-"]),
+    Rule("age_key", r"AGE-SECRET-KEY-1[0-9A-Z]{58}", hints=["age-secret-key-"]),
+    Rule(
+        "google_oauth",
+        _START + r"(?:ya29\.[A-Za-z0-9_-]{20,}|GOCSPX-[A-Za-z0-9_-]{20,})",
+        hints=["ya29.", "gocspx-"],
+    ),
+    # Webhook URLs whose path is the credential: Slack's, Discord's, a Telegram bot's.
+    Rule(
+        "webhook_url",
+        r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<secret>[A-Za-z0-9/_-]{20,})"
+        r"|discord(?:app)?\.com/api/webhooks/[0-9]+/(?P<discord>[A-Za-z0-9_-]{20,})",
+        lambda match: _redact_group(match, "webhook_url", ("secret", "discord")),
+        hints=["hooks.slack.com", "/api/webhooks/"],
+    ),
+    Rule(
+        "telegram_bot_token",
+        _START + r"(?:bot)?[0-9]{6,12}:(?P<secret>AA[A-Za-z0-9_-]{33})(?![A-Za-z0-9_-])",
+        hints=[":aa"],
+    ),
     # The body of a private key whose BEGIN line was not read (a read from line 2 on), its
     # lines numbered or not (cat -n, Claude Code's Read). A body starts a line that does not
     # follow one of its lines (the lookbehinds): each block is read once, not once a line.
@@ -299,8 +367,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     # Azure storage and service-bus connection strings: AccountKey=...;
     Rule(
         "connection_string",
-        r"(?i:AccountKey|SharedAccessKey|SharedAccessSignature)=(?P<secret>[^;\s\"']+)",
-        hints=["accountkey=", "sharedaccesskey=", "sharedaccesssignature="],
+        r"(?i:AccountKey|SharedAccessKey|SharedAccessSignature|(?<=;)[ \t]*pwd)"
+        r"=(?P<secret>[^;\s\"']+)",
+        hints=["accountkey=", "sharedaccesskey=", "sharedaccesssignature=", "pwd="],
     ),
     # The signature of a signed URL (Azure SAS, S3 presigned): ?sig=..., &X-Amz-Signature=...
     Rule(
@@ -334,7 +403,15 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         hints=["curl", "mysql", "sshpass", "docker", "configure"],
     ),
     # A JSON Web Token: base64url JSON header, payload and (maybe no) signature.
-    Rule("jwt", r"eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]*)?", hints=["eyj"]),
+    # (It starts a run of base64url, or follows an escape of text held in a JSON string:
+    # from each "eyJ" inside a long run, the scan went to the run's end again, in
+    # quadratic time: 24 s for 300 KB of base64 JSON.)
+    Rule(
+        "jwt",
+        r"(?:(?<![A-Za-z0-9_-])|(?<=\\[ntr]))eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]*"
+        r"(?:\.[A-Za-z0-9_-]*)?",
+        hints=["eyj"],
+    ),
     Rule("slack_token", r"xox[a-z]-[A-Za-z0-9-]{6,}", hints=["xox"]),
     Rule(
         "authorization",
@@ -385,9 +462,12 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     # under "auth": {"auths": {"registry.example": {"auth": "dXNlcjpwYXNz"}}}.
     Rule(
         "auth_field",
-        r'(?<![\w\\])(\\?)"auth\1"[ \t]*:[ \t]*\1"(?P<secret>[^"\\\s]+)\1"',
+        r'(?:(?<![\w\\])|(?<=\\[ntr]))(\\?)"auth\1"[ \t]*:[ \t]*\1"(?P<secret>[^"\\\s]+)\1"',
         hints=['"auth'],
     ),
+    # Docker's config.json in base64, as a Kubernetes Secret's .dockerconfigjson holds it
+    # (kubectl get secret -o yaml): '{"auths":' encoded, its registries' passwords inside.
+    Rule("auth_field", r"eyJhdXRocyI6[A-Za-z0-9+/]*+=*+", hints=["eyjhdxrocyi6"]),
     # A PEM private key in base64, as kubeconfig's client-key-data and a Kubernetes Secret's
     # tls.key hold it: "-----BEGIN [RSA |EC |...]PRIVATE KEY" encoded (a certificate stays).
     Rule(
@@ -396,6 +476,41 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"|BPUEVOU1NIIFBSSVZBVEUgS0VZ|BFTkNSWVBURUQgUFJJVkFURS|BQR1AgUFJJVkFURS)"
         r"[A-Za-z0-9+/]*+=*+",
         hints=["ls0tls1crudjti"],
+    ),
+    # A secret-named entry given as a name and a value: a container's environment
+    # (Kubernetes "- name: DB_PASSWORD\n  value: ...", ECS {"name": ..., "value": ...}), an
+    # SSM parameter, Spring's <property name="password" value="..."/>, NuGet's
+    # <add key="ClearTextPassword" value="..."/>. The value must follow within the entry:
+    # never past another name, nor a bracket (valueFrom: secretKeyRef: ... stays).
+    Rule(
+        "name_value",
+        r"(?<![\w-])(?i:name|key)(?:\\?[\"'])?[ \t]*[:=][ \t]*(?:\\?[\"'])?"
+        + _SECRET_VALUE_NAME
+        + r"(?:\\?[\"'])?(?:(?!(?<![\w-])(?:\\?[\"'])?(?i:name|key)(?:\\?[\"'])?[ \t]*[:=])"
+        r"[^{}\[\]<>]){0,160}?"
+        r"(?<![\w-])(?:\\?[\"'])?(?i:value)(?:\\?[\"'])?[ \t]*[:=][ \t]*"
+        # (a bare number is a setting's: {"key": "password_min_length", "value": 12})
+        r"(?:" + _QUOTED + r"|(?![-+]?[0-9]+(?:\.[0-9]+)?[\s,;}\]]|[-+]?[0-9]+(?:\.[0-9]+)?$)"
+        r"(?P<bare>" + _BARE + "))",
+        lambda match: _redact_group(match, "name_value", ("dq", "sq", "edq", "bare")),
+        hints=_NAME_HINTS,
+    ),
+    # An XML element named for a secret: Maven's <password>...</password>, <apiToken>.
+    Rule(
+        "xml_secret",
+        r"<(?P<tag>(?=[A-Za-z_])[\w.:-]*?(?i:pass(?:word|wd|phrase)|secret|token|api[_-]?key"
+        r"|access[_-]?key|private[_-]?key))>(?!\$\{)(?P<secret>[^<>]+)</(?P=tag)>",
+        hints=["password>", "passwd>", "passphrase>", "secret>", "token>", "key>"],
+    ),
+    # ~/.pgpass: host:port:database:user:password, an entry a word of its own (a line, or
+    # numbered as Read numbers lines; a MAC address has six fields, a time three; a ":" in
+    # the password is escaped as "\:"), on PostgreSQL's usual ports or any ("*"): a hint
+    # as common as ":" would send every text to the rules.
+    Rule(
+        "pgpass",
+        r"(?<!\S)[^\s:#][^\s:]*:(?:[0-9]{1,5}|\*):[^\s:]+:[^\s:]+:"
+        r"(?P<secret>(?:[^\s:\\]|\\\S)+)(?!\S)",
+        hints=[":5432:", ":5433:", ":6432:", ":25060:", ":*:"],
     ),
     Rule(
         "secret_flag",
@@ -444,6 +559,22 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"""(?P<secret>"(?:[^"\\]|\\.)*"|'[^']*'|""" + _ANYWHERE_UNQUOTED + ")",
         _redact_env_value,
         hints=["="],
+    ),
+    # A YAML block scalar under a secret name (secret: |, password: >-): its lines, those
+    # indented deeper than the name's, are the value (the indicator alone is no secret).
+    Rule(
+        "secret_assignment",
+        # (lines numbered as Read numbers them: each line of the block is numbered too)
+        r"(?m:^)(?P<num>[ \t]*[0-9]+\t)?(?P<indent>[ \t]*)(?:-[ \t]+)?[\"']?"
+        + _SECRET_NAME
+        + r"[\"']?:[ \t]+(?P<secret>[|>][-+0-9]{0,2}[ \t]*\r?\n(?:(?(num)[ \t]*[0-9]+\t)"
+        r"(?:[ \t]*\r?\n|(?P=indent)[ \t]+\S[^\r\n]*(?:\r?\n|$)))+)",
+        lambda match: (
+            match.group(0)[: match.start("secret") - match.start()]
+            + marker("secret_assignment")
+            + "\n"
+        ),
+        hints=[": |", ": >"],  # (one blank before the indicator, as YAML is written)
     ),
     # password = "...", db_password=..., password: ... (YAML), "api_key": "..."
     # (JSON), clientSecret := "..." in code, .env files and configuration.
