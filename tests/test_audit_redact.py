@@ -119,6 +119,13 @@ SHAPES: list[tuple[str, str, str]] = [
         "aws configure set aws_secret_access_key wJalrXUtnFEMI/K7",
         "wJalrXUtnFEMI",
     ),
+    ("password_option", "redis-cli -h cache -a R3dis-Pw ping", "R3dis-Pw"),
+    ("password_option", "mongosh -u admin -p M0ngo-Pw --authenticationDatabase x", "M0ngo-Pw"),
+    ("password_option", "mongo mongodb://db.example -p Mg-Pw-7", "Mg-Pw-7"),
+    ("password_option", "htpasswd -b /etc/nginx/.htpasswd alice Ht-Pw-1", "Ht-Pw-1"),
+    ("password_option", "htpasswd -B -nb alice Ht-Pw-2", "Ht-Pw-2"),
+    ("password_option", "poetry config http-basic.corp alice P0etry-Pw", "P0etry-Pw"),
+    ("password_option", "poetry config pypi-token.pypi tok-Poetry-9", "tok-Poetry-9"),
     ("env", "export my_pass=Pg$ecret-02; ./deploy", "Pg$ecret-02"),
     ("env", "export my_pass=Pg$ecret-03\n./deploy", "Pg$ecret-03"),
     # A separator is not the value (it was redacted and the value kept): the removed
@@ -340,6 +347,11 @@ class TestShapes:
             # a MAC address, times, grep's file:line:text, a port
             "02:42:ac:11:00:02\n12:30:00\nsrc/app.py:12:def f(x):\nlocalhost:5432 is up",
             "see https://hooks.slack.com/services/ and bot12345:AAbc",
+            # options that are no password: a prompt (-p then another option), a path, htpasswd
+            # without -b (it asks), the next option after redis-cli -a
+            "mongosh -u admin -p --authenticationDatabase admin",
+            "ls /usr/bin/mongo -p x && htpasswd -c .htpasswd alice",
+            "redis-cli -a --no-auth-warning",
         ],
     )
     def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:

@@ -398,9 +398,28 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"|(?:sshpass[ \t]+|docker[ \t]+login\b(?:(?!\bdocker\b)[^\n;&|])*?[ \t])-p[ \t]*"
         r"(?P<p>\"[^\"]*\"|'[^']*'|[^\s\"']+)"
         r"|aws[ \t]+configure[ \t]+set[ \t]+(?=\S*?(?i:secret|key|token|password))\S++[ \t]+"
-        r"(?P<aws>[^\s\"']+))",
-        lambda match: _redact_group(match, "password_option", ("curl", "mysql", "p", "aws")),
-        hints=["curl", "mysql", "sshpass", "docker", "configure"],
+        r"(?P<aws>[^\s\"']+)"
+        # redis-cli -a PASS (--pass), mongosh/mongo -p PASS (a value, not the next option)
+        r"|(?:redis-cli\b(?:(?!\bredis-cli\b)[^\n;&|])*?[ \t](?:-a|--pass)"
+        r"|mongo(?:sh)?\b(?<![\w/.-]mongo)(?<![\w/.-]mongosh)"
+        r"(?:(?!\bmongo(?:sh)?\b)[^\n;&|])*?[ \t]-p)"
+        r"[ \t]+(?!-)(?P<option>\"[^\"]*\"|'[^']*'|[^\s\"']+)"
+        # htpasswd -b FILE USER PASS, htpasswd -nb USER PASS (-b: the password on the line)
+        r"|htpasswd(?=(?:[ \t]+-[a-zA-Z]+)*?[ \t]+-[a-zA-Z]*b)"
+        r"(?P<no_file>(?=(?:[ \t]+-[a-zA-Z]+)*?[ \t]+-[a-zA-Z]*n))?(?:[ \t]+-[a-zA-Z]+)++"
+        r"(?(no_file)|[ \t]+[^\s;&|]+)[ \t]+[^\s;&|]+[ \t]+(?P<htpasswd>[^\s\"';&|]+)"
+        # poetry config http-basic.REPO USER PASS, poetry config pypi-token.REPO TOKEN
+        r"|poetry[ \t]+config[ \t]+(?:http-basic\.\S+[ \t]+\S+|pypi-token\.\S+)[ \t]+"
+        r"(?P<poetry>[^\s\"']+))",
+        lambda match: _redact_group(
+            match,
+            "password_option",
+            ("curl", "mysql", "p", "aws", "option", "htpasswd", "poetry"),
+        ),
+        hints=[
+            *("curl", "mysql", "sshpass", "docker", "configure"),
+            *("redis-cli", "mongo", "htpasswd", "poetry"),
+        ],
     ),
     # A JSON Web Token: base64url JSON header, payload and (maybe no) signature.
     # (It starts a run of base64url, or follows an escape of text held in a JSON string:
