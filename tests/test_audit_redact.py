@@ -48,6 +48,9 @@ SHAPES: list[tuple[str, str, str]] = [
     ("url_credentials", "postgres://admin:s3cretpw@db:5432/app", "s3cretpw"),
     ("url_credentials", "postgresql://u:a+b/c9Zq==@db:5432/app", "a+b/c9Zq=="),  # base64
     ("url_credentials", "redis://:r3dis-pw@cache:6379/0", "r3dis-pw"),  # no user name
+    # an "@" left unescaped in the password: the last "@" before the host ends it
+    ("url_credentials", "postgres://app:p@ssw0rd@db.example:5432/app", "ssw0rd"),
+    ("url_credentials", "mongodb+srv://u:P@ss:w0rd@cluster0.example.net/db", "w0rd"),
     ("env", "API_TOKEN=tok_live_123 DEBUG=1 python run.py", "tok_live_123"),
     ("env", "cd app && DB_PASS='pa ss' make deploy", "pa ss"),
     ("env", "export SIGNING_SEED=zq9zq9zq9", "zq9zq9zq9"),

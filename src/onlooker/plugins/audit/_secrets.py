@@ -453,7 +453,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # start would scan the whole run again (quadratic time).
         r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://"
         # (not an IPv6 host, "[::1]"; a password holds no "?" or "#", a query's marks)
-        r"(?P<secret>[^/\s:@\"'\[]*:(?![0-9]+/)(?:[^\s@\"':/?#]|/|:(?!//))+)@",
+        # An "@" left unescaped in a password (p@ss) is the password's when another follows
+        # before a blank or a "/": the last one ends it.
+        r"(?P<secret>[^/\s:@\"'\[]*:(?![0-9]+/)(?:[^\s@\"':/?#]|/|:(?!//)|@(?=[^\s/\"'@]*@))+)@",
         hints=["://"],
     ),
     # npm's per-registry credentials: //registry.example/:_authToken=...
