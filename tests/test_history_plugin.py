@@ -79,16 +79,40 @@ async def test_recovery_in_the_same_run_drains_the_spill(outage: Outage, tmp_pat
         await store.flush()
         assert spill.is_file()
         outage.end()
-        await engine.execute(one_call)  # still cooling down: straight to the spill
+        await engine.execute(one_call)  # still cooling down, no reader waits: to the spill
         await engine.bus.flush()
-        await store.flush()
-        assert spill.is_file()
+        with anyio.fail_after(10):
+            while (statistics := store.statistics()) is None or statistics.pending:
+                await anyio.sleep(0.01)
+        assert statistics.spilled == 8 and spill.is_file()
         clock.advance(MAX_COOLDOWN)  # the cool-down is over: the next batch probes
         await engine.execute(one_call)
         await engine.bus.flush()
         await store.flush()
         assert not spill.exists()
         assert len(await store.list_executions()) == 3
+
+
+async def test_a_read_probes_a_database_back_before_the_cool_down_ends(
+    outage: Outage, tmp_path: Path
+) -> None:
+    """Read-your-writes: a read waiting for the writer does not get a history the cool-down
+    after an outage left partial (the writer spilled for up to 30 s more)."""
+    spill = tmp_path / "spill.jsonl"
+    plugin = history.plugin(outage.url, spill_path=spill, retry_delays=FAST_RETRIES)
+    async with onlooker.ExecutionEngine(tools=[add], plugins=[plugin]) as engine:
+        store = engine.extension(plugin)
+        ManualClock.install(store)  # the cool-down never ends by itself
+        outage.begin()
+        await engine.execute(one_call)
+        await engine.bus.flush()
+        await store.flush()  # the reader's probe finds the database still down
+        assert spill.is_file()
+        outage.end()
+        result = await engine.execute(one_call)
+        assert len(await store.events(result.execution_id)) == 4  # probed, written, drained
+        assert len(await store.list_executions()) == 2
+        assert not spill.exists()
 
 
 async def test_spill_file_from_an_earlier_run_is_loaded(tmp_path: Path) -> None:

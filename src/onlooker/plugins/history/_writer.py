@@ -18,7 +18,8 @@ What can go wrong, and what happens then:
   with backoff; if it still fails it is spilled (``_spill.py``: a spill file,
   a second one, then memory), and for a cool-down after that (0.5 s,
   doubling up to 30 s, on the writer's ``clock``) batches go straight to the
-  spill until a probe write succeeds, which also drains the spill;
+  spill until a probe write succeeds, which also drains the spill (a read
+  waiting for the writer gets its probe at once);
 - the batch holds a poison event (one the database will never take, such as
   a string that cannot be encoded): see ``_isolate.py``; an event that
   cannot be redacted or serialized goes to the dead-letter file at once;
@@ -143,6 +144,7 @@ class BatchWriter:
         self._progress = threading.Condition(self._lock)  # flush() and backpressure wait on it
         self._idle = False  # the writer waits for a first event: the next one wakes it
         self._urgent = False
+        self._reader_probe = False  # a reader waits: probe the database once, cooling down or not
         self._stall = Stall()  # the writer took nothing for a while: emitters do not wait
         self._closing = False
         self._accepted = 0
@@ -393,6 +395,7 @@ class BatchWriter:
     def _wait_handled(self, target: int) -> None:
         with self._lock:
             self._urgent = True
+            self._reader_probe = True
             self._wakeup.notify()
             while self._handled < target and self._running():
                 self._progress.wait(0.5)
@@ -450,12 +453,15 @@ class BatchWriter:
             return
         try:
             if self._degraded_until is not None:
-                if self.clock() < self._degraded_until:
+                # A reader waiting (read-your-writes) gets one probe at once: a database
+                # back before the cool-down ends would have it read a partial history.
+                if self.clock() < self._degraded_until and not self._reader_probe:
                     self._to_spill(ready)
                     return
                 attempts: tuple[float, ...] = ()  # one probe while the database seems down
             else:
                 attempts = self._retry_delays
+            self._reader_probe = False  # a waiting reader's batch is this one
             self._attempt(ready, attempts)
         except Exception as exc:  # a bug here must never lose the batch
             self._logger.exception("history: writer failed on a batch: %s", exc)
