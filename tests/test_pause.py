@@ -345,6 +345,35 @@ class TestCancelAndClose:
         assert recorder.of(ToolCallFinished)[0].status == "cancelled"
         check_stream(recorder.events)
 
+    async def test_a_caller_gone_before_the_first_pause_cancels_the_run(
+        self, check_stream: Check
+    ) -> None:
+        """Nobody got its id (a request timed out): it must not wait out pause_timeout."""
+        started = anyio.Event()
+
+        async def slow_to_ask(ctx: ExecutionContext) -> None:
+            started.set()
+            await anyio.sleep(5)
+            await ctx.elicit("too late")
+
+        recorder = RecordingObserver()
+        async with ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(engine.execute_with_pause, slow_to_ask)
+                    await started.wait()
+                    scope.cancel()
+            with anyio.fail_after(5):
+                while not recorder.of(ExecutionFinished):  # noqa: ASYNC110  # the run's own task
+                    await anyio.sleep(0.01)
+            (finish,) = recorder.of(ExecutionFinished)
+            assert finish.status == "cancelled"
+            assert not recorder.of(InteractionStarted)
+            done = await engine.execute_with_pause(ask_twice)  # the engine goes on
+            assert isinstance(done, PausedExecution)
+        check_stream(recorder.events)
+
     async def test_close_cancels_paused_executions(self, check_stream: Check) -> None:
         recorder = RecordingObserver()
         async with ExecutionEngine(tools=[note]) as engine:

@@ -89,7 +89,13 @@ class DetachedRuns:
         run = DetachedRun(
             new_id(), pause_timeout=pause_timeout, deadlines=self._deadlines, launch=launch
         )
-        return await run.next_outcome()
+        try:
+            return await run.next_outcome()
+        except BaseException:
+            # The caller went away (cancelled, timed out) before it learned the run's id:
+            # nobody could answer or cancel it, and it would wait out its pause_timeout.
+            run.cancel()  # (a run already ended stays as it ended)
+            raise
 
     async def resume(self, execution_id: str, response: InteractionResponse) -> Outcome:
         """Answer a paused execution; return at its next question or its end."""
