@@ -508,6 +508,34 @@ class TestExportNative:
         }
         assert secret not in str(attrs(span)) and secret not in str(span.status)
 
+    async def test_a_secret_argument_echoed_in_an_error_is_redacted_without_content(
+        self, memory: tuple[TracerProvider, InMemorySpanExporter]
+    ) -> None:
+        """Content is off, yet the redactor still sees the arguments: a password passed
+        under a secret key and echoed in an error message is scrubbed, as on disk."""
+        secret = "Zq7-hunter2-pass"
+
+        @onlooker.tool
+        def login(user: str, password: str) -> None:
+            raise onlooker.ToolError(f"login refused for {user} with {password}")
+
+        async def signing_in(ctx: ExecutionContext) -> None:
+            with contextlib.suppress(onlooker.ToolError):
+                await ctx.call("login", user="bob", password=secret)
+            raise RuntimeError(f"giving up: {secret} did not work")
+
+        provider, exporter = memory
+        async with onlooker.ExecutionEngine(
+            tools=[login], plugins=[otel.plugin(provider)]
+        ) as engine:
+            await engine.execute(signing_in)
+        spans = exporter.get_finished_spans()
+        call = one(spans, "execute_tool login")
+        assert call.status.description == "login refused for bob with [REDACTED:secret_field]"
+        assert "gen_ai.tool.call.arguments" not in attrs(call)  # content stays opt-in
+        [execution] = [s for s in spans if attrs(s)["gen_ai.operation.name"] == "invoke_agent"]
+        assert execution.status.description == "giving up: [REDACTED:secret_field] did not work"
+
     def test_a_redactor_of_another_type_is_named(self) -> None:
         with pytest.raises(
             TypeError, match=r"redactor must be an onlooker\.plugins\.audit\.Redactor"
@@ -1019,6 +1047,36 @@ def parallel(*calls: tuple[str, str]) -> FunctionModel:
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # PydanticAI runs on asyncio only
 class TestIngestPydanticAIOutcomes:
+    async def test_a_cancelled_run_is_cancelled_and_its_call_keeps_its_outcome(self) -> None:
+        """PydanticAI ends the agent span of a run it cancels (status unset) before the
+        tool span the cancellation cut short: the run waits for that call's end."""
+        provider = TracerProvider()
+        instrumented = Instrumentation(settings=InstrumentationSettings(tracer_provider=provider))
+        agent = Agent(script(("wait", {}, "call_1")), name="waiter", capabilities=[instrumented])
+        started = anyio.Event()
+
+        async def wait_tool() -> str:
+            started.set()
+            await anyio.sleep_forever()
+            return "never"
+
+        agent.tool_plain(name="wait")(wait_tool)
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            with onlooker.observing(recorder):
+                processor = otel.OnlookerSpanProcessor(engine)
+            provider.add_span_processor(processor)
+            async with anyio.create_task_group() as group:
+                group.start_soon(agent.run, "go")
+                await started.wait()
+                group.cancel_scope.cancel()
+            await processor.flush()
+        provider.shutdown()
+        [call] = recorder.of(ToolCallFinished)
+        assert (call.status, call.error and call.error.type) == ("cancelled", "CancelledError")
+        [run] = recorder.of(ExecutionFinished)
+        assert run.status == "cancelled"
+
     async def test_the_older_attribute_names_still_give_arguments_and_results(self) -> None:
         provider = TracerProvider()
         with pytest.warns(UserWarning, match="versions 2, 3, and 4 are deprecated"):
@@ -1129,6 +1187,37 @@ class WindowLock:
 
 
 class TestIngestManualSpans:
+    async def test_a_tool_span_ending_after_its_agent_span_keeps_its_outcome(self) -> None:
+        provider = TracerProvider()
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            with onlooker.observing(recorder):
+                processor = otel.OnlookerSpanProcessor(engine)
+            provider.add_span_processor(processor)
+            tracer = provider.get_tracer("app")
+            agent = tracer.start_span(
+                "invoke_agent bot", attributes={"gen_ai.operation.name": "invoke_agent"}
+            )
+            tool = tracer.start_span(
+                "execute_tool fetch",
+                context=trace_api.set_span_in_context(agent),
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "fetch",
+                    "gen_ai.tool.call.id": "call_1",
+                    "gen_ai.tool.call.result": '"ok"',
+                },
+            )
+            agent.end()  # a background call outlives its agent's span
+            tool.end()
+            await processor.flush()
+        provider.shutdown()
+        [call] = recorder.of(ToolCallFinished)
+        assert (call.status, call.result) == ("completed", "ok")
+        [run] = recorder.of(ExecutionFinished)
+        assert run.status == "completed"
+        assert run.at >= call.at
+
     async def test_spans_from_another_thread_make_one_run_per_trace(self) -> None:
         provider = TracerProvider()
         recorder = RecordingObserver()

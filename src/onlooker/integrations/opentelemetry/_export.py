@@ -197,8 +197,10 @@ class TraceExport:
             attributes["onlooker.parent_execution.id"] = attribution.parent_execution_id
         if attribution.parent_tool_call_id is not None:
             attributes["onlooker.parent_tool_call.id"] = attribution.parent_tool_call_id
-        if self._record_content and event.input is not None:
-            attributes["onlooker.execution.input"] = self._json(event.input)
+        if event.input is not None:
+            value = self._learn(event.input)
+            if self._record_content:
+                attributes["onlooker.execution.input"] = to_json(value)
         span = self._executions[event.execution_id] = self._tracer.start_span(
             utf8(f"invoke_agent {event.program}"),
             context=self._parent_context(event),
@@ -212,6 +214,12 @@ class TraceExport:
     def _json(self, value: Any) -> str:
         """A value as a span attribute: redacted, then JSON."""
         return to_json(self._redactor.redact(value))
+
+    def _learn(self, value: Any) -> Any:
+        """``value`` redacted, whether or not the span records it: the redactor learns the
+        secrets under secret keys (a tool's ``password`` argument) and scrubs them from
+        the error messages the spans always carry, as the audit trail and history do."""
+        return self._redactor.redact(value)
 
     def _text(self, text: str) -> str:
         """A message as a span's status description: redacted, encodable."""
@@ -242,8 +250,9 @@ class TraceExport:
         if declaration is not None and declaration.description:
             attributes[TOOL_DESCRIPTION] = declaration.description
         _attribution_attributes(attributes, event)
+        args = self._learn(event.args)
         if self._record_content:
-            attributes[TOOL_ARGUMENTS] = self._json(event.args)
+            attributes[TOOL_ARGUMENTS] = to_json(args)
         execution = self._executions.get(event.execution_id)
         key = (event.execution_id, event.tool_call_id)
         span = self._tool_spans[key] = self._tracer.start_span(
@@ -267,8 +276,10 @@ class TraceExport:
         span.set_attribute("onlooker.tool.duration_ms", event.duration_ms)
         if event.metadata:
             span.set_attribute("onlooker.tool.metadata", self._json(event.metadata))
-        if self._record_content and event.status == "completed":
-            span.set_attribute(TOOL_RESULT, self._json(event.result))
+        if event.status == "completed":
+            result = self._learn(event.result)
+            if self._record_content:
+                span.set_attribute(TOOL_RESULT, to_json(result))
         if event.status in _ERROR_TOOL_STATUSES:
             error_type = event.error.type if event.error is not None else event.status
             message = event.error.message if event.error is not None else event.status
@@ -322,8 +333,10 @@ class TraceExport:
         }
         if event.error is not None:
             attributes[ERROR_TYPE] = event.error.type
-        if self._record_content and event.response is not None:
-            attributes["onlooker.interaction.response"] = self._json(event.response)
+        if event.response is not None:
+            response = self._learn(event.response)
+            if self._record_content:
+                attributes["onlooker.interaction.response"] = to_json(response)
         span.add_event("onlooker.interaction.resolved", _encodable(attributes), ns(event.at))
 
     def _execution_finished(self, event: ExecutionFinished) -> None:
@@ -338,8 +351,10 @@ class TraceExport:
         self._leave((event.execution_id, None), span)
         span.set_attribute("onlooker.execution.status", event.status)
         span.set_attribute("onlooker.execution.duration_ms", event.duration_ms)
-        if self._record_content and event.status == "completed" and event.result is not None:
-            span.set_attribute("onlooker.execution.result", self._json(event.result))
+        if event.status == "completed" and event.result is not None:
+            result = self._learn(event.result)
+            if self._record_content:
+                span.set_attribute("onlooker.execution.result", to_json(result))
         if event.status != "completed":
             error_type = event.error.type if event.error is not None else event.status
             message = event.error.message if event.error is not None else event.status

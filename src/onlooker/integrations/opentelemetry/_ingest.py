@@ -85,6 +85,11 @@ class OnlookerSpanProcessor(SpanProcessor):
         # On the loop thread only:
         self._runs: dict[RunKey, TrackedExecution] = {}
         self._calls: dict[int, TrackedToolCall] = {}
+        self._call_runs: dict[int, RunKey] = {}
+        """The run of each open call (by its span id)."""
+        self._closing: dict[RunKey, tuple[TrackedExecution, End, bool]] = {}
+        """Runs whose agent span ended before some of their tool spans: the span's end,
+        and whether a call that ended since was cut short (a cancellation)."""
         self._idle_events: list[anyio.Event] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -333,9 +338,11 @@ class OnlookerSpanProcessor(SpanProcessor):
             if run is not None:
                 await run.finish(status="completed")
         else:
-            runs = list(self._runs.values())
+            runs = [*self._runs.values(), *(run for run, _, _ in self._closing.values())]
             self._runs.clear()
+            self._closing.clear()
             self._calls.clear()
+            self._call_runs.clear()
             for run in reversed(runs):  # children before their parents
                 await run.finish(status="cancelled", error="the span processor was shut down")
 
@@ -389,6 +396,7 @@ class OnlookerSpanProcessor(SpanProcessor):
         call = await run.tool_started(op.tool, op.args, tool_call_id=op.tool_call_id)
         if call.allowed:
             self._calls[op.span_id] = call
+            self._call_runs[op.span_id] = op.run
             return
         logger.warning(
             "onlooker refused tool %r (call %s: %s) but OpenTelemetry ingest is watch-only: "
@@ -401,17 +409,47 @@ class OnlookerSpanProcessor(SpanProcessor):
     async def _end(self, op: End) -> None:
         if op.role == "tool":
             call = self._calls.pop(op.span_id, None)
-            if call is None or call.done or op.deferred:
-                return  # a deferred call did not run: the run's end closes it cancelled
-            if op.error is not None:
-                await call.failed(_error(op), duration_ms=op.duration_ms)
-            else:
-                await call.finished(op.result, duration_ms=op.duration_ms)
+            key = self._call_runs.pop(op.span_id, None)
+            if call is not None and not call.done and not op.deferred:
+                if op.error is not None:
+                    await call.failed(_error(op), duration_ms=op.duration_ms)
+                else:
+                    await call.finished(op.result, duration_ms=op.duration_ms)
+            # (a deferred call did not run: the run's end closes it cancelled)
+            if key is not None and key in self._closing:
+                waiting, agent_end, cut = self._closing[key]
+                cut = cut or op.interrupt is not None
+                if key in self._call_runs.values():
+                    self._closing[key] = (waiting, agent_end, cut)
+                else:
+                    del self._closing[key]
+                    await self._finish(waiting, agent_end, cut=cut)
             return
-        run = self._runs.pop(("agent", op.span_id), None)
+        agent: RunKey = ("agent", op.span_id)
+        run = self._runs.pop(agent, None)
         if run is None:
             return
-        if op.error is not None and op.interrupt is not None:
+        if agent in self._call_runs.values():
+            # Its span ended before some of its tool spans (PydanticAI ends an agent span
+            # it cancels before the tool span the cancellation cuts short): the run ends
+            # when they have, with their real outcomes.
+            self._closing[agent] = (run, op, False)
+            return
+        await self._finish(run, op, cut=False)
+
+    async def _finish(self, run: TrackedExecution, op: End, *, cut: bool) -> None:
+        """Finish an agent's run from its span's end; ``cut``: a call in it was cancelled
+        after the span ended (the run was cut short, though its span says nothing)."""
+        if op.error is None and cut:
+            await run.finish(
+                status="cancelled",
+                error=ErrorInfo(
+                    type="Cancelled",
+                    message="a tool call was cancelled after its agent span ended",
+                    cause="interrupt",
+                ),
+            )
+        elif op.error is not None and op.interrupt is not None:
             await run.finish(status="cancelled", error=_error(op))
         elif op.error is not None:
             await run.finish(status="failed", error=_error(op))
