@@ -124,6 +124,40 @@ async def test_a_registry_of_ones_own_serves_one_engine_after_another() -> None:
         assert b"onlooker_" not in generate_latest(served)
 
 
+async def test_a_second_engine_on_a_shared_registry_leaves_it_as_it_was() -> None:
+    """Two engines at once on one registry: the second one's metrics fail to start (the
+    names are taken) and leave nothing behind, so the first one's exposition stays whole."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    served = CollectorRegistry()  # auto_describe off, as prometheus-client makes one
+    first, second = metrics.plugin(registry=served), metrics.plugin(registry=served)
+    async with onlooker.ExecutionEngine(tools=[add], plugins=[first]) as engine:
+        await engine.execute(program)
+        with pytest.raises(onlooker.PluginError, match="Duplicated timeseries"):
+            async with onlooker.ExecutionEngine(tools=[add], plugins=[second]):
+                pass
+        text = generate_latest(served).decode()
+        assert text.count("# TYPE onlooker_executions_total counter") == 1
+        assert text.count("# TYPE onlooker_tool_calls_total counter") == 1
+        assert text.count("# TYPE onlooker_observer_errors_total counter") == 1
+    assert b"onlooker_" not in generate_latest(served)
+
+
+async def test_history_metrics_refuse_a_registry_the_live_ones_hold(tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    served = CollectorRegistry()
+    async with onlooker.ExecutionEngine(
+        tools=[add], plugins=[metrics.plugin(registry=served), history.plugin(url)]
+    ) as engine:
+        await engine.execute(program)
+        async with history.open(url) as store:
+            with pytest.raises(ValueError, match="Duplicated timeseries"):
+                await metrics.metrics_from_history(store, registry=served)
+        assert generate_latest(served).decode().count("# TYPE onlooker_executions_total") == 1
+
+
 async def test_open_interactions_and_dropped_events() -> None:
     plugin = metrics.plugin()
     asked = anyio.Event()

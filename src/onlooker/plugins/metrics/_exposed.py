@@ -104,8 +104,11 @@ class Exposed:
         while self._servers:
             self._servers.pop().close()
         if self._shared:
-            while self._registered:
-                self.registry.unregister(self._registered.pop())
+            self._unregister_all()
+
+    def _unregister_all(self) -> None:
+        while self._registered:
+            self.registry.unregister(self._registered.pop())
 
     async def __aenter__(self) -> Self:
         return self

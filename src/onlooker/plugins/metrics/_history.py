@@ -148,6 +148,10 @@ class HistoryMetrics(Exposed):
             int(count),
         )
 
+    def describe(self) -> Iterator[Metric]:
+        """The families' names: a registry that holds them already refuses these."""
+        return families(MetricsSnapshot())
+
     def collect(self) -> Iterator[Metric]:
         """The prometheus-client collector protocol: the last snapshot as metric families."""
         return families(self._snapshot)

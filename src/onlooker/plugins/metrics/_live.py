@@ -9,6 +9,7 @@ from typing import assert_never, final
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from onlooker import (
     EventBus,
@@ -112,9 +113,17 @@ class Metrics(Exposed):
         self._triggers: set[str] = set()
         self._running: dict[str, str] = {}
         self._open: set[tuple[str, str]] = set()  # (execution, interaction): ids are per run
-        self._register(self)
+        collectors: list[Collector] = [self]
         if bus is not None:
-            self._register(_BusCollector(bus))
+            collectors.append(_BusCollector(bus))
+        try:
+            for collector in collectors:
+                self._register(collector)
+        except BaseException:
+            # A registry already holding these names (a second engine on a shared one):
+            # leave it as it was, not with half of ours registered twice.
+            self._unregister_all()
+            raise
 
     def _tool_label(self, tool: str) -> str:
         label = self._labels.get(tool)
@@ -161,6 +170,11 @@ class Metrics(Exposed):
                 self._open.discard((event.execution_id, event.interaction_id))
             case _:
                 assert_never(event)
+
+    def describe(self) -> Iterator[Metric]:
+        """The families' names, so any registry (``auto_describe`` or not) refuses a
+        second collector of the same names instead of exposing every family twice."""
+        return families(MetricsSnapshot())
 
     def collect(self) -> Iterator[Metric]:
         """The prometheus-client collector protocol: the counts as metric families."""
