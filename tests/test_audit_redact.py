@@ -60,6 +60,13 @@ SHAPES: list[tuple[str, str, str]] = [
     ("google_api_key", "GET /geo?key=AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY", "9tSrke72PouQMnMX"),
     ("jwt", "cookie eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dozjgNryP4J3jVmN", "dozjgNryP4J3jVmN"),
     ("jwt", "eyJhbGciOiJub25lIn0.eyJhZG1pbiI6dHJ1ZX0.", "eyJhZG1pbiI6dHJ1ZX0"),
+    # inside a run of base64url: an encoded URL's parameter, a prefixed name (the prefix stays)
+    (
+        "jwt",
+        "GET /cb?next=%2Fhome%3Fid_token%3DeyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dozjgNryP4J3",
+        "eyJzdWIiOiIxMjM0In0",
+    ),
+    ("jwt", "SESSION_eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dozjgNryP4J3jVmN", "dozjgNryP4J3"),
     ("npm_token", "//registry.npmjs.org/:_authToken=npm_aB3dE6gH9jK2mN5pQ8sT1vW4", "aB3dE6gH9jK2"),
     ("secret_assignment", 'def f():\n    password = "Tr0ub4dor&3"\n', "Tr0ub4dor&3"),
     ("secret_assignment", "db:\n  password: correct-horse-battery\n", "correct-horse-battery"),
@@ -129,6 +136,11 @@ SHAPES: list[tuple[str, str, str]] = [
     ("password_option", "htpasswd -B -nb alice Ht-Pw-2", "Ht-Pw-2"),
     ("password_option", "poetry config http-basic.corp alice P0etry-Pw", "P0etry-Pw"),
     ("password_option", "poetry config pypi-token.pypi tok-Poetry-9", "tok-Poetry-9"),
+    # quoted passwords, htpasswd's -C COST (the user stays), poetry's --local
+    ("password_option", "htpasswd -b .htpasswd alice 'Ht Pw 4x'", "Pw 4x"),
+    ("password_option", "sudo htpasswd -B -C 10 -b .htpasswd alice Ht-Pw-6", "Ht-Pw-6"),
+    ("password_option", 'poetry config pypi-token.pypi "pypi-tok-Poetry-10"', "tok-Poetry-10"),
+    ("password_option", "poetry config --local http-basic.corp alice P0etry-Pw-3", "P0etry-Pw-3"),
     ("env", "export my_pass=Pg$ecret-02; ./deploy", "Pg$ecret-02"),
     ("env", "export my_pass=Pg$ecret-03\n./deploy", "Pg$ecret-03"),
     # A separator is not the value (it was redacted and the value kept): the removed
@@ -349,6 +361,8 @@ class TestShapes:
             "<password>${db.password}</password>",
             # a MAC address, times, grep's file:line:text, a port
             "02:42:ac:11:00:02\n12:30:00\nsrc/app.py:12:def f(x):\nlocalhost:5432 is up",
+            # five fields whose second is a number, in a text naming a .pgpass port elsewhere
+            "docker run -p 127.0.0.1:5432:5432 pg\nat 12:30:45:123:abc\n./db.conf:7:host:5432:db",
             "see https://hooks.slack.com/services/ and bot12345:AAbc",
             # options that are no password: a prompt (-p then another option), a path, htpasswd
             # without -b (it asks), the next option after redis-cli -a
@@ -520,6 +534,8 @@ class TestShapes:
             ("a://b:c" * 14_000, None),  # a password stops where the next URL starts
             # base64 JSON: each "eyJ" began a JSON Web Token scanned to the run's end (24 s)
             ("eyJ0" * 25_000, None),
+            ("x" + "eyJ0" * 25_000, None),  # the run starts before its first "eyJ"
+            ("_eyJ0" * 20_000, None),
         ],
     )
     def test_long_runs_of_flags_and_assignments(

@@ -243,6 +243,9 @@ _SECRET_VALUE_NAME = (
     r"[\w./-]++"
 )
 
+# One of htpasswd's options: -b, -nbB, -5, and -C COST / -r ROUNDS with their number.
+_HTPASSWD_OPTION = r"(?:[ \t]+-(?:[a-zA-Z25]*[Cr][ \t]*[0-9]+|[a-zA-Z25]+))"
+
 # Between a .netrc entry's tokens: blanks and line breaks, a line's number after a break.
 _NETRC_BLANK = r"(?:[ \t]*\r?\n(?:[ \t]*[0-9]+\t)?|[ \t])++"
 _NETRC_LOGIN = _NETRC_BLANK + r"(?:login|account)[ \t]"
@@ -404,13 +407,19 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"|mongo(?:sh)?\b(?<![\w/.-]mongo)(?<![\w/.-]mongosh)"
         r"(?:(?!\bmongo(?:sh)?\b)[^\n;&|])*?[ \t]-p)"
         r"[ \t]+(?!-)(?P<option>\"[^\"]*\"|'[^']*'|[^\s\"']+)"
-        # htpasswd -b FILE USER PASS, htpasswd -nb USER PASS (-b: the password on the line)
-        r"|htpasswd(?=(?:[ \t]+-[a-zA-Z]+)*?[ \t]+-[a-zA-Z]*b)"
-        r"(?P<no_file>(?=(?:[ \t]+-[a-zA-Z]+)*?[ \t]+-[a-zA-Z]*n))?(?:[ \t]+-[a-zA-Z]+)++"
-        r"(?(no_file)|[ \t]+[^\s;&|]+)[ \t]+[^\s;&|]+[ \t]+(?P<htpasswd>[^\s\"';&|]+)"
-        # poetry config http-basic.REPO USER PASS, poetry config pypi-token.REPO TOKEN
-        r"|poetry[ \t]+config[ \t]+(?:http-basic\.\S+[ \t]+\S+|pypi-token\.\S+)[ \t]+"
-        r"(?P<poetry>[^\s\"']+))",
+        # htpasswd -b FILE USER PASS, htpasswd -nb USER PASS (-b: the password on the line;
+        # -C COST and -r ROUNDS take a number; a password may be quoted)
+        r"|htpasswd(?=" + _HTPASSWD_OPTION + r"*?[ \t]+-[a-zA-Z25]*b)"
+        r"(?P<no_file>(?="
+        + _HTPASSWD_OPTION
+        + r"*?[ \t]+-[a-zA-Z25]*n))?"
+        + _HTPASSWD_OPTION
+        + r"++(?(no_file)|[ \t]+[^\s;&|]+)[ \t]+[^\s;&|]+[ \t]+"
+        r"(?P<htpasswd>\"[^\"]*\"|'[^']*'|[^\s\"';&|]+)"
+        # poetry config [--local] http-basic.REPO USER PASS, poetry config pypi-token.REPO TOKEN
+        r"|poetry[ \t]+config(?:[ \t]+-[-a-z]+)*+[ \t]+"
+        r"(?:http-basic\.\S+[ \t]+\S+|pypi-token\.\S+)[ \t]+"
+        r"(?P<poetry>\"[^\"]*\"|'[^']*'|[^\s\"']+))",
         lambda match: _redact_group(
             match,
             "password_option",
@@ -422,13 +431,16 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         ],
     ),
     # A JSON Web Token: base64url JSON header, payload and (maybe no) signature.
-    # (It starts a run of base64url, or follows an escape of text held in a JSON string:
-    # from each "eyJ" inside a long run, the scan went to the run's end again, in
-    # quadratic time: 24 s for 300 KB of base64 JSON.)
+    # It may start inside a run of base64url (token_eyJ..., id_token%3DeyJ... in an encoded
+    # URL): the run is read once, from its start (or after an escape of text held in a JSON
+    # string), up to its first "eyJ", which nothing after can move (the atomic group). From
+    # each "eyJ" inside a long run, the scan went to the run's end again, in quadratic time:
+    # 24 s for 300 KB of base64 JSON.
     Rule(
         "jwt",
-        r"(?:(?<![A-Za-z0-9_-])|(?<=\\[ntr]))eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]*"
-        r"(?:\.[A-Za-z0-9_-]*)?",
+        r"(?:(?<![A-Za-z0-9_-])|(?<=\\[ntr]))(?>(?P<pre>[A-Za-z0-9_-]*?)(?=eyJ[A-Za-z0-9_-]{4}))"
+        r"eyJ[A-Za-z0-9_-]*+\.eyJ[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]*)?",
+        lambda match: match.group("pre") + marker("jwt"),
         hints=["eyj"],
     ),
     Rule("slack_token", r"xox[a-z]-[A-Za-z0-9-]{6,}", hints=["xox"]),
@@ -529,7 +541,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     # as common as ":" would send every text to the rules.
     Rule(
         "pgpass",
-        r"(?<!\S)[^\s:#][^\s:]*:(?:[0-9]{1,5}|\*):[^\s:]+:[^\s:]+:"
+        # (the port is one of the hints': with any number, a text that named one port
+        # anywhere had every five-field word redacted, a log's 12:30:45:123:abc too)
+        r"(?<!\S)[^\s:#][^\s:]*:(?:5432|5433|6432|25060|\*):[^\s:]+:[^\s:]+:"
         r"(?P<secret>(?:[^\s:\\]|\\\S)+)(?!\S)",
         hints=[":5432:", ":5433:", ":6432:", ":25060:", ":*:"],
     ),
