@@ -157,5 +157,7 @@ class Teardowns:
                 elif isinstance(first, Exception):  # a cancellation or Ctrl-C wins over it
                     logger.error("closing the engine: %s", first, exc_info=first)
                     first = exc
+                else:
+                    logger.error("closing the engine: %r", exc, exc_info=exc)
         if first is not None:
             raise first
