@@ -199,6 +199,30 @@ SHAPES: list[tuple[str, str, str]] = [
             "-----BEGIN PGP PRIVATE KEY BLOCK-----",
         )
     ),
+    # ... wrapped at 76 columns, as `base64 key.pem` prints it, numbered or not
+    *(
+        (
+            "private_key",
+            lines,
+            "TUlJRXZRSUJBREFOQmdr",
+        )
+        for wrapped in [
+            base64.encodebytes(
+                b"-----BEGIN PRIVATE KEY-----\n" + b"MIIEvQIBADANBgkqhkiG9w0BAQEFAASC" * 8
+            ).decode()
+        ]
+        for lines in (
+            "tls.key: " + wrapped,
+            "".join(f"{n:6d}\t{line}\n" for n, line in enumerate(wrapped.splitlines(), 1)),
+        )
+    ),
+    ("netrc", 'machine github.com login u password "Netrc Secret6"', "Secret6"),
+    ("connection_string", "Server=x;Uid=sa;Pwd={Az;SqlPwd4};", "SqlPwd4"),
+    (
+        "secret_assignment",
+        "data:\n  api-token: | # pasted\n    BlockS3cret-4\nnext: 1\n",
+        "BlockS3cret",
+    ),
     # A secret-named entry given as a name and a value (it reached disk in clear): a
     # Kubernetes container's env, an ECS task definition, an SSM parameter, NuGet.config
     (
@@ -369,6 +393,12 @@ class TestShapes:
             "mongosh -u admin -p --authenticationDatabase admin",
             "ls /usr/bin/mongo -p x && htpasswd -c .htpasswd alice",
             "redis-cli -a --no-auth-warning",
+            # prose and logs near the new rules' words, XML placeholders and page tokens
+            "connection from machine 10.0.0.5 password authentication failed",
+            "<secret>false</secret> <csrf_token>{{ csrf_token() }}</csrf_token>"
+            " <password>%(password)s</password>",
+            "<NextContinuationToken>1ueGcxLPRx1Tr</NextContinuationToken>"
+            "<resumptionToken>oai:42</resumptionToken>",
         ],
     )
     def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:

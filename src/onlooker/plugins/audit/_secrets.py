@@ -371,7 +371,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "connection_string",
         r"(?i:AccountKey|SharedAccessKey|SharedAccessSignature|(?<=;)[ \t]*pwd)"
-        r"=(?P<secret>[^;\s\"']+)",
+        # (ODBC braces a value that holds a ";"; bounded: each "{" with no "}" after it
+        # was read to the text's end, in quadratic time)
+        r"=(?P<secret>\{[^}\r\n]{0,256}\}|[^;\s\"']+)",
         hints=["accountkey=", "sharedaccesskey=", "sharedaccesssignature=", "pwd="],
     ),
     # The signature of a signed URL (Azure SAS, S3 presigned): ?sig=..., &X-Amz-Signature=...
@@ -488,7 +490,11 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # (a value is never the next entry's keyword: each entry is read once, never again
         # from inside another, so the scan is linear)
         r"(?:" + _NETRC_BLANK + r"(?:login|account|port)[ \t]+(?!(?:machine|default)\b)"
-        r"[^\s\"']+)*+" + _NETRC_BLANK + r"password[ \t]+(?P<secret>[^\s\"']+)",
+        r"[^\s\"']+)*+" + _NETRC_BLANK + r"password[ \t]+"
+        r"(?P<secret>\"[^\"\n]*\"|[^\s\"']+)"
+        # (then the line ends, or another token, or the quote of an echo around it: in prose,
+        # "machine 10.0.0.5 password authentication failed", more words follow)
+        r"(?=[ \t]*(?:\r?\n|$|[\"']|(?:machine|login|account|port|macdef|default)\b))",
         hints=["password"],
     ),
     # Docker's config.json (and any JSON text) keeps a registry's "user:password" in base64
@@ -507,7 +513,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "private_key",
         r"LS0tLS1CRUdJTi(?:BQUklWQVRF|BSU0EgUFJJVkFURS|BFQyBQUklWQVRF|BEU0EgUFJJVkFURS"
         r"|BPUEVOU1NIIFBSSVZBVEUgS0VZ|BFTkNSWVBURUQgUFJJVkFURS|BQR1AgUFJJVkFURS)"
-        r"[A-Za-z0-9+/]*+=*+",
+        # (wrapped, as `base64 key.pem` wraps at 76: each line after a full one of 60 or
+        # more, numbered or not, is the key's too)
+        r"[A-Za-z0-9+/]*+(?:(?<=[A-Za-z0-9+/]{60})\r?\n(?:[ \t]*[0-9]+\t)?[A-Za-z0-9+/]++)*+=*+",
         hints=["ls0tls1crudjti"],
     ),
     # A secret-named entry given as a name and a value: a container's environment
@@ -531,8 +539,13 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     # An XML element named for a secret: Maven's <password>...</password>, <apiToken>.
     Rule(
         "xml_secret",
-        r"<(?P<tag>(?=[A-Za-z_])[\w.:-]*?(?i:pass(?:word|wd|phrase)|secret|token|api[_-]?key"
-        r"|access[_-]?key|private[_-]?key))>(?!\$\{)(?P<secret>[^<>]+)</(?P=tag)>",
+        # (not a page's token, <NextContinuationToken>, <resumptionToken>; not a placeholder
+        # or a template's value: false, ${db.password}, {{ csrf_token() }}, %(password)s)
+        r"<(?P<tag>(?=[A-Za-z_])(?![\w.:-]*?(?i:continuation|resumption|page|next)[\w.:-]*>)"
+        r"[\w.:-]*?(?i:pass(?:word|wd|phrase)|secret|token|api[_-]?key"
+        r"|access[_-]?key|private[_-]?key))>"
+        r"(?!(?:" + "|".join(_PLACEHOLDER_WORDS) + r")</)(?![ \t]*(?:\$\{|\{\{|\{%|%\())"
+        r"(?P<secret>[^<>]+)</(?P=tag)>",
         hints=["password>", "passwd>", "passphrase>", "secret>", "token>", "key>"],
     ),
     # ~/.pgpass: host:port:database:user:password, an entry a word of its own (a line, or
@@ -602,7 +615,8 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # (lines numbered as Read numbers them: each line of the block is numbered too)
         r"(?m:^)(?P<num>[ \t]*[0-9]+\t)?(?P<indent>[ \t]*)(?:-[ \t]+)?[\"']?"
         + _SECRET_NAME
-        + r"[\"']?:[ \t]+(?P<secret>[|>][-+0-9]{0,2}[ \t]*\r?\n(?:(?(num)[ \t]*[0-9]+\t)"
+        + r"[\"']?:[ \t]+(?P<secret>[|>][-+0-9]{0,2}(?:[ \t]+#[^\r\n]*)?[ \t]*\r?\n"
+        r"(?:(?(num)[ \t]*[0-9]+\t)"
         r"(?:[ \t]*\r?\n|(?P=indent)[ \t]+\S[^\r\n]*(?:\r?\n|$)))+)",
         lambda match: (
             match.group(0)[: match.start("secret") - match.start()]
