@@ -536,6 +536,32 @@ class TestExportNative:
         [execution] = [s for s in spans if attrs(s)["gen_ai.operation.name"] == "invoke_agent"]
         assert execution.status.description == "giving up: [REDACTED:secret_field] did not work"
 
+    async def test_huge_messages_and_values_are_cut(
+        self, memory: tuple[TracerProvider, InMemorySpanExporter]
+    ) -> None:
+        """A megabyte error message is not a megabyte status description (a collector may
+        refuse the batch); content is cut as history cuts it, redacted first."""
+
+        @onlooker.tool
+        def load(blob: str) -> None:
+            raise onlooker.ToolError("bad blob: " + blob)
+
+        async def loading(ctx: ExecutionContext) -> None:
+            with contextlib.suppress(onlooker.ToolError):
+                await ctx.call("load", blob="x" * 1_000_000 + " api_key=sk-live-0123456789abcdef")
+
+        provider, exporter = memory
+        async with onlooker.ExecutionEngine(
+            tools=[load], plugins=[otel.plugin(provider, record_content=True)]
+        ) as engine:
+            await engine.execute(loading)
+        call = one(exporter.get_finished_spans(), "execute_tool load")
+        description = call.status.description
+        assert description is not None and len(description) < 20_100
+        assert description.endswith("chars]") and "…[truncated" in description
+        arguments = str(attrs(call)["gen_ai.tool.call.arguments"])
+        assert len(arguments) < 20_100 and "…[truncated" in arguments
+
     def test_a_redactor_of_another_type_is_named(self) -> None:
         with pytest.raises(
             TypeError, match=r"redactor must be an onlooker\.plugins\.audit\.Redactor"

@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 __all__ = ["TraceExport", "plugin"]
 
 _ERROR_TOOL_STATUSES: Final = frozenset({"failed", "blocked", "cancelled"})
+_MAX_CHARS: Final = 20_000
+"""Strings a span carries are cut here, as history cuts them (redacted first, scanning only
+what is kept): an error message of megabytes would have been a status description of as many."""
 _Key = tuple[str, str | None]
 
 
@@ -213,17 +216,17 @@ class TraceExport:
 
     def _json(self, value: Any) -> str:
         """A value as a span attribute: redacted, then JSON."""
-        return to_json(self._redactor.redact(value))
+        return to_json(self._redactor.redact(value, max_chars=_MAX_CHARS))
 
     def _learn(self, value: Any) -> Any:
         """``value`` redacted, whether or not the span records it: the redactor learns the
         secrets under secret keys (a tool's ``password`` argument) and scrubs them from
         the error messages the spans always carry, as the audit trail and history do."""
-        return self._redactor.redact(value)
+        return self._redactor.redact(value, max_chars=_MAX_CHARS)
 
     def _text(self, text: str) -> str:
-        """A message as a span's status description: redacted, encodable."""
-        return utf8(self._redactor.redact_text(text))
+        """A message as a span's status description: redacted, cut, encodable."""
+        return utf8(self._redactor.redact(text, max_chars=_MAX_CHARS))
 
     def _parent_context(self, event: ExecutionStarted) -> Context | None:
         """A child's parent span: the parent's tool-call span, else the parent's execution span."""
@@ -318,7 +321,7 @@ class TraceExport:
             "onlooker.interaction.mode": event.mode,
         }
         if self._record_content:
-            attributes["onlooker.interaction.message"] = self._redactor.redact_text(event.message)
+            attributes["onlooker.interaction.message"] = self._text(event.message)
             if event.requested_schema is not None:
                 attributes["onlooker.interaction.schema"] = self._json(event.requested_schema)
         span.add_event("onlooker.interaction.started", _encodable(attributes), ns(event.at))
