@@ -218,6 +218,29 @@ SHAPES: list[tuple[str, str, str]] = [
     ),
     ("netrc", 'machine github.com login u password "Netrc Secret6"', "Secret6"),
     ("connection_string", "Server=x;Uid=sa;Pwd={Az;SqlPwd4};", "SqlPwd4"),
+    # "}}" inside ODBC's braces is an escaped "}": the rest of the password after it
+    ("connection_string", "Server=x;Uid=sa;Pwd={Sql}}Pw;Tail5};", "Pw;Tail5"),
+    # .netrc written by an unquoted echo, and a comment after the value
+    ("netrc", "echo machine api.example.com login u password Netrc-Pw7 >> ~/.netrc", "Netrc-Pw7"),
+    ("netrc", "machine api.example.com login u password Netrc-Pw8 # prod", "Netrc-Pw8"),
+    # an XML tag that merely contains a page word is no page token
+    ("xml_secret", "<NEXTAUTH_SECRET>nx-Auth-Secret1</NEXTAUTH_SECRET>", "nx-Auth-Secret1"),
+    ("xml_secret", "<pagerdutyToken>pd-Tok-Secret2</pagerdutyToken>", "pd-Tok-Secret2"),
+    # a base64 key on one line does not swallow the next line's name (its value leaked)
+    *(
+        ("secret_assignment", key + "\npassword: Pk-Next-Line" + str(n) + "\n", "Pk-Next-Line")
+        for n, key in enumerate(
+            [
+                base64.b64encode(
+                    b"-----BEGIN PRIVATE KEY-----\n" + b"MIIEvQIBADANBgkqhkiG9w0BAQEFAASC" * 4
+                ).decode(),
+                "tls.key: "
+                + base64.b64encode(
+                    b"-----BEGIN RSA PRIVATE KEY-----\n" + b"A" * 88
+                ).decode(),  # no "=" to end it
+            ]
+        )
+    ),
     (
         "secret_assignment",
         "data:\n  api-token: | # pasted\n    BlockS3cret-4\nnext: 1\n",
@@ -566,6 +589,15 @@ class TestShapes:
             ("eyJ0" * 25_000, None),
             ("x" + "eyJ0" * 25_000, None),  # the run starts before its first "eyJ"
             ("_eyJ0" * 20_000, None),
+            # htpasswd's "-C5" read two ways: each one doubled a failing search (6 s at 24)
+            ("htpasswd" + " -C5" * 40 + " x", None),
+            # blanks after a YAML block indicator's "#", no line break: each was read again
+            (
+                "password: | #" + " " * 100_000 + "x",
+                "password: [REDACTED:secret_assignment] #" + " " * 100_000 + "x",
+            ),
+            # a page word in a long tag: the rest of the tag was read again from each one
+            ("<" + "next" * 25_000 + " token>", None),
         ],
     )
     def test_long_runs_of_flags_and_assignments(

@@ -15,6 +15,7 @@ import gzip
 import http.server
 import json
 import logging
+import re
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -561,6 +562,41 @@ class TestExportNative:
         assert description.endswith("chars]") and "…[truncated" in description
         arguments = str(attrs(call)["gen_ai.tool.call.arguments"])
         assert len(arguments) < 20_100 and "…[truncated" in arguments
+
+    async def test_without_content_the_values_are_only_read_for_their_secret_keys(
+        self, memory: tuple[TracerProvider, InMemorySpanExporter]
+    ) -> None:
+        """Content is off: nothing of a value is kept, so no rule runs on it (redacting every
+        string a tool returned, inline, cost milliseconds a call); its secret keys are still
+        learned and scrubbed from an error message."""
+        seen: list[str] = []
+
+        def count(match: re.Match[str]) -> str:
+            seen.append(match.group(0))
+            return match.group(0)
+
+        redactor = audit.Redactor(extra_rules=[audit.Rule("count", r"row \d+", count)])
+
+        @onlooker.tool
+        def rows() -> dict[str, Any]:
+            return {"rows": [f"row {i}" for i in range(50)], "db": {"password": "Zq7-pass-rows"}}
+
+        async def listing(ctx: ExecutionContext) -> None:
+            await ctx.call("rows")
+            raise RuntimeError("Zq7-pass-rows did not work")
+
+        provider, exporter = memory
+        async with onlooker.ExecutionEngine(
+            tools=[rows], plugins=[otel.plugin(provider, redactor=redactor)]
+        ) as engine:
+            await engine.execute(listing)
+        assert seen == []
+        [execution] = [
+            s
+            for s in exporter.get_finished_spans()
+            if attrs(s)["gen_ai.operation.name"] == "invoke_agent"
+        ]
+        assert execution.status.description == "[REDACTED:secret_field] did not work"
 
     def test_a_redactor_of_another_type_is_named(self) -> None:
         with pytest.raises(
@@ -1243,6 +1279,57 @@ class TestIngestManualSpans:
         [run] = recorder.of(ExecutionFinished)
         assert run.status == "completed"
         assert run.at >= call.at
+
+    async def test_a_parent_run_waits_for_a_child_run_still_waiting_for_its_call(self) -> None:
+        """An agent run inside a call of another: the child's agent span ends before its own
+        call's, then the parent's call and agent spans end, then the child's call. The
+        parent waits for the child, which keeps its call's outcome (both were cancelled
+        with the parent)."""
+        provider = TracerProvider()
+        recorder = RecordingObserver()
+
+        def agent_span(name: str, parent: trace_api.Span | None = None) -> trace_api.Span:
+            return tracer.start_span(
+                f"invoke_agent {name}",
+                context=trace_api.set_span_in_context(parent) if parent is not None else None,
+                attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name},
+            )
+
+        def tool_span(name: str, call_id: str, parent: trace_api.Span) -> trace_api.Span:
+            return tracer.start_span(
+                f"execute_tool {name}",
+                context=trace_api.set_span_in_context(parent),
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": name,
+                    "gen_ai.tool.call.id": call_id,
+                    "gen_ai.tool.call.result": '"ok"',
+                },
+            )
+
+        async with onlooker.ExecutionEngine() as engine:
+            with onlooker.observing(recorder):
+                processor = otel.OnlookerSpanProcessor(engine)
+            provider.add_span_processor(processor)
+            tracer = provider.get_tracer("app")
+            outer = agent_span("outer")
+            delegate = tool_span("delegate", "call_1", outer)
+            inner = agent_span("inner", delegate)
+            fetch = tool_span("fetch", "call_2", inner)
+            await processor.flush()
+            for span in (inner, delegate, outer, fetch):
+                span.end()
+            await processor.flush()
+        provider.shutdown()
+        assert {(c.tool, c.status) for c in recorder.of(ToolCallFinished)} == {
+            ("delegate", "completed"),
+            ("fetch", "completed"),
+        }
+        child, parent = recorder.of(ExecutionFinished)
+        assert (child.status, parent.status) == ("completed", "completed")
+        assert child.execution_id != parent.execution_id
+        [inner_started] = [e for e in recorder.of(ExecutionStarted) if e.program == "inner"]
+        assert child.execution_id == inner_started.execution_id
 
     async def test_spans_from_another_thread_make_one_run_per_trace(self) -> None:
         provider = TracerProvider()

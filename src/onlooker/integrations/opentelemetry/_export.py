@@ -219,10 +219,15 @@ class TraceExport:
         return to_json(self._redactor.redact(value, max_chars=_MAX_CHARS))
 
     def _learn(self, value: Any) -> Any:
-        """``value`` redacted, whether or not the span records it: the redactor learns the
+        """``value`` redacted when the span records it; either way the redactor learns the
         secrets under secret keys (a tool's ``password`` argument) and scrubs them from
-        the error messages the spans always carry, as the audit trail and history do."""
-        return self._redactor.redact(value, max_chars=_MAX_CHARS)
+        the error messages the spans always carry, as the audit trail and history do.
+        (Without content only the keys are read: redacting every string a tool returned,
+        inline on the event loop, cost milliseconds a call for nothing kept.)"""
+        if self._record_content:
+            return self._redactor.redact(value, max_chars=_MAX_CHARS)
+        self._redactor.learn(value)
+        return None
 
     def _text(self, text: str) -> str:
         """A message as a span's status description: redacted, cut, encodable."""

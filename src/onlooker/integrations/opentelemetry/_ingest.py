@@ -87,6 +87,11 @@ class OnlookerSpanProcessor(SpanProcessor):
         self._calls: dict[int, TrackedToolCall] = {}
         self._call_runs: dict[int, RunKey] = {}
         """The run of each open call (by its span id)."""
+        self._busy: dict[RunKey, int] = {}
+        """Per run, its open calls and its child runs not yet finished: a run whose agent
+        span ended waits for them (a count: searching the open calls was linear a span)."""
+        self._parents: dict[RunKey, RunKey] = {}
+        """The parent of each child run not yet finished."""
         self._closing: dict[RunKey, tuple[TrackedExecution, End, bool]] = {}
         """Runs whose agent span ended before some of their tool spans: the span's end,
         and whether a call that ended since was cut short (a cancellation)."""
@@ -343,6 +348,8 @@ class OnlookerSpanProcessor(SpanProcessor):
             self._closing.clear()
             self._calls.clear()
             self._call_runs.clear()
+            self._busy.clear()
+            self._parents.clear()
             for run in reversed(runs):  # children before their parents
                 await run.finish(status="cancelled", error="the span processor was shut down")
 
@@ -373,6 +380,9 @@ class OnlookerSpanProcessor(SpanProcessor):
             run = parent.child(
                 op.program, parent_tool_call_id=op.parent_tool_call_id, trigger=trigger
             )
+            assert op.parent_run is not None
+            self._parents[("agent", op.span_id)] = op.parent_run
+            self._busy[op.parent_run] = self._busy.get(op.parent_run, 0) + 1
         self._runs[("agent", op.span_id)] = run
         await run.start()
 
@@ -397,6 +407,7 @@ class OnlookerSpanProcessor(SpanProcessor):
         if call.allowed:
             self._calls[op.span_id] = call
             self._call_runs[op.span_id] = op.run
+            self._busy[op.run] = self._busy.get(op.run, 0) + 1
             return
         logger.warning(
             "onlooker refused tool %r (call %s: %s) but OpenTelemetry ingest is watch-only: "
@@ -416,26 +427,44 @@ class OnlookerSpanProcessor(SpanProcessor):
                 else:
                     await call.finished(op.result, duration_ms=op.duration_ms)
             # (a deferred call did not run: the run's end closes it cancelled)
-            if key is not None and key in self._closing:
-                waiting, agent_end, cut = self._closing[key]
-                cut = cut or op.interrupt is not None
-                if key in self._call_runs.values():
-                    self._closing[key] = (waiting, agent_end, cut)
-                else:
-                    del self._closing[key]
-                    await self._finish(waiting, agent_end, cut=cut)
+            if key is not None:
+                if key in self._closing and op.interrupt is not None:
+                    waiting, agent_end, _ = self._closing[key]
+                    self._closing[key] = (waiting, agent_end, True)
+                await self._done_with(key)
             return
         agent: RunKey = ("agent", op.span_id)
         run = self._runs.pop(agent, None)
         if run is None:
             return
-        if agent in self._call_runs.values():
+        if self._busy.get(agent, 0):
             # Its span ended before some of its tool spans (PydanticAI ends an agent span
             # it cancels before the tool span the cancellation cuts short): the run ends
             # when they have, with their real outcomes.
+            # A child run still open (an agent inside one of its calls) is waited for too.
             self._closing[agent] = (run, op, False)
             return
         await self._finish(run, op, cut=False)
+        await self._child_finished(agent)
+
+    async def _done_with(self, key: RunKey) -> None:
+        """One open call or child of ``key`` is done: a run whose agent span ended and
+        that waits for nothing more finishes, and tells its parent."""
+        left = self._busy.get(key, 0) - 1
+        if left > 0:
+            self._busy[key] = left
+            return
+        self._busy.pop(key, None)
+        closing = self._closing.pop(key, None)
+        if closing is not None:
+            waiting, agent_end, cut = closing
+            await self._finish(waiting, agent_end, cut=cut)
+            await self._child_finished(key)
+
+    async def _child_finished(self, key: RunKey) -> None:
+        parent = self._parents.pop(key, None)
+        if parent is not None:
+            await self._done_with(parent)
 
     async def _finish(self, run: TrackedExecution, op: End, *, cut: bool) -> None:
         """Finish an agent's run from its span's end; ``cut``: a call in it was cancelled

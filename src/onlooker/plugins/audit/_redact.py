@@ -98,7 +98,7 @@ class Redactor:
     error message.
 
     The interface other stores rely on: :meth:`redact`, :meth:`redact_event`,
-    :meth:`redact_text`, :meth:`is_secret_key`, :meth:`shorten_path`,
+    :meth:`redact_text`, :meth:`learn`, :meth:`is_secret_key`, :meth:`shorten_path`,
     :attr:`learned`, :attr:`rules`, :attr:`secret_keys`; and, in this module,
     :data:`ENVELOPE_FIELDS`, :func:`cap_record`, :func:`truncate`,
     :func:`marker`.
@@ -204,6 +204,30 @@ class Redactor:
                 paths=self.shorten_paths,
             )
         return screen.suspects(texts, max_chars, self._known)
+
+    def learn(self, value: Any) -> None:
+        """Learn the secrets under secret keys in ``value`` (a JSON value), as :meth:`redact`
+        would, without redacting anything: for a caller that keeps none of ``value`` but
+        must scrub what it holds from the messages it keeps (an error that repeats it)."""
+        if not self.learn_secrets:
+            return
+        keys = self._keys
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if type(item) is dict:
+                for key, inner in item.items():
+                    if inner is None or type(inner) in _SCALARS or type(key) is not str:
+                        continue
+                    found = keys.get(key)
+                    if found is None:
+                        found = self._key(key)
+                    if found is not _PLAIN_KEY and found[0]:
+                        self._known.learn(inner)
+                    elif type(inner) is dict or type(inner) is list:
+                        stack.append(inner)
+            elif type(item) is list:
+                stack.extend(x for x in item if type(x) is dict or type(x) is list)
 
     @property
     def learned(self) -> int:

@@ -244,7 +244,8 @@ _SECRET_VALUE_NAME = (
 )
 
 # One of htpasswd's options: -b, -nbB, -5, and -C COST / -r ROUNDS with their number.
-_HTPASSWD_OPTION = r"(?:[ \t]+-(?:[a-zA-Z25]*[Cr][ \t]*[0-9]+|[a-zA-Z25]+))"
+# (atomic: "-C5" read both ways, each option doubled the ways a failing search tried)
+_HTPASSWD_OPTION = r"(?:[ \t]+-(?>[a-zA-Z25]*[Cr][ \t]*[0-9]+|[a-zA-Z25]+))"
 
 # Between a .netrc entry's tokens: blanks and line breaks, a line's number after a break.
 _NETRC_BLANK = r"(?:[ \t]*\r?\n(?:[ \t]*[0-9]+\t)?|[ \t])++"
@@ -373,7 +374,8 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"(?i:AccountKey|SharedAccessKey|SharedAccessSignature|(?<=;)[ \t]*pwd)"
         # (ODBC braces a value that holds a ";"; bounded: each "{" with no "}" after it
         # was read to the text's end, in quadratic time)
-        r"=(?P<secret>\{[^}\r\n]{0,256}\}|[^;\s\"']+)",
+        # ("}}" inside is an escaped "}", as ODBC writes one)
+        r"=(?P<secret>\{(?:[^}\r\n]|\}\}){0,256}+\}|[^;\s\"']+)",
         hints=["accountkey=", "sharedaccesskey=", "sharedaccesssignature=", "pwd="],
     ),
     # The signature of a signed URL (Azure SAS, S3 presigned): ?sig=..., &X-Amz-Signature=...
@@ -494,7 +496,8 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"(?P<secret>\"[^\"\n]*\"|[^\s\"']+)"
         # (then the line ends, or another token, or the quote of an echo around it: in prose,
         # "machine 10.0.0.5 password authentication failed", more words follow)
-        r"(?=[ \t]*(?:\r?\n|$|[\"']|(?:machine|login|account|port|macdef|default)\b))",
+        # (or a shell's operator, a comment, a JSON-escaped line break: echo ... password x >> f)
+        r"(?=[ \t]*(?:\r?\n|$|[\"'`;&|<>)#]|\\[rn]|(?:machine|login|account|port|macdef|default)\b))",
         hints=["password"],
     ),
     # Docker's config.json (and any JSON text) keeps a registry's "user:password" in base64
@@ -515,7 +518,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"|BPUEVOU1NIIFBSSVZBVEUgS0VZ|BFTkNSWVBURUQgUFJJVkFURS|BQR1AgUFJJVkFURS)"
         # (wrapped, as `base64 key.pem` wraps at 76: each line after a full one of 60 or
         # more, numbered or not, is the key's too)
-        r"[A-Za-z0-9+/]*+(?:(?<=[A-Za-z0-9+/]{60})\r?\n(?:[ \t]*[0-9]+\t)?[A-Za-z0-9+/]++)*+=*+",
+        # (a line of base64 to its end: "password=..." after a key on one line is no part of it)
+        r"[A-Za-z0-9+/]*+(?:(?<=[A-Za-z0-9+/]{60})\r?\n(?:[ \t]*[0-9]+\t)?[A-Za-z0-9+/]++"
+        r"(?==*+(?:[ \t]*(?:\r?\n|$)|[\"'`,;)\]}<\\])))*+=*+",
         hints=["ls0tls1crudjti"],
     ),
     # A secret-named entry given as a name and a value: a container's environment
@@ -541,9 +546,18 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "xml_secret",
         # (not a page's token, <NextContinuationToken>, <resumptionToken>; not a placeholder
         # or a template's value: false, ${db.password}, {{ csrf_token() }}, %(password)s)
-        r"<(?P<tag>(?=[A-Za-z_])(?![\w.:-]*?(?i:continuation|resumption|page|next)[\w.:-]*>)"
+        # (told by the tag's end, looked behind once: a lookahead for the page word anywhere
+        # in the tag read the rest of a long tag again from each such word, in quadratic
+        # time, and kept <NEXTAUTH_SECRET> and <pagerdutyToken>)
+        r"<(?P<tag>(?=[A-Za-z_])"
         r"[\w.:-]*?(?i:pass(?:word|wd|phrase)|secret|token|api[_-]?key"
-        r"|access[_-]?key|private[_-]?key))>"
+        r"|access[_-]?key|private[_-]?key))"
+        + "".join(
+            rf"(?<!(?i:{word}{sep}token))"
+            for word in ("continuation", "resumption", "page", "next")
+            for sep in ("", "[_.-]")
+        )
+        + ">"
         r"(?!(?:" + "|".join(_PLACEHOLDER_WORDS) + r")</)(?![ \t]*(?:\$\{|\{\{|\{%|%\())"
         r"(?P<secret>[^<>]+)</(?P=tag)>",
         hints=["password>", "passwd>", "passphrase>", "secret>", "token>", "key>"],
@@ -615,7 +629,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # (lines numbered as Read numbers them: each line of the block is numbered too)
         r"(?m:^)(?P<num>[ \t]*[0-9]+\t)?(?P<indent>[ \t]*)(?:-[ \t]+)?[\"']?"
         + _SECRET_NAME
-        + r"[\"']?:[ \t]+(?P<secret>[|>][-+0-9]{0,2}(?:[ \t]+#[^\r\n]*)?[ \t]*\r?\n"
+        + r"[\"']?:[ \t]+(?P<secret>[|>][-+0-9]{0,2}(?:[ \t]+#[^\r\n]*+)?[ \t]*+\r?\n"
         r"(?:(?(num)[ \t]*[0-9]+\t)"
         r"(?:[ \t]*\r?\n|(?P=indent)[ \t]+\S[^\r\n]*(?:\r?\n|$)))+)",
         lambda match: (
