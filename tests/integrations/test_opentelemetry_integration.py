@@ -1248,6 +1248,33 @@ class WindowLock:
         self.release()
 
 
+def agent_span(
+    tracer: trace_api.Tracer, name: str, parent: trace_api.Span | None = None
+) -> trace_api.Span:
+    """An ``invoke_agent`` span as a framework starts one (inside ``parent``'s, if given)."""
+    return tracer.start_span(
+        f"invoke_agent {name}",
+        context=trace_api.set_span_in_context(parent) if parent is not None else None,
+        attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name},
+    )
+
+
+def tool_span(
+    tracer: trace_api.Tracer, name: str, call_id: str, parent: trace_api.Span
+) -> trace_api.Span:
+    """An ``execute_tool`` span inside ``parent``'s, its result ``"ok"``."""
+    return tracer.start_span(
+        f"execute_tool {name}",
+        context=trace_api.set_span_in_context(parent),
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": call_id,
+            "gen_ai.tool.call.result": '"ok"',
+        },
+    )
+
+
 class TestIngestManualSpans:
     async def test_a_tool_span_ending_after_its_agent_span_keeps_its_outcome(self) -> None:
         provider = TracerProvider()
@@ -1257,19 +1284,8 @@ class TestIngestManualSpans:
                 processor = otel.OnlookerSpanProcessor(engine)
             provider.add_span_processor(processor)
             tracer = provider.get_tracer("app")
-            agent = tracer.start_span(
-                "invoke_agent bot", attributes={"gen_ai.operation.name": "invoke_agent"}
-            )
-            tool = tracer.start_span(
-                "execute_tool fetch",
-                context=trace_api.set_span_in_context(agent),
-                attributes={
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": "fetch",
-                    "gen_ai.tool.call.id": "call_1",
-                    "gen_ai.tool.call.result": '"ok"',
-                },
-            )
+            agent = agent_span(tracer, "bot")
+            tool = tool_span(tracer, "fetch", "call_1", agent)
             agent.end()  # a background call outlives its agent's span
             tool.end()
             await processor.flush()
@@ -1283,39 +1299,19 @@ class TestIngestManualSpans:
     async def test_a_parent_run_waits_for_a_child_run_still_waiting_for_its_call(self) -> None:
         """An agent run inside a call of another: the child's agent span ends before its own
         call's, then the parent's call and agent spans end, then the child's call. The
-        parent waits for the child, which keeps its call's outcome (both were cancelled
-        with the parent)."""
+        parent waits for the child, and each call keeps its own outcome."""
         provider = TracerProvider()
         recorder = RecordingObserver()
-
-        def agent_span(name: str, parent: trace_api.Span | None = None) -> trace_api.Span:
-            return tracer.start_span(
-                f"invoke_agent {name}",
-                context=trace_api.set_span_in_context(parent) if parent is not None else None,
-                attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name},
-            )
-
-        def tool_span(name: str, call_id: str, parent: trace_api.Span) -> trace_api.Span:
-            return tracer.start_span(
-                f"execute_tool {name}",
-                context=trace_api.set_span_in_context(parent),
-                attributes={
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": name,
-                    "gen_ai.tool.call.id": call_id,
-                    "gen_ai.tool.call.result": '"ok"',
-                },
-            )
 
         async with onlooker.ExecutionEngine() as engine:
             with onlooker.observing(recorder):
                 processor = otel.OnlookerSpanProcessor(engine)
             provider.add_span_processor(processor)
             tracer = provider.get_tracer("app")
-            outer = agent_span("outer")
-            delegate = tool_span("delegate", "call_1", outer)
-            inner = agent_span("inner", delegate)
-            fetch = tool_span("fetch", "call_2", inner)
+            outer = agent_span(tracer, "outer")
+            delegate = tool_span(tracer, "delegate", "call_1", outer)
+            inner = agent_span(tracer, "inner", delegate)
+            fetch = tool_span(tracer, "fetch", "call_2", inner)
             await processor.flush()
             for span in (inner, delegate, outer, fetch):
                 span.end()
