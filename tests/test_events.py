@@ -745,6 +745,30 @@ class TestUnserializableValues:
         for event in recorder.events:
             assert parse_event(event.model_dump_json()) == event
 
+    @pytest.mark.anyio
+    async def test_an_answer_keeps_its_shape_around_a_value_that_cannot_be_copied(
+        self, anyio_backend: str
+    ) -> None:
+        recorder = RecordingObserver()
+        loop: dict[str, Any] = {"name": "loop"}
+        loop["self"] = loop
+
+        async def asking(ctx: ExecutionContext) -> None:
+            await ctx.elicit("Go on?")
+
+        async def answer(question: onlooker.Elicitation) -> onlooker.InteractionResponse:
+            return onlooker.InteractionResponse.accept({"approve": True, "context": loop})
+
+        async with ExecutionEngine() as engine:
+            with onlooker.observing(recorder):
+                result = await engine.execute(asking, on_elicitation=answer)
+        assert result.status == "completed"
+        [resolved] = recorder.of(InteractionResolved)
+        assert isinstance(resolved.response, dict)
+        assert resolved.response["approve"] is True  # the rest of the answer is kept
+        assert str(resolved.response["context"]).startswith("<not JSON-serializable dict")
+        assert parse_event(resolved.model_dump_json()) == resolved
+
 
 def test_the_emitters_typed_fields_are_the_models_own() -> None:
     """Events are built without validation: each kind's TypedDict must match its model."""

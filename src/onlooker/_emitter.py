@@ -386,7 +386,11 @@ class Emitter:
                 "kind": "InteractionResolved",
                 "interaction_id": interaction_id,
                 "status": status,
-                "response": snapshot(response),
+                # (an answer's object keeps its shape, as a call's arguments do: one value
+                # that cannot be copied becomes a string saying so, not the whole answer)
+                "response": snapshot_object(response)
+                if type(response) is dict
+                else snapshot(response),
                 "error": error,
             },
             scope,
