@@ -254,6 +254,17 @@ SHAPES: list[tuple[str, str, str]] = [
         "PodEnvPw-123",
     ),
     ("name_value", "- name: API_KEY\n  value: PodApiKey456\n", "PodApiKey456"),
+    # ... a block scalar as the value (the "|" was replaced, the secret kept on the next line)
+    (
+        "name_value",
+        "env:\n- name: DB_PASSWORD\n  value: |\n    PodBlock-Pw1\n- name: LOG\n  value: x\n",
+        "PodBlock-Pw1",
+    ),
+    (
+        "name_value",
+        "     1\tenv:\n     2\t- name: API_TOKEN\n     3\t  value: >-\n     4\t    Numbered-Tok3\n",
+        "Numbered-Tok3",
+    ),
     ("name_value", '{"environment":[{"name":"API_TOKEN","value":"EcsTok2-abc"}]}', "EcsTok2-abc"),
     (
         "name_value",

@@ -523,6 +523,22 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"(?==*+(?:[ \t]*(?:\r?\n|$)|[\"'`,;)\]}<\\])))*+=*+",
         hints=["ls0tls1crudjti"],
     ),
+    # A container's secret-named variable whose value is a YAML block scalar (a key, a
+    # certificate bundle): "- name: TLS_KEY_PASSWORD\n  value: |\n    ..." (lines numbered as
+    # Read numbers them, or not). Its lines, indented deeper than "value", are the value;
+    # before the rule below, which would take the "|" alone for it.
+    Rule(
+        "name_value",
+        r"(?m:^)(?P<num>[ \t]*[0-9]+\t)?[ \t]*(?:-[ \t]+)?(?i:name):[ \t]*[\"']?"
+        + _SECRET_VALUE_NAME
+        + r"[\"']?[ \t]*\r?\n(?(num)[ \t]*[0-9]+\t)(?P<indent>[ \t]*)(?i:value):[ \t]+"
+        r"(?P<secret>[|>][-+0-9]{0,2}(?:[ \t]+#[^\r\n]*+)?[ \t]*+\r?\n"
+        r"(?:(?(num)[ \t]*[0-9]+\t)(?:[ \t]*\r?\n|(?P=indent)[ \t]+\S[^\r\n]*(?:\r?\n|$)))+)",
+        lambda match: (
+            match.group(0)[: match.start("secret") - match.start()] + marker("name_value") + "\n"
+        ),
+        hints=_NAME_HINTS,
+    ),
     # A secret-named entry given as a name and a value: a container's environment
     # (Kubernetes "- name: DB_PASSWORD\n  value: ...", ECS {"name": ..., "value": ...}), an
     # SSM parameter, Spring's <property name="password" value="..."/>, NuGet's
