@@ -241,6 +241,8 @@ SHAPES: list[tuple[str, str, str]] = [
             ]
         )
     ),
+    ("secret_assignment", "data:\n  api-token:  |\n    BlockS3cret-5\n", "BlockS3cret"),
+    ("secret_assignment", "data:\n  api-token:\t>-\n    BlockS3cret-6\n", "BlockS3cret"),
     (
         "secret_assignment",
         "data:\n  api-token: | # pasted\n    BlockS3cret-4\nnext: 1\n",

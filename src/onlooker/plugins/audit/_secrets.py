@@ -653,7 +653,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
             + marker("secret_assignment")
             + "\n"
         ),
-        hints=[": |", ": >"],  # (one blank before the indicator, as YAML is written)
+        hints=_NAME_HINTS,  # (not ": |": two blanks or a tab before the indicator are YAML too)
     ),
     # password = "...", db_password=..., password: ... (YAML), "api_key": "..."
     # (JSON), clientSecret := "..." in code, .env files and configuration.
