@@ -368,6 +368,42 @@ class TestApi:
 
 
 class TestHooks:
+    @pytest.mark.parametrize("ending", ["finish", "close"])
+    async def test_the_end_stops_the_pre_hooks_still_deciding(self, ending: str) -> None:
+        """A run that finishes, or an engine that closes, while a pre-hook decides: the
+        adapter is refused at once (it waited out the hook's timeout, told it timed out)."""
+        stopped = anyio.Event()
+
+        async def deciding(use: ToolUseContext) -> None:
+            try:
+                await anyio.sleep(30)
+            finally:
+                stopped.set()
+
+        outcome: dict[str, Any] = {}
+
+        async def call(run: onlooker.TrackedExecution) -> None:
+            began = anyio.current_time()
+            tracked = await run.tool_started("t", {}, tool_call_id="c1")
+            outcome.update(tracked=tracked, waited=anyio.current_time() - began)
+
+        hooks = [HookMatcher(pre=[deciding], timeout=30)]
+        # (the adapter's task group outside the engine: else the engine's close, leaving
+        # the block, ends the run)
+        async with anyio.create_task_group() as group, ExecutionEngine(hooks=hooks) as engine:
+            recorder = record(engine)
+            run = engine.track("bot")
+            await run.start()
+            group.start_soon(call, run)
+            await anyio.wait_all_tasks_blocked()
+            if ending == "finish":
+                await run.finish()
+        tracked = outcome["tracked"]
+        assert (tracked.allowed, tracked.reason) == (False, "the execution finished")
+        assert outcome["waited"] < 5 and stopped.is_set()
+        kinds = [event.kind for event in recorder.events]
+        assert kinds == ["ExecutionStarted", "ExecutionFinished"]  # the call is not recorded
+
     async def test_glob_and_phase_matching(self) -> None:
         seen: list[tuple[str, str | None, str, str, bool, dict[str, Any]]] = []
 

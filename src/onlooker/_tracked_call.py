@@ -12,6 +12,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias, final
 
+import anyio
+
 from ._emitter import CANCELLED, Emitter
 from ._errors import ToolInputError, TrackingError
 from ._events import ErrorInfo, ToolCallStatus
@@ -173,14 +175,20 @@ def _revalidation(tool: str, validate: Validate | None) -> Revalidate:
 
 @final
 class TrackedCalls:
-    """A tracked execution's tool calls by id; an id is reserved while its pre-hooks run."""
+    """A tracked execution's tool calls by id; an id is reserved while its pre-hooks run.
+
+    The pre-hooks of a call being opened run in a cancel scope the execution's
+    end cancels: a run that finishes (or an engine that closes) while a hook
+    still decides does not wait out the hook's timeout, and the call is
+    refused because the execution finished.
+    """
 
     __slots__ = ("_calls", "_opening", "execution_id")
 
     def __init__(self, execution_id: str) -> None:
         self.execution_id = execution_id
         self._calls: dict[str, TrackedToolCall] = {}
-        self._opening: set[str] = set()
+        self._opening: dict[str, anyio.CancelScope] = {}
 
     def get(self, tool_call_id: str) -> TrackedToolCall:
         """The call with this id; a ``TrackingError`` when there is none."""
@@ -220,7 +228,7 @@ class TrackedCalls:
         A pre-hook's ``modified_input`` is checked as a call's arguments and,
         given ``validate``, validated by the framework's own validator.
         """
-        self._opening.add(tool_call_id)  # reserves the id while the pre-hooks run
+        deciding = self._opening[tool_call_id] = anyio.CancelScope()  # reserves the id
         state: CallState | None = None
         try:
             state = open_call(
@@ -235,17 +243,23 @@ class TrackedCalls:
             )
             call = TrackedToolCall(self.execution_id, state)
             if state.pending:
-                await settle_call(state, runtime, _revalidation(tool, validate))
+                with deciding:
+                    await settle_call(state, runtime, _revalidation(tool, validate))
+                if deciding.cancelled_caught:  # the execution ended while its hooks decided
+                    state.action, state.reason = HookAction.BLOCK, "the execution finished"
         except BaseException:
             if state is not None and state.started:  # recorded (and closed): its id stays taken
                 self._calls[tool_call_id] = TrackedToolCall(self.execution_id, state)
             raise
         finally:
-            self._opening.discard(tool_call_id)
+            self._opening.pop(tool_call_id, None)
         self._calls[tool_call_id] = call
         return call
 
     def cancel_all(self) -> None:
-        """Close every open call ``cancelled`` (the execution is finishing)."""
+        """Close every open call ``cancelled`` (the execution is finishing); stop the
+        pre-hooks of the calls being opened."""
+        for deciding in self._opening.values():
+            deciding.cancel()
         for call in self._calls.values():
             call._cancel()
