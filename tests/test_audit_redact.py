@@ -267,6 +267,22 @@ SHAPES: list[tuple[str, str, str]] = [
         "     1\tenv:\n     2\t- name: API_TOKEN\n     3\t  value: >-\n     4\t    Numbered-Tok3\n",
         "Numbered-Tok3",
     ),
+    # ... a comment, a blank line or another key between the name and the block scalar
+    (
+        "name_value",
+        "env:\n- name: DB_PASSWORD  # db\n  value: |\n    PodBlock-Pw2\n",
+        "PodBlock-Pw2",
+    ),
+    (
+        "name_value",
+        "env:\n- name: DB_PASSWORD\n  # from vault\n\n  value: >-\n    PodBlock-Pw3\n",
+        "PodBlock-Pw3",
+    ),
+    (
+        "name_value",
+        "env:\n- name: API_TOKEN\n  description: the token\n  value: |\n    PodBlock-Pw4\n",
+        "PodBlock-Pw4",
+    ),
     ("name_value", '{"environment":[{"name":"API_TOKEN","value":"EcsTok2-abc"}]}', "EcsTok2-abc"),
     (
         "name_value",
@@ -412,6 +428,8 @@ class TestShapes:
             "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef:\n      name: db\n"
             "      key: password\n- name: LOG_LEVEL\n  value: debug\n",
             "- name: GITHUB_TOKEN\n  value: ${{ secrets.GITHUB_TOKEN }}\n",
+            "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef:\n      name: db\n"
+            "- name: LOG_FORMAT\n  value: |\n    json\n",
             '{"name": "max_tokens", "value": 512}',
             'settings = [{"key": "password_min_length", "value": 12}]',
             'name = "db_password"\nvalue = var.db_password\n',

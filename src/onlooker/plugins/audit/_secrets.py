@@ -531,7 +531,12 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "name_value",
         r"(?m:^)(?P<num>[ \t]*[0-9]+\t)?[ \t]*(?:-[ \t]+)?(?i:name):[ \t]*[\"']?"
         + _SECRET_VALUE_NAME
-        + r"[\"']?[ \t]*\r?\n(?(num)[ \t]*[0-9]+\t)(?P<indent>[ \t]*)(?i:value):[ \t]+"
+        + r"[\"']?(?:[ \t]+#[^\r\n]*+)?[ \t]*\r?\n"
+        # (up to four lines of the entry between: a comment, a blank line, another key; not
+        # a new entry, another name or key, nor a bracket, as the rule below)
+        r"(?:(?(num)[ \t]*[0-9]+\t)(?![ \t]*(?:-[ \t]|(?i:name|key|value)[\"']?[ \t]*:))"
+        r"[^\r\n{}\[\]<>]*\r?\n){0,4}?"
+        r"(?(num)[ \t]*[0-9]+\t)(?P<indent>[ \t]*)(?i:value):[ \t]+"
         r"(?P<secret>[|>][-+0-9]{0,2}(?:[ \t]+#[^\r\n]*+)?[ \t]*+\r?\n"
         r"(?:(?(num)[ \t]*[0-9]+\t)(?:[ \t]*\r?\n|(?P=indent)[ \t]+\S[^\r\n]*(?:\r?\n|$)))+)",
         lambda match: (
