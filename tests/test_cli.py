@@ -439,6 +439,16 @@ class TestRun:
         assert "Please enter" not in result.stdout and "not JSON" not in result.stdout
         assert '"result": "accept {}"' in result.stdout
 
+    def test_a_json_answer_nested_too_deeply_is_asked_again(self, workdir: Path) -> None:
+        (workdir / "ask.py").write_text(ASK_JSON)
+        deep = "[" * 20_000 + "]" * 20_000
+        result = runner.invoke(
+            app, ["run", "ask.py", "--interactive", "--no-audit", "--json"], input=f"y\n{deep}\n\n"
+        )
+        assert result.exit_code == 0, result.output
+        assert "not JSON: JSON nested too deeply" in result.output
+        assert '"result": "accept {}"' in result.stdout
+
     def test_enter_at_a_property_takes_its_default_or_leaves_an_optional_one_out(
         self, workdir: Path
     ) -> None:

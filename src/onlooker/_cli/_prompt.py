@@ -15,6 +15,7 @@ from rich.prompt import Confirm, FloatPrompt, IntPrompt, InvalidResponse, Prompt
 from rich.text import Text
 
 from onlooker import Elicitation, InteractionResponse
+from onlooker._shared import json_loads
 
 from ._common import escape, printable
 
@@ -130,7 +131,7 @@ def ask(
     while True:
         raw = Prompt.ask("Answer (a JSON object)", default="{}", console=console, stream=stream)
         try:
-            value = json.loads(raw)
+            value = json_loads(raw)  # (nesting too deep is a ValueError too)
         except ValueError as exc:
             console.print(f"[red]not JSON: {escape(str(exc))}[/]")
             continue
@@ -204,6 +205,6 @@ def _ask_field(
         if raw is _LEFT_OUT:
             return _LEFT_OUT
         try:
-            return json.loads(raw)
+            return json_loads(raw)
         except ValueError as exc:
             console.print(f"[red]not JSON: {escape(str(exc))}[/]")

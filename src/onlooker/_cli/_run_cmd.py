@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,6 +11,7 @@ import anyio
 import typer
 
 import onlooker
+from onlooker._shared import json_loads
 
 from ._common import db_url, escape, flag, stderr
 from ._stopping import Stopped, stopping
@@ -111,11 +111,7 @@ def run(
 
 def _parse_answer(raw: str) -> dict[str, Any]:
     try:
-        value = json.loads(raw)
-    except RecursionError:
-        raise typer.BadParameter(
-            "not valid JSON: nested too deeply", param_hint="--answer"
-        ) from None
+        value = json_loads(raw)  # (nesting too deep is a ValueError too)
     except ValueError as exc:
         raise typer.BadParameter(f"not valid JSON: {exc}", param_hint="--answer") from None
     if not isinstance(value, dict):
