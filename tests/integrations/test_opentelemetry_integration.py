@@ -18,7 +18,7 @@ import logging
 import re
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -1275,21 +1275,28 @@ def tool_span(
     )
 
 
+@contextlib.asynccontextmanager
+async def ingesting(recorder: RecordingObserver) -> AsyncIterator[trace_api.Tracer]:
+    """An engine whose span processor ingests a tracer's spans into ``recorder``; on leaving,
+    the engine closes, then the provider shuts down."""
+    provider = TracerProvider()
+    async with onlooker.ExecutionEngine() as engine:
+        with onlooker.observing(recorder):
+            processor = otel.OnlookerSpanProcessor(engine)
+        provider.add_span_processor(processor)
+        yield provider.get_tracer("app")
+        await processor.flush()
+    provider.shutdown()
+
+
 class TestIngestManualSpans:
     async def test_a_tool_span_ending_after_its_agent_span_keeps_its_outcome(self) -> None:
-        provider = TracerProvider()
         recorder = RecordingObserver()
-        async with onlooker.ExecutionEngine() as engine:
-            with onlooker.observing(recorder):
-                processor = otel.OnlookerSpanProcessor(engine)
-            provider.add_span_processor(processor)
-            tracer = provider.get_tracer("app")
+        async with ingesting(recorder) as tracer:
             agent = agent_span(tracer, "bot")
             tool = tool_span(tracer, "fetch", "call_1", agent)
             agent.end()  # a background call outlives its agent's span
             tool.end()
-            await processor.flush()
-        provider.shutdown()
         [call] = recorder.of(ToolCallFinished)
         assert (call.status, call.result) == ("completed", "ok")
         [run] = recorder.of(ExecutionFinished)
@@ -1300,23 +1307,14 @@ class TestIngestManualSpans:
         """An agent run inside a call of another: the child's agent span ends before its own
         call's, then the parent's call and agent spans end, then the child's call. The
         parent waits for the child, and each call keeps its own outcome."""
-        provider = TracerProvider()
         recorder = RecordingObserver()
-
-        async with onlooker.ExecutionEngine() as engine:
-            with onlooker.observing(recorder):
-                processor = otel.OnlookerSpanProcessor(engine)
-            provider.add_span_processor(processor)
-            tracer = provider.get_tracer("app")
+        async with ingesting(recorder) as tracer:
             outer = agent_span(tracer, "outer")
             delegate = tool_span(tracer, "delegate", "call_1", outer)
             inner = agent_span(tracer, "inner", delegate)
             fetch = tool_span(tracer, "fetch", "call_2", inner)
-            await processor.flush()
             for span in (inner, delegate, outer, fetch):
                 span.end()
-            await processor.flush()
-        provider.shutdown()
         assert {(c.tool, c.status) for c in recorder.of(ToolCallFinished)} == {
             ("delegate", "completed"),
             ("fetch", "completed"),

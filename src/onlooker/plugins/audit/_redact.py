@@ -370,12 +370,12 @@ class Redactor:
         """
         if len(text) <= _LONG and not self._always and not self._triggered(text, text.lower()):
             return ()
-        hints = self._rule_hints_of_texts
-        if hints is None:
+        by_hints = self._rule_hints_of_texts
+        if by_hints is None:
             from ._screen import RuleHints
 
-            hints = self._rule_hints_of_texts = RuleHints(self._rule_hints)
-        needed = hints.needed(text)
+            by_hints = self._rule_hints_of_texts = RuleHints(self._rule_hints)
+        needed = by_hints.needed(text)
         if needed is None:  # not ASCII
             lowered = text.lower()
             needed = [
