@@ -642,6 +642,22 @@ class TestShapes:
 
 
 class TestKeys:
+    def test_learn_reads_secret_keys_and_changes_nothing(self, redactor: Redactor) -> None:
+        """``learn``: the secrets under secret keys, for a store that keeps none of the value
+        (the OpenTelemetry export without content) but keeps messages that repeat them."""
+        value = {"user": "bob", "db": [{"password": "Zq7-learned-pw"}], "note": "sk-nothing"}
+        before = json.dumps(value)
+        redactor.learn(value)
+        assert json.dumps(value) == before
+        assert redactor.redact_text("login failed: Zq7-learned-pw") == (
+            "login failed: [REDACTED:secret_field]"
+        )
+        forgetful = Redactor(environ={}, learn_secrets=False)
+        forgetful.learn(value)
+        assert forgetful.redact_text("Zq7-learned-pw") == "Zq7-learned-pw"
+        for odd in (None, 5, "text", ["a", {1: "x"}], {"password": None}):
+            redactor.learn(odd)  # anything JSON, anywhere: nothing to learn, no error
+
     def test_values_under_secret_keys_are_replaced_whole(self, redactor: Redactor) -> None:
         value = {
             "password": "hunter2",
