@@ -56,25 +56,26 @@ def onlooker_lines(text: str) -> str:
 
 async def main(hold: bool) -> None:
     """Run a few executions with metrics and history, then serve both views."""
-    database = f"sqlite:///{Path(tempfile.mkdtemp()) / 'history.db'}"
-    live = metrics.plugin()
-    recorder = history.plugin(database)
-    async with onlooker.ExecutionEngine(tools=[fetch], plugins=[live, recorder]) as engine:
-        for _ in range(3):
-            await engine.execute(crawl, trigger="schedule")
-        server = engine.extension(live).serve(0 if not hold else 9464)
-        print(f"live metrics at {server.url}")
-        print(onlooker_lines(await anyio.to_thread.run_sync(scrape, server.url)))
-        if hold:
-            print("serving until Ctrl-C")
-            await anyio.sleep_forever()
+    with tempfile.TemporaryDirectory(prefix="onlooker-metrics-") as tmp:
+        database = f"sqlite:///{Path(tmp) / 'history.db'}"
+        live = metrics.plugin()
+        recorder = history.plugin(database)
+        async with onlooker.ExecutionEngine(tools=[fetch], plugins=[live, recorder]) as engine:
+            for _ in range(3):
+                await engine.execute(crawl, trigger="schedule")
+            server = engine.extension(live).serve(0 if not hold else 9464)
+            print(f"live metrics at {server.url}")
+            print(onlooker_lines(await anyio.to_thread.run_sync(scrape, server.url)))
+            if hold:
+                print("serving until Ctrl-C")
+                await anyio.sleep_forever()
 
-    # Later, in any process: the same metric names computed from the history database.
-    async with history.open(database) as store:
-        from_history = await metrics.metrics_from_history(store)
-        with from_history.serve(0) as endpoint:
-            print(f"\nmetrics from history at {endpoint.url}")
-            print(onlooker_lines(await anyio.to_thread.run_sync(scrape, endpoint.url)))
+        # Later, in any process: the same metric names computed from the history database.
+        async with history.open(database) as store:
+            from_history = await metrics.metrics_from_history(store)
+            with from_history.serve(0) as endpoint:
+                print(f"\nmetrics from history at {endpoint.url}")
+                print(onlooker_lines(await anyio.to_thread.run_sync(scrape, endpoint.url)))
 
 
 if __name__ == "__main__":

@@ -68,7 +68,12 @@ async def summarizer(run: onlooker.TrackedExecution, path: str) -> str:
 
 
 async def main() -> None:
-    data = Path(tempfile.mkdtemp(prefix="onlooker-tracked-"))
+    with tempfile.TemporaryDirectory(prefix="onlooker-tracked-") as tmp:
+        await run_in(Path(tmp))
+
+
+async def run_in(data: Path) -> None:
+    """Track the scripted agent with history and an audit trail kept in ``data``."""
     recorded_history = history.plugin(f"sqlite:///{data / 'history.db'}")
     summaries = summary.plugin()
     plugins: list[onlooker.Plugin[Any]] = [

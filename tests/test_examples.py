@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,21 +14,23 @@ import onlooker
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_example(relative: str) -> str:
+def run_example(relative: str, tmp_path: Path) -> str:
+    """Run an example; what it keeps in a temporary directory lands under ``tmp_path``."""
     done = subprocess.run(
         [sys.executable, str(ROOT / relative)],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
         check=False,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
-def test_tracked_agent() -> None:
-    out = run_example("examples/tracked_agent.py").splitlines()
+def test_tracked_agent(tmp_path: Path) -> None:
+    out = run_example("examples/tracked_agent.py", tmp_path).splitlines()
     assert out[0] == "support-bot  completed"
     assert [line.split() for line in out[1:5]] == [
         ["call_1", "read_file", "completed"],
@@ -44,6 +47,20 @@ def test_tracked_agent() -> None:
 @pytest.mark.parametrize(
     ("example", "expected"),
     [
+        ("delegation.py", "parent completed: {'delegate': 2}, 2 children"),
+        ("metrics_server.py", 'onlooker_tool_calls_total{status="failed",tool="fetch"} 3.0'),
+        ("quickstart.py", "result: completed, '9 words'"),
+        ("security_hook.py", "completed - files now: ['config.env', 'sandbox/etc/motd']"),
+    ],
+)
+def test_examples_run(example: str, expected: str, tmp_path: Path) -> None:
+    """Each example the docs point to runs as shown."""
+    assert expected in run_example(f"examples/{example}", tmp_path).splitlines()
+
+
+@pytest.mark.parametrize(
+    ("example", "expected"),
+    [
         ("claude_agent_sdk_agent.py", "files in the work directory: ['notes.md']"),
         ("langchain_agent.py", "c3 refund: blocked"),
         ("mcp_server.py", "audit trail: intact, 8 records"),
@@ -52,9 +69,9 @@ def test_tracked_agent() -> None:
         ("pydantic_ai_agent.py", "refund [call_refund]: blocked"),
     ],
 )
-def test_integration_examples(example: str, expected: str) -> None:
+def test_integration_examples(example: str, expected: str, tmp_path: Path) -> None:
     """Each framework's example runs offline and shows the refused call."""
-    assert expected in run_example(f"examples/integrations/{example}")
+    assert expected in run_example(f"examples/integrations/{example}", tmp_path)
 
 
 def _block_after(text: str, heading: str, fence: str) -> str:
