@@ -29,7 +29,9 @@ Run: ``.venv/bin/python bench/audit.py [--records N] [--calls N] [--baseline REV
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib.util
+import shutil
 import statistics
 import subprocess
 import sys
@@ -75,6 +77,7 @@ def load_baseline(revision: str) -> ModuleType:
         cwd=ROOT, check=True, capture_output=True, text=True,
     ).stdout.split()  # fmt: skip
     folder = Path(tempfile.mkdtemp(prefix="onlooker-audit-baseline-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # imported lazily until then
     for name in names:
         source = subprocess.run(
             ["git", "show", f"{revision}:{package}/{name}"],
