@@ -897,8 +897,10 @@ class TestCustomRules:
         assert Redactor(rules=[rule]).redact_text("say HELLO") == "say hello"
 
     def test_bad_rules_fail_when_made(self) -> None:
+        broken = Rule("broken", "(unclosed")
+        assert repr(broken) == "Rule('broken', '(unclosed')"  # shown, not compiled
         with pytest.raises(re.error):
-            Redactor(extra_rules=[Rule("broken", "(unclosed")])
+            Redactor(extra_rules=[broken])
         with pytest.raises(ValueError, match="rule name"):
             Rule("bad name!", "x")
         with pytest.raises(ValueError, match="hints"):

@@ -126,7 +126,8 @@ class Rule:
         return self.pattern.sub(self.replace, text)
 
     def __repr__(self) -> str:
-        return f"Rule({self.name!r}, {self.pattern.pattern!r})"
+        source = self._source if isinstance(self._source, str) else self._source.pattern
+        return f"Rule({self.name!r}, {source!r})"  # not compiled: a bad pattern is shown too
 
 
 # An unquoted value never ends with ")" or ",", nor with ":" after one: they
