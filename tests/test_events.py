@@ -261,6 +261,17 @@ class TestParseErrors:
                 parse_event(given)
             assert info.value.field == field
 
+    @pytest.mark.parametrize("value", [-5, -0.001, "1.5", True])
+    @pytest.mark.parametrize("kind", ["ToolCallFinished", "ExecutionFinished"])
+    def test_a_duration_is_a_number_of_zero_or_more(self, kind: str, value: object) -> None:
+        finished = next(e for e in one_of_each() if e.kind == kind)
+        raw = json.loads(finished.model_dump_json()) | {"duration_ms": value}
+        for given in (raw, json.dumps(raw)):
+            with pytest.raises(EventValidationError, match="duration_ms") as info:
+                parse_event(given)
+            assert info.value.field == "duration_ms"
+        assert parse_event(raw | {"duration_ms": 0}).duration_ms == 0.0  # type: ignore[union-attr]
+
     def test_a_negative_depth_is_refused(self) -> None:
         raw = valid_dict()
         raw["attribution"] = {"depth": -1}

@@ -100,6 +100,10 @@ class Trigger(BaseModel, frozen=True, extra="forbid", allow_inf_nan=False):
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
 
 
+Milliseconds: TypeAlias = Annotated[float, Field(ge=0, strict=True)]
+"""A duration: a number of 0 or more (a string such as ``"1.5"`` is not converted)."""
+
+
 @final
 class Attribution(BaseModel, frozen=True, extra="forbid", allow_inf_nan=False):
     """Who caused an event: the task and phase in scope, the parent execution and call.
@@ -233,7 +237,7 @@ class ToolCallFinished(_Envelope, frozen=True):
     status: ToolCallStatus
     result: JsonValue = None
     error: ErrorInfo | None = None
-    duration_ms: float
+    duration_ms: Milliseconds
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
 
 
@@ -267,7 +271,7 @@ class ExecutionFinished(_Envelope, frozen=True):
     status: ExecutionStatus
     result: JsonValue = None
     error: ErrorInfo | None = None
-    duration_ms: float
+    duration_ms: Milliseconds
 
 
 ExecutionEvent: TypeAlias = Annotated[
