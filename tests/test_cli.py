@@ -140,6 +140,19 @@ async def main(ctx):
     await ctx.call("shell", command="ls\x1b[1A\x1b[2K\u202erm -rf /")
 """
 
+FORGED = """
+import onlooker
+
+
+@onlooker.tool
+def shell(command: str) -> str:
+    raise RuntimeError(command)
+
+
+async def main(ctx):
+    await ctx.call("shell", command="ls\\n99:00:00 ■ completed 3.94 s")
+"""
+
 BRACKETS = """
 async def main(ctx):
     return "[/] and [bold]kept[/bold]"
@@ -601,6 +614,20 @@ class TestRun:
             assert view.exit_code in (0, 1), (name, view.output)
             assert "\x1b" not in view.output and "\u202e" not in view.output, name
             assert "\\x1b[1A" in view.output, name
+
+    def test_a_newline_in_a_recorded_value_stays_on_its_events_line(self, workdir: Path) -> None:
+        """cli.md: tail prints one line per event. A recorded command holding a newline
+        would start a line of its own that passes for another event (the run finishing)."""
+        (workdir / "forged.py").write_text(FORGED)
+        ran = invoke("run", "forged.py", "--session", "s")
+        tail = invoke("audit", "tail", ".onlooker/audit/s")
+        assert tail.exit_code == 0, tail.output
+        lines = tail.stdout.splitlines()
+        assert len(lines) == 4, lines  # started, the call's two events, finished
+        assert "shell(command=ls\\n99:00:00" in lines[1]
+        assert "ls\\n99:00:00 ■ completed 3.94 s" in lines[2]  # the error repeats it
+        for view in (tail.stdout, ran.stderr):  # run's progress: the same lines
+            assert not any(line.startswith("99:00:00") for line in view.splitlines()), view
 
     def test_a_plain_db_path_with_a_urls_marks_is_that_file(self, workdir: Path) -> None:
         """cli.md: a plain path is read as a SQLite file, '?' and '#' in it too (they were

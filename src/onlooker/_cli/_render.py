@@ -143,27 +143,34 @@ def summary_table(summary: ExecutionSummary) -> Table:
     return table
 
 
+def _one(text: str) -> str:
+    """``escape(text)`` with its newlines written out (``\\n``): an event's line stays one
+    line, so a recorded value cannot start a line that passes for another event."""
+    return escape(text.replace("\n", "\\n"))
+
+
 def event_line(event: ExecutionEvent) -> Text:
     """One line for one event, as ``audit tail`` and ``run``'s progress show it."""
     indent = "  " * event.attribution.depth
     match event:
         case ExecutionStarted():
-            body = f"▶ [b]{escape(event.program)}[/b] [dim]{escape(event.execution_id)}[/]"
+            body = f"▶ [b]{_one(event.program)}[/b] [dim]{_one(event.execution_id)}[/]"
         case ToolCallStarted():
-            body = f"  → [cyan]{escape(event.tool)}[/]({_lit(_args(event.args))})"
+            args = _args(event.args).replace("\n", "\\n")
+            body = f"  → [cyan]{_one(event.tool)}[/]({_lit(args)})"
         case ToolCallFinished():
-            body = f"  ← [cyan]{escape(event.tool)}[/] {_status(event.status)}"
+            body = f"  ← [cyan]{_one(event.tool)}[/] {_status(event.status)}"
             body += f" {ms(event.duration_ms)}"
             if event.error is not None:
-                body += f" [red]{escape(event.error.message)}[/]"
+                body += f" [red]{_one(event.error.message)}[/]"
         case InteractionStarted():
-            body = f"  [magenta]? {escape(event.message)}[/]"
+            body = f"  [magenta]? {_one(event.message)}[/]"
         case InteractionResolved():
             body = f"  [magenta]![/] {_status(event.status)}"
         case ExecutionFinished():
             body = f"■ {_status(event.status)} {ms(event.duration_ms)}"
             if event.error is not None:
-                body += f" [red]{escape(event.error.type)}: {escape(event.error.message)}[/]"
+                body += f" [red]{_one(event.error.type)}: {_one(event.error.message)}[/]"
         case _:
             assert_never(event)
     stamp = event.at.strftime("%H:%M:%S")
