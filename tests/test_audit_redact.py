@@ -658,6 +658,55 @@ class TestKeys:
         for odd in (None, 5, "text", ["a", {1: "x"}], {"password": None}):
             redactor.learn(odd)  # anything JSON, anywhere: nothing to learn, no error
 
+    @pytest.mark.parametrize(
+        ("taught", "secret"),
+        [
+            ("export DB_PASSWORD=Zq8-vault-Pw-4417 && ./print-config.sh", "Zq8-vault-Pw-4417"),
+            ("mysql -u root --password=hunter2-xyz", "hunter2-xyz"),
+            ('{"password": "s3cr3t-pw-77"}', "s3cr3t-pw-77"),
+            ("postgres://app:pg-pw-9931@db:5432/app", "pg-pw-9931"),
+        ],
+    )
+    def test_a_value_a_rule_knew_by_its_name_is_scrubbed_wherever_it_shows_up(
+        self, taught: str, secret: str
+    ) -> None:
+        """A tool's output echoes what its command was given: the value a rule replaced
+        because of what stands around it is learned, as a value under a secret key is,
+        also when the echo comes first in the value."""
+        for value in (
+            {"command": taught, "stdout": f"db.password_is {secret}"},
+            {"stdout": f"db.password_is {secret}", "command": taught},
+        ):
+            redacted = Redactor(environ={}).redact(value)
+            assert secret not in json.dumps(redacted), redacted
+            assert redacted["stdout"] == "db.password_is [REDACTED:secret_field]"
+        assert Redactor(environ={}, learn_secrets=False).redact(value)["stdout"] == (
+            f"db.password_is {secret}"
+        )
+
+    def test_each_value_of_a_run_is_learned_but_never_a_marker_a_word_or_a_path(self) -> None:
+        redactor = Redactor(environ={})
+        assert redactor.redact_text("A_TOKEN=abcd-1234 B_SECRET=efgh.5678 cmd") == (
+            "A_TOKEN=[REDACTED:env] B_SECRET=[REDACTED:env] cmd"
+        )
+        assert redactor.learned == 2
+        assert redactor.redact_text("efgh.5678, abcd-1234") == (
+            "[REDACTED:secret_field], [REDACTED:secret_field]"
+        )
+        taught_nothing = (
+            "DB_PASSWORD=[REDACTED:env]",  # redacted already
+            "ghp_" + "a" * 36,  # a token known by its shape, wherever it is
+            "f(password=password)",  # code: the word would go from every later text
+            "login(token=access_token)",
+            "GOOGLE_CREDENTIALS=/run/secrets/key.json",  # a path: evidence
+        )
+        for text in taught_nothing:
+            assert "[REDACTED:" in redactor.redact_text(text)
+        assert redactor.learned == 2
+        assert redactor.redact_text("the password, access_token and /run/secrets/key.json") == (
+            "the password, access_token and /run/secrets/key.json"
+        )
+
     def test_values_under_secret_keys_are_replaced_whole(self, redactor: Redactor) -> None:
         value = {
             "password": "hunter2",

@@ -217,3 +217,26 @@ def test_a_value_under_a_secret_key_of_the_input_is_scrubbed_from_the_result(
     everything = b"\n".join(p.read_bytes() for p in (tmp_path / "audit").rglob("*") if p.is_file())
     assert secret.encode() not in everything
     assert b"with [REDACTED:" in everything and b"bad password [REDACTED:" in everything
+
+
+def test_a_value_a_rule_redacted_in_the_command_is_scrubbed_from_its_output(
+    tmp_path: Path,
+) -> None:
+    """A Bash command gives a password by its name; the output echoes it bare."""
+    secret = "Zq8-vault-Pw-4417"
+    hook = Hook(tmp_path / "audit")
+    command = {"command": f"export DB_PASSWORD={secret} && ./print-config.sh"}
+    call = {
+        "session_id": "echoed",
+        "transcript_path": "/t",
+        "cwd": "/w",
+        "tool_name": "Bash",
+        "tool_input": command,
+        "tool_use_id": "t1",
+    }
+    hook({**call, "hook_event_name": "PreToolUse"})
+    output = {"stdout": f"db.user=app\ndb.password_is {secret}\n", "stderr": ""}
+    hook({**call, "hook_event_name": "PostToolUse", "tool_response": output})
+    everything = b"\n".join(p.read_bytes() for p in (tmp_path / "audit").rglob("*") if p.is_file())
+    assert secret.encode() not in everything
+    assert b"db.password_is [REDACTED:" in everything

@@ -141,6 +141,17 @@ class TestRedactionBeforeRows:
         assert all(secret not in item.body for item in ready)
         assert dead.count == 0
 
+    def test_a_value_a_rule_redacted_is_scrubbed_from_the_batchs_other_events(
+        self, tmp_path: Path
+    ) -> None:
+        """The screen passed the echo (no hint of a secret in it); the command taught it."""
+        secret = "Zq8-vault-Pw-4417"
+        echoed = call(1, result={"stdout": f"db.password_is {secret}"})
+        teaching = started(2, {"command": f"export DB_PASSWORD={secret} && ./run"})
+        dead = DeadLetters([tmp_path / "dead.jsonl"], logging.getLogger("test"))
+        ready = Scrubber(None, 1000).prepare([echoed, teaching], dead)
+        assert [secret in item.body for item in ready] == [False, False]
+
     def test_a_secret_learned_later_reaches_events_the_screen_had_passed(
         self, tmp_path: Path
     ) -> None:

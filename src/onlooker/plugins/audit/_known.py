@@ -30,6 +30,33 @@ LEARNED_MARKER: Final = marker("secret_field")
 _ENVIRONMENT: Final = marker("environment")
 _MAX_LEARNED: Final = 256  # the most recent values learned are kept
 _LOOP_KNOWN: Final = 8  # known secrets searched one by one up to this many, then by one regex
+_MARKER: Final = r"\[REDACTED:[A-Za-z0-9_.:-]+\]"
+_markers: re.Pattern[str] | None = None
+_NOT_IN_SECRETS: Final = tuple(" \t\r\n\"'`()[]{}<>,;\\")  # never in a learned value
+
+
+def _looks_secret(value: str) -> bool:
+    """Whether a value a rule replaced may be learned: eight characters or more, letters
+    and digits both, no blank, quote or bracket, and not a path. A rule also replaces code
+    (``password=pwd``, ``token = "Please``) and file names (``KEY_FILE=/run/key.pem``);
+    learned, those would be scrubbed from every later text."""
+    return (
+        len(value) >= 8
+        and value[0] not in "/~.$="
+        and not any(mark in value for mark in _NOT_IN_SECRETS)
+        and any(c.isdigit() for c in value)
+        and any(c.isalpha() for c in value)
+    )
+
+
+def _split_at_markers(text: str) -> list[str]:
+    """``text`` split at the redaction markers it holds (``[REDACTED:env]``)."""
+    global _markers
+    if _markers is None:
+        import re
+
+        _markers = re.compile(_MARKER)
+    return _markers.split(text)
 
 
 @final
@@ -103,6 +130,34 @@ class KnownSecrets:
                 del self._learned_values[next(iter(self._learned_values))]
             self._index()
             self.learned += 1
+
+    def learn_replaced(self, whole: str, replaced: str) -> None:
+        """Remember what a rule replaced by its markers in ``whole`` (the text it matched),
+        when the rule knew it by what stands around it (``DB_PASSWORD=`` before it): a token
+        a rule knows by its own shape is found wherever it shows up, and is not kept."""
+        if whole == replaced:
+            return  # a value redacted already (DB_PASSWORD=[REDACTED:env])
+        pieces = _split_at_markers(replaced)
+        if len(pieces) < 2 or pieces == ["", ""]:
+            return  # no marker (a replacement of the user's own), or the whole match replaced
+        first, last = pieces[0], pieces[-1]
+        start, stop = len(first), len(whole) - len(last)
+        if start > stop or not whole.startswith(first) or not whole.endswith(last):
+            return
+        for between in pieces[1:-1]:
+            found = whole.find(between, start + 1, stop) if between else -1
+            if found < 0:  # two markers side by side: where one secret ends is not known
+                return
+            self._learn_part(whole[start:found])
+            start = found + len(between)
+        self._learn_part(whole[start:stop])
+
+    def _learn_part(self, part: str) -> None:
+        if "[REDACTED:" in part:  # a marker another rule wrote
+            return
+        for value in (part, part.partition(":")[2]):  # user:password (a URL's, Basic auth)
+            if _looks_secret(value):
+                self.learn(value)
 
     def _index(self) -> None:
         known = dict.fromkeys(self._learned_values, LEARNED_MARKER)

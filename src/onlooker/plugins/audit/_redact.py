@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from typing import Any, Final, final
 
     from ._screen import RuleHints, Screen
+    from ._secrets import Replacement
 else:
 
     def final(cls: type) -> type:
@@ -95,7 +96,9 @@ class Redactor:
     ``learn_secrets``, a string of six or more characters seen under a
     secret key is remembered (the most recent 256) and scrubbed wherever it
     shows up later, as a tool that echoes its password in a result or an
-    error message.
+    error message; so is a value a rule replaced because of the name before
+    it (``DB_PASSWORD=...``) when it looks like a secret (eight characters
+    or more, letters and digits, no blank, quote or bracket, not a path).
 
     The interface other stores rely on: :meth:`redact`, :meth:`redact_event`,
     :meth:`redact_text`, :meth:`learn`, :meth:`is_secret_key`, :meth:`shorten_path`,
@@ -155,6 +158,7 @@ class Redactor:
         self._keys: dict[str, tuple[bool, str]] = {}
         self.learn_secrets: Final = learn_secrets
         self._known: Final = KnownSecrets(os.environ if environ is None else environ)
+        self._learning: dict[Rule, Replacement] = {}
         self._screen: Screen | None = None
         self._rule_hints_of_texts: RuleHints | None = None
 
@@ -237,7 +241,7 @@ class Redactor:
     def redact_text(self, text: str) -> str:
         """One string with every rule applied (and paths shortened, when asked)."""
         for rule in self._rules_needed(text):
-            text = rule.apply(text)
+            text = rule.pattern.sub(self._replacement(rule), text)
         if self._known and self._known.has(text):
             text = self._known.scrub(text)
         if self.shorten_paths:
@@ -266,6 +270,22 @@ class Redactor:
         return self._paths.shorten_path(path)
 
     # -- walk --------------------------------------------------------------------
+
+    def _replacement(self, rule: Rule) -> Replacement:
+        """``rule``'s replacement, learning what it replaces (with ``learn_secrets``)."""
+        if not self.learn_secrets:
+            return rule.replace
+        learning = self._learning.get(rule)
+        if learning is None:
+            replace, learn = rule.replace, self._known.learn_replaced
+
+            def learning(match: re.Match[str]) -> str:
+                replaced = replace(match)
+                learn(match.group(0), replaced)
+                return replaced
+
+            self._learning[rule] = learning
+        return learning
 
     def _event(self, event: dict[str, Any], max_chars: int | None) -> dict[str, Any]:
         out: dict[str, Any] | None = None
