@@ -1377,6 +1377,56 @@ class TestApprovals:
         check_stream(recorder.events)
 
 
+class TestApprovalsOfRunsWithTheSameCallIds:
+    @pytest.mark.parametrize("processor", [True, False])
+    async def test_each_resume_answers_its_own_paused_run(
+        self, check_stream: Check, processor: bool
+    ) -> None:
+        """Two runs paused on the same call id (a model numbering its calls) are told apart
+        by their trace: each decision lands in its own execution, which the resume finishes.
+        The SDK resumes a state in the trace of the run it interrupted, with or without
+        onlooker's tracing processor."""
+        ran: list[int] = []
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            if processor:
+                set_trace_processors([OnlookerTracingProcessor(engine)])
+            hooks, guard = OnlookerRunHooks(engine), tool_guardrail(engine)
+            pay = approved_pay(guard, ran)
+
+            def payer(name: str, amount: int) -> Agent[Any]:
+                model = ScriptedModel(
+                    [
+                        [function_call("pay", {"amount": amount}, call_id="call_1")],
+                        [assistant_message(name)],
+                    ]
+                )
+                return Agent(name=name, model=model, tools=[pay])
+
+            alice, bob = payer("alice", 100), payer("bob", 200)
+            first = await Runner.run(alice, "pay", hooks=hooks)
+            second = await Runner.run(bob, "pay", hooks=hooks)
+            await asyncio.sleep(0)
+            rejected = second.to_state()
+            [item] = second.interruptions
+            rejected.reject(item, rejection_message="no")
+            await Runner.run(bob, rejected, hooks=hooks)
+            approved = first.to_state()
+            [item] = first.interruptions
+            approved.approve(item)
+            await Runner.run(alice, approved, hooks=hooks)
+            ends = recorder.of(ExecutionFinished)
+
+        check_stream(recorder.events)
+        assert ran == [100]
+        programs = {e.execution_id: e.program for e in recorder.of(ExecutionStarted)}
+        assert sorted(programs.values()) == ["alice", "bob"]
+        assert sorted(e.status for e in ends) == ["completed", "completed"]
+        answers = {programs[r.execution_id]: r.status for r in recorder.of(InteractionResolved)}
+        assert answers == {"alice": "accepted", "bob": "declined"}
+
+
 class TestHandoff:
     async def test_a_handoff_continues_the_same_execution(self, check_stream: Check) -> None:
         recorder = RecordingObserver()

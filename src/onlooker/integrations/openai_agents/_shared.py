@@ -21,7 +21,14 @@ from agents import Agent, RunContextWrapper
 from agents.exceptions import AgentsException
 from agents.tool import default_tool_timeout_error_message
 from agents.tool_context import ToolContext
-from agents.tracing import AgentSpanData, FunctionSpanData, Span, get_current_span
+from agents.tracing import (
+    AgentSpanData,
+    FunctionSpanData,
+    Span,
+    get_current_span,
+    get_current_trace,
+)
+from agents.tracing.traces import NoOpTrace
 
 from onlooker import ErrorInfo, HookAbortError
 
@@ -117,6 +124,7 @@ class Run:
         "parent",
         "requested",
         "state",
+        "trace",
         "trace_id",
         "track",
         "turn_error",
@@ -137,6 +145,7 @@ class Run:
         self.agent = agent  # the agent whose `on_agent_end` finishes the run
         self.agent_span_id: str | None = None
         self.trace_id: str | None = None  # the agent span's: the next agent's span shares it
+        self.trace: str | None = None  # the trace it began in: a resume of its state runs in it
         self.handoff = False
         self.handing_off: str | None = None  # the span of the agent that handed off
         self.aborted = False  # a pre-hook's ABORT: every later call of the run is refused
@@ -255,6 +264,7 @@ class State:
                 program or agent.name, trigger=_TRIGGER, input=turn_input, owner=owner
             )
         run = Run(self, key, track, agent, parent)
+        run.trace = _current_trace_id()
         self.runs[key] = run
         self.pinned[key[0]] = context.usage
         try:
@@ -284,6 +294,14 @@ class State:
             # holds (the SDK's record of the calls it made; SDK 0.24 internals).
             held = getattr(context, "_tool_invocations", {})
             ours = [run for run in decided if self.awaited(run).keys() <= held.keys()]
+            if len(ours) > 1:
+                # Runs whose models number their call ids (call_1 in each) have the same
+                # calls: the SDK resumes a state in the trace of the run it interrupted (the
+                # RunState keeps its trace id, serialized too), which tells them apart.
+                trace = _current_trace_id()
+                same = [run for run in ours if trace is not None and run.trace == trace]
+                if len(same) == 1:
+                    ours = same
             if len(ours) != 1:
                 logger.warning(
                     "Runner.run resumes one of %d paused runs onlooker cannot tell apart; "
@@ -566,6 +584,12 @@ def cancelling() -> bool:
     except RuntimeError:  # a span ended on a thread with no event loop
         return False
     return task is not None and task.cancelling() > 0
+
+
+def _current_trace_id() -> str | None:
+    """The current trace's id; ``None`` outside a trace or with tracing off (no-op)."""
+    trace = get_current_trace()
+    return None if trace is None or isinstance(trace, NoOpTrace) else trace.trace_id
 
 
 def _span_id(span: Span[Any]) -> str | None:
