@@ -279,7 +279,11 @@ class TestApi:
                 )
                 assert isinstance(asked, str) and asked
                 await run.interaction_resolved(asked, "accepted", {"allow": True})
-                named = await run.interaction_started("Deploy?", interaction_id="perm-1")
+                with records_nothing(recorder), pytest.raises(ValueError, match="mode"):
+                    await run.interaction_started("x", mode="later")  # type: ignore[arg-type]
+                named = await run.interaction_started(
+                    "Deploy?", interaction_id="perm-1", mode="paused"
+                )
                 assert named == "perm-1"
                 await run.interaction_resolved("perm-1", "declined")
                 open_one = await run.interaction_started("x", interaction_id="bad-status")
@@ -295,6 +299,7 @@ class TestApi:
         )
         assert first.requested_schema == {"type": "object"}
         assert second.interaction_id == "perm-1" and second.requested_schema is None
+        assert second.mode == "paused"  # the framework resumes the run for the answer
         statuses = [
             (e.interaction_id, e.status, e.response) for e in recorder.of(InteractionResolved)
         ]

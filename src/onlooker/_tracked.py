@@ -25,6 +25,7 @@ from ._events import (
     Attribution,
     ErrorInfo,
     ExecutionStatus,
+    InteractionMode,
     InteractionStatus,
     Trigger,
     child_attribution,
@@ -41,6 +42,7 @@ __all__ = ["TrackedExecution", "TrackedToolCall"]
 
 _EXECUTION_STATUSES: Final = frozenset(get_args(ExecutionStatus))
 _INTERACTION_STATUSES: Final = frozenset(get_args(InteractionStatus))
+_INTERACTION_MODES: Final = frozenset(get_args(InteractionMode))
 
 _State = Literal["new", "running", "finished"]
 EngineCallback = Callable[["TrackedExecution"], None]
@@ -344,10 +346,18 @@ class TrackedExecution:
         *,
         schema: Mapping[str, Any] | None = None,
         interaction_id: str | None = None,
+        mode: InteractionMode = "inline",
     ) -> str:
-        """Record a question to a person (a permission prompt, ...); returns its id."""
+        """Record a question to a person (a permission prompt, ...); returns its id.
+
+        ``mode`` is ``inline`` when the framework waits for the answer (a callback
+        that asks), ``paused`` when the run stops and a later run takes the answer
+        (an approval the framework resumes from saved state).
+        """
+        if mode not in _INTERACTION_MODES:
+            raise ValueError(f"mode must be 'inline' or 'paused', not {mode!r}")
         self._require_running("record a question", interaction_id=interaction_id)
-        return self._questions.ask(message, schema, interaction_id)
+        return self._questions.ask(message, schema, interaction_id, mode)
 
     async def interaction_resolved(
         self,

@@ -7,7 +7,7 @@ from typing import Any, final
 
 from ._emitter import CANCELLED, Emitter
 from ._errors import TrackingError
-from ._events import ErrorInfo, InteractionStatus
+from ._events import ErrorInfo, InteractionMode, InteractionStatus
 from ._tracked_checks import given_id
 
 __all__ = ["TrackedQuestions"]
@@ -28,7 +28,11 @@ class TrackedQuestions:
         return interaction_id in self._open
 
     def ask(
-        self, message: str, schema: Mapping[str, Any] | None, interaction_id: str | None
+        self,
+        message: str,
+        schema: Mapping[str, Any] | None,
+        interaction_id: str | None,
+        mode: InteractionMode = "inline",
     ) -> str:
         """Check and record a question (``InteractionStarted``); returns its id."""
         if not isinstance(message, str):
@@ -45,7 +49,7 @@ class TrackedQuestions:
             )
         self._open[interaction_id] = True
         self._emitter.interaction_started(
-            interaction_id=interaction_id, message=message, requested_schema=schema, mode="inline"
+            interaction_id=interaction_id, message=message, requested_schema=schema, mode=mode
         )
         return interaction_id
 

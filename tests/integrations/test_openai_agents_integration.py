@@ -1136,6 +1136,7 @@ class TestApprovals:
             assert not recorder.of(ExecutionFinished)
             asked = recorder.of(InteractionStarted)
             assert len(asked) == (1 if processor or before else 0)
+            assert all(question.mode == "paused" for question in asked)  # the run stopped
             assert len(recorder.of(ToolCallStarted)) == (1 if before else 0)
 
             state = result.to_state()

@@ -331,7 +331,9 @@ class State:
                 continue  # not decided yet: the SDK asks again
             run.requested.pop(call_id, None)
             approval = run.asked.pop(call_id, None) or Approval(
-                tool_name, await run.track.interaction_started(asks(tool_name, call_id)), None
+                tool_name,
+                await run.track.interaction_started(asks(tool_name, call_id), mode="paused"),
+                None,
             )
             await run.track.interaction_resolved(
                 approval.interaction_id,
@@ -356,7 +358,9 @@ class State:
         expires it, or the engine closes."""
         for call_id, tool_name in self.awaited(run).items():
             if call_id not in run.asked:
-                interaction_id = await run.track.interaction_started(asks(tool_name, call_id))
+                interaction_id = await run.track.interaction_started(
+                    asks(tool_name, call_id), mode="paused"
+                )
                 run.asked[call_id] = Approval(tool_name, interaction_id, None)
         self.engine._tracked_paused(run.track)
 
@@ -447,7 +451,9 @@ class State:
         run = entry.run
         entry.awaiting, entry.context = True, None
         run.calls[entry.call.tool_call_id] = entry
-        interaction_id = await run.track.interaction_started(asks(entry.tool_name, call_id))
+        interaction_id = await run.track.interaction_started(
+            asks(entry.tool_name, call_id), mode="paused"
+        )
         run.asked[call_id] = Approval(entry.tool_name, interaction_id, entry)
 
     def approved(self, entry: Call, context: ToolContext[Any]) -> None:
