@@ -707,6 +707,24 @@ class TestKeys:
             "the password, access_token and /run/secrets/key.json"
         )
 
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("ansible_ssh_pass: hunter2x", "ansible_ssh_pass: [REDACTED:secret_assignment]"),
+            ('db_pass = "Zq8-pw"', 'db_pass = "[REDACTED:secret_assignment]"'),
+            ("SMTP_PASS: x9y8z7", "SMTP_PASS: [REDACTED:secret_assignment]"),
+            ("bypass: yes", None),
+            ("compass: north", None),
+            ("pass_through: true", None),
+            ("first_pass = compute()", None),
+        ],
+    )
+    def test_a_name_that_ends_in_the_word_pass(
+        self, redactor: Redactor, text: str, expected: str | None
+    ) -> None:
+        """Ansible's ``ansible_become_pass``, ``DB_PASS``: "pass" as the name's last word."""
+        assert redactor.redact_text(text) == (text if expected is None else expected)
+
     def test_values_under_secret_keys_are_replaced_whole(self, redactor: Redactor) -> None:
         value = {
             "password": "hunter2",
@@ -737,14 +755,16 @@ class TestKeys:
         "key",
         ["password", "DB_PASSWORD", "passphrase", "secret", "api_key", "apikey", "x-api-key",
          "AccessKey", "private_key", "authorization", "Cookie", "credentials", "auth",
-         "token", "refresh_token", "sessionToken"],
+         "token", "refresh_token", "sessionToken", "db_pass", "ansible_become_pass"],
     )  # fmt: skip
     def test_secret_key_names(self, redactor: Redactor, key: str) -> None:
         assert redactor.is_secret_key(key)
 
     @pytest.mark.parametrize(
-        "key", ["path", "author", "max_tokens", "tokenizer", "keyboard", "monkey", "oauth_url"]
-    )
+        "key",
+        ["path", "author", "max_tokens", "tokenizer", "keyboard", "monkey", "oauth_url",
+         "bypass", "pass_through", "pass"],
+    )  # fmt: skip
     def test_ordinary_key_names(self, redactor: Redactor, key: str) -> None:
         assert not redactor.is_secret_key(key)
 

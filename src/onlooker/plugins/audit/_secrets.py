@@ -186,7 +186,9 @@ def _redact_env_value(match: re.Match[str]) -> str:
 # name made of many: "token_token_...").
 _SECRET_NAME = (
     r"(?=[A-Za-z0-9_.-]*?(?i:pass(?:word|wd|phrase)|secret|api[_-]?key|access[_-]?key"
-    r"|private[_-]?key|credentials?|token(?![a-z]|_(?:count|usage|limit|budget|type))))"
+    r"|private[_-]?key|credentials?|token(?![a-z]|_(?:count|usage|limit|budget|type))"
+    # ... or a name that ends in a word "pass" (ansible_become_pass, DB_PASS; not bypass)
+    r"|(?<=[_.-])pass(?![A-Za-z0-9_.-])))"
     r"[A-Za-z0-9_.-]++"
 )
 # What is assigned is not a secret when it is code or a placeholder: a call,
@@ -272,7 +274,7 @@ def _redact_group(match: re.Match[str], rule: str, groups: tuple[str, ...]) -> s
 _START = r"(?:(?<![A-Za-z0-9])|(?<=\\[ntr]))"
 
 _NAME_HINTS = (
-    "passw", "passphrase", "secret", "token", "api_key", "api-key", "apikey",
+    "passw", "passphrase", "_pass", "secret", "token", "api_key", "api-key", "apikey",
     "access_key", "access-key", "accesskey", "private_key", "private-key", "privatekey",
     "credential",
 )  # fmt: skip
@@ -669,7 +671,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
 
 DEFAULT_SECRET_KEYS: Final = (
     r"password|passwd|passphrase|secret|api_?key|apikey|access_?key|private_?key"
-    r"|authori[sz]ation|cookie|credential|session_?token|(?:^|_)auth(?:$|_)"
+    r"|authori[sz]ation|cookie|credential|session_?token|(?:^|_)auth(?:$|_)|_pass$"
     r"|token(?![a-z]|_(?:count|usage|limit|budget|type))"
 )
 """Key names whose values are secrets, searched in the key lower-cased with ``-`` as ``_``."""
