@@ -659,55 +659,6 @@ class TestKeys:
             redactor.learn(odd)  # anything JSON, anywhere: nothing to learn, no error
 
     @pytest.mark.parametrize(
-        ("taught", "secret"),
-        [
-            ("export DB_PASSWORD=Zq8-vault-Pw-4417 && ./print-config.sh", "Zq8-vault-Pw-4417"),
-            ("mysql -u root --password=hunter2-xyz", "hunter2-xyz"),
-            ('{"password": "s3cr3t-pw-77"}', "s3cr3t-pw-77"),
-            ("postgres://app:pg-pw-9931@db:5432/app", "pg-pw-9931"),
-        ],
-    )
-    def test_a_value_a_rule_knew_by_its_name_is_scrubbed_wherever_it_shows_up(
-        self, taught: str, secret: str
-    ) -> None:
-        """A tool's output echoes what its command was given: the value a rule replaced
-        because of what stands around it is learned, as a value under a secret key is,
-        also when the echo comes first in the value."""
-        for value in (
-            {"command": taught, "stdout": f"db.password_is {secret}"},
-            {"stdout": f"db.password_is {secret}", "command": taught},
-        ):
-            redacted = Redactor(environ={}).redact(value)
-            assert secret not in json.dumps(redacted), redacted
-            assert redacted["stdout"] == "db.password_is [REDACTED:secret_field]"
-        assert Redactor(environ={}, learn_secrets=False).redact(value)["stdout"] == (
-            f"db.password_is {secret}"
-        )
-
-    def test_each_value_of_a_run_is_learned_but_never_a_marker_a_word_or_a_path(self) -> None:
-        redactor = Redactor(environ={})
-        assert redactor.redact_text("A_TOKEN=abcd-1234 B_SECRET=efgh.5678 cmd") == (
-            "A_TOKEN=[REDACTED:env] B_SECRET=[REDACTED:env] cmd"
-        )
-        assert redactor.learned == 2
-        assert redactor.redact_text("efgh.5678, abcd-1234") == (
-            "[REDACTED:secret_field], [REDACTED:secret_field]"
-        )
-        taught_nothing = (
-            "DB_PASSWORD=[REDACTED:env]",  # redacted already
-            "ghp_" + "a" * 36,  # a token known by its shape, wherever it is
-            "f(password=password)",  # code: the word would go from every later text
-            "login(token=access_token)",
-            "GOOGLE_CREDENTIALS=/run/secrets/key.json",  # a path: evidence
-        )
-        for text in taught_nothing:
-            assert "[REDACTED:" in redactor.redact_text(text)
-        assert redactor.learned == 2
-        assert redactor.redact_text("the password, access_token and /run/secrets/key.json") == (
-            "the password, access_token and /run/secrets/key.json"
-        )
-
-    @pytest.mark.parametrize(
         ("text", "expected"),
         [
             ("ansible_ssh_pass: hunter2x", "ansible_ssh_pass: [REDACTED:secret_assignment]"),
@@ -1059,3 +1010,122 @@ async def test_no_secret_reaches_any_byte_on_disk(tmp_path: Path) -> None:
     assert b'"private":"/etc/shadow-backup"' in everything  # paths are evidence: kept
     for rule in {rule for rule, _, _ in SHAPES} | {"secret_field"}:
         assert f"[REDACTED:{rule}]".encode() in everything, rule
+
+
+class TestLearnedFromRules:
+    """What a rule replaced is learned when it is a secret: quoted, and only after a secret name."""
+
+    @pytest.mark.parametrize(
+        "command",
+        [
+            'export DB_PASSWORD="Zq8vaultPw4417"; psql -h db',
+            "export DB_PASSWORD='Zq8vaultPw4417' && ./run",
+            'DB_PASSWORD="Zq8vaultPw4417" ./migrate',
+            './cli login --password "Zq8vaultPw4417"',
+            "./cli login --password='Zq8vaultPw4417'",
+        ],
+    )
+    def test_a_quoted_value_is_learned_without_its_quotes(self, command: str) -> None:
+        redactor = Redactor(environ={})
+        assert "Zq8vaultPw4417" not in redactor.redact_text(command)
+        assert redactor.redact_text("connected as Zq8vaultPw4417") == (
+            "connected as [REDACTED:secret_field]"
+        )
+
+    def test_an_assignment_that_names_no_secret_teaches_nothing(self) -> None:
+        redactor = Redactor(environ={})
+        commands = (
+            "GIT_COMMIT=3f2a1b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a make release",
+            "LANG=en_US.UTF-8 sort names.txt",
+            "export BASE_URL=https://api.example.com/v1",
+            "TARGET=x86_64-unknown-linux-gnu cargo build",
+            "REQUEST_ID=7c9e6679-7425-40de-944b-e07fc1c9b7e3 ./replay",
+        )
+        for command in commands:
+            assert "[REDACTED:env]" in redactor.redact_text(command)
+        assert redactor.learned == 0
+        later = (
+            "target/x86_64-unknown-linux-gnu/release at 3f2a1b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a"
+        )
+        assert redactor.redact_text(later) == later
+        assert redactor.redact_text("API_TOKEN=abcd-1234 make") == "API_TOKEN=[REDACTED:env] make"
+        assert redactor.learned == 1
+
+    @pytest.mark.parametrize(
+        ("taught", "secret"),
+        [
+            ("export DB_PASSWORD=Zq8-vault-Pw-4417 && ./print-config.sh", "Zq8-vault-Pw-4417"),
+            ("mysql -u root --password=hunter2-xyz", "hunter2-xyz"),
+            ('{"password": "s3cr3t-pw-77"}', "s3cr3t-pw-77"),
+            ("postgres://app:pg-pw-9931@db:5432/app", "pg-pw-9931"),
+        ],
+    )
+    def test_a_value_a_rule_knew_by_its_name_is_scrubbed_wherever_it_shows_up(
+        self, taught: str, secret: str
+    ) -> None:
+        """A tool's output echoes what its command was given: the value a rule replaced
+        because of what stands around it is learned, as a value under a secret key is,
+        also when the echo comes first in the value."""
+        for value in (
+            {"command": taught, "stdout": f"db.password_is {secret}"},
+            {"stdout": f"db.password_is {secret}", "command": taught},
+        ):
+            redacted = Redactor(environ={}).redact(value)
+            assert secret not in json.dumps(redacted), redacted
+            assert redacted["stdout"] == "db.password_is [REDACTED:secret_field]"
+        assert Redactor(environ={}, learn_secrets=False).redact(value)["stdout"] == (
+            f"db.password_is {secret}"
+        )
+
+    def test_each_value_of_a_run_is_learned_but_never_a_marker_a_word_or_a_path(self) -> None:
+        redactor = Redactor(environ={})
+        assert redactor.redact_text("A_TOKEN=abcd-1234 B_SECRET=efgh.5678 cmd") == (
+            "A_TOKEN=[REDACTED:env] B_SECRET=[REDACTED:env] cmd"
+        )
+        assert redactor.learned == 2
+        assert redactor.redact_text("efgh.5678, abcd-1234") == (
+            "[REDACTED:secret_field], [REDACTED:secret_field]"
+        )
+        taught_nothing = (
+            "DB_PASSWORD=[REDACTED:env]",  # redacted already
+            "ghp_" + "a" * 36,  # a token known by its shape, wherever it is
+            "f(password=password)",  # code: the word would go from every later text
+            "login(token=access_token)",
+            "GOOGLE_CREDENTIALS=/run/secrets/key.json",  # a path: evidence
+        )
+        for text in taught_nothing:
+            assert "[REDACTED:" in redactor.redact_text(text)
+        assert redactor.learned == 2
+        assert redactor.redact_text("the password, access_token and /run/secrets/key.json") == (
+            "the password, access_token and /run/secrets/key.json"
+        )
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            (
+                '{"command": "export API_TOKEN=\\"Zq8vaultPw4417\\""}',
+                '{"command": "export API_TOKEN=[REDACTED:env]"}',
+            ),
+            (
+                '{"command": "DB_PASSWORD=\\"Zq8vaultPw4417\\" ./migrate"}',
+                '{"command": "DB_PASSWORD=[REDACTED:env] ./migrate"}',
+            ),
+        ],
+    )
+    def test_a_value_quoted_inside_a_json_string(self, text: str, expected: str) -> None:
+        """A command held in JSON text (a transcript, a payload in a log): the escaped quotes
+        are the value's; the value after the first of them was kept."""
+        redactor = Redactor(environ={})
+        assert redactor.redact_text(text) == expected
+        assert redactor.redact_text("echo Zq8vaultPw4417") == "echo [REDACTED:secret_field]"
+
+    def test_learning_many_values_at_once_stays_linear(self) -> None:
+        """Each value learned rebuilt the known values' pattern: 4,000 assignments in one
+        text took 14 s. No timing is asserted; a quadratic learner makes this test slow."""
+        text = "\n".join(f"API_TOKEN_{n}=v{n:05d}-secret-value" for n in range(4000))
+        redactor = Redactor(environ={})
+        redacted = redactor.redact_text(text)
+        assert "secret-value" not in redacted
+        assert redactor.learned == 4000
+        assert redactor.redact_text("v03998-secret-value") == "[REDACTED:secret_field]"

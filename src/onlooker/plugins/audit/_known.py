@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from onlooker._shared import json_dumps
 
-from ._secrets import is_secret_variable, marker
+from ._secrets import is_secret_name, is_secret_variable, marker
 
 TYPE_CHECKING = False  # not typing's: the hook imports this module
 if TYPE_CHECKING:
@@ -37,16 +37,30 @@ _NOT_IN_SECRETS: Final = tuple(" \t\r\n\"'`()[]{}<>,;\\")  # never in a learned 
 
 def _looks_secret(value: str) -> bool:
     """Whether a value a rule replaced may be learned: eight characters or more, letters
-    and digits both, no blank, quote or bracket, and not a path. A rule also replaces code
-    (``password=pwd``, ``token = "Please``) and file names (``KEY_FILE=/run/key.pem``);
-    learned, those would be scrubbed from every later text."""
+    and digits both, no blank, quote or bracket, not a path, a URL or a snake_case name. A
+    rule also replaces code (``password=pwd``, ``token = "Please``, ``allow_s3_credentials``)
+    and file names (``KEY_FILE=/run/key.pem``); learned, those would be scrubbed from every
+    later text."""
     return (
         len(value) >= 8
         and value[0] not in "/~.$="
         and not any(mark in value for mark in _NOT_IN_SECRETS)
         and any(c.isdigit() for c in value)
         and any(c.isalpha() for c in value)
+        and "://" not in value  # a URL (token_url: https://...)
+        and not ("_" in value and value.isidentifier() and value.islower())  # s3_credentials
     )
+
+
+def _names_secret(before: str) -> bool:
+    """Whether the text before a value ends with a secret-named ``NAME=`` (``DB_PASSWORD=``)."""
+    if not before.endswith("="):
+        return False
+    name = before[:-1]
+    start = len(name)
+    while start and (name[start - 1].isalnum() or name[start - 1] == "_"):
+        start -= 1
+    return is_secret_name(name[start:])
 
 
 def _split_at_markers(text: str) -> list[str]:
@@ -79,18 +93,30 @@ class KnownSecrets:
         self._order: tuple[str, ...] = ()  # longest first
         self._pattern: re.Pattern[str] | None = None
         self._escaped: tuple[bytes, ...] | None = None
-        self.longest = 0
-        """The length of the longest known value."""
+        self._longest = 0
         self._index()
 
     def __bool__(self) -> bool:
+        if self._stale:
+            self._index()
         return bool(self._order)
 
     def __len__(self) -> int:
+        if self._stale:
+            self._index()
         return len(self._order)
+
+    @property
+    def longest(self) -> int:
+        """The length of the longest known value."""
+        if self._stale:
+            self._index()
+        return self._longest
 
     def has(self, text: str) -> bool:
         """Whether some known value occurs in ``text``."""
+        if self._stale:
+            self._index()
         pattern = self._pattern
         if pattern is not None:
             return pattern.search(text) is not None
@@ -98,6 +124,8 @@ class KnownSecrets:
 
     def scrub(self, text: str) -> str:
         """``text`` with every known value replaced by its marker, longest first."""
+        if self._stale:
+            self._index()
         pattern = self._pattern
         if pattern is not None:
             known = self._known
@@ -109,6 +137,8 @@ class KnownSecrets:
 
     def escaped(self) -> tuple[bytes, ...]:
         """Each known value as it appears inside a JSON string in UTF-8 (for a scan of JSON)."""
+        if self._stale:
+            self._index()
         escaped = self._escaped
         if escaped is None:
             escaped = self._escaped = tuple(
@@ -124,17 +154,24 @@ class KnownSecrets:
         elif type(value) is list:
             for item in value:
                 self.learn(item)
-        elif type(value) is str and len(value) >= 6 and value not in self._known:
+        elif (
+            type(value) is str
+            and len(value) >= 6
+            and value not in self._learned_values
+            and value not in self._environment
+        ):
             self._learned_values[value] = None
             if len(self._learned_values) > _MAX_LEARNED:
                 del self._learned_values[next(iter(self._learned_values))]
-            self._index()
+            self._stale = True  # indexed when next used: learning many at once stays linear
             self.learned += 1
 
-    def learn_replaced(self, whole: str, replaced: str) -> None:
+    def learn_replaced(self, whole: str, replaced: str, *, named: bool = False) -> None:
         """Remember what a rule replaced by its markers in ``whole`` (the text it matched),
         when the rule knew it by what stands around it (``DB_PASSWORD=`` before it): a token
-        a rule knows by its own shape is found wherever it shows up, and is not kept."""
+        a rule knows by its own shape is found wherever it shows up, and is not kept.
+        ``named``: the rule replaces every ``NAME=value`` (``env``), so a value is learned
+        only after a secret name (``DB_PASSWORD=``, not ``GIT_COMMIT=`` or ``LANG=``)."""
         if whole == replaced:
             return  # a value redacted already (DB_PASSWORD=[REDACTED:env])
         pieces = _split_at_markers(replaced)
@@ -144,17 +181,25 @@ class KnownSecrets:
         start, stop = len(first), len(whole) - len(last)
         if start > stop or not whole.startswith(first) or not whole.endswith(last):
             return
+        before = first
         for between in pieces[1:-1]:
             found = whole.find(between, start + 1, stop) if between else -1
             if found < 0:  # two markers side by side: where one secret ends is not known
                 return
-            self._learn_part(whole[start:found])
+            if not named or _names_secret(before):
+                self._learn_part(whole[start:found])
             start = found + len(between)
-        self._learn_part(whole[start:stop])
+            before = between
+        if not named or _names_secret(before):
+            self._learn_part(whole[start:stop])
 
     def _learn_part(self, part: str) -> None:
         if "[REDACTED:" in part:  # a marker another rule wrote
             return
+        if len(part) >= 4 and part.startswith('\\"') and part.endswith('\\"'):
+            part = part[2:-2]  # quoted inside a JSON string: X=\"...\"
+        elif len(part) >= 2 and part[0] == part[-1] and part[0] in "\"'":
+            part = part[1:-1]  # the quotes around a value are not the value's (X="...")
         for value in (part, part.partition(":")[2]):  # user:password (a URL's, Basic auth)
             if _looks_secret(value):
                 self.learn(value)
@@ -166,7 +211,8 @@ class KnownSecrets:
         self._order = tuple(sorted(known, key=len, reverse=True))
         self._pattern = None
         self._escaped = None
-        self.longest = len(self._order[0]) if self._order else 0
+        self._longest = len(self._order[0]) if self._order else 0
+        self._stale = False
         if len(self._order) > _LOOP_KNOWN:
             import re
 

@@ -96,9 +96,9 @@ class Redactor:
     ``learn_secrets``, a string of six or more characters seen under a
     secret key is remembered (the most recent 256) and scrubbed wherever it
     shows up later, as a tool that echoes its password in a result or an
-    error message; so is a value a rule replaced because of the name before
-    it (``DB_PASSWORD=...``) when it looks like a secret (eight characters
-    or more, letters and digits, no blank, quote or bracket, not a path).
+    error message; so is a value a rule replaced because of the secret name
+    before it (``DB_PASSWORD=...``) when it looks like a secret (eight
+    characters or more, letters and digits; not a path, a URL or code).
 
     The interface other stores rely on: :meth:`redact`, :meth:`redact_event`,
     :meth:`redact_text`, :meth:`learn`, :meth:`is_secret_key`, :meth:`shorten_path`,
@@ -278,10 +278,11 @@ class Redactor:
         learning = self._learning.get(rule)
         if learning is None:
             replace, learn = rule.replace, self._known.learn_replaced
+            named = rule.name == "env"  # every NAME=value: only a secret name's value is learned
 
             def learning(match: re.Match[str]) -> str:
                 replaced = replace(match)
-                learn(match.group(0), replaced)
+                learn(match.group(0), replaced, named=named)
                 return replaced
 
             self._learning[rule] = learning

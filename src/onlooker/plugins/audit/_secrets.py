@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_SECRET_KEYS",
     "ENVELOPE_FIELDS",
     "Rule",
+    "is_secret_name",
     "is_secret_variable",
     "marker",
     "truncate",
@@ -642,7 +643,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "env",
         r"""(?<![A-Za-z0-9_$])[A-Z][A-Z0-9_]*=(?!>|\[REDACTED:)"""
-        r"""(?P<secret>"(?:[^"\\]|\\.)*"|'[^']*'|""" + _ANYWHERE_UNQUOTED + ")",
+        r"""(?P<secret>"(?:[^"\\]|\\.)*"|'[^']*'|"""
+        # quoted inside a JSON string (a command in JSON text): X=\"...\", its escapes doubled
+        r"""\\"(?:[^"\\\n]|\\\\(?:\\\\|\\"|[^"\\\n]))*\\"|""" + _ANYWHERE_UNQUOTED + ")",
         _redact_env_value,
         hints=["="],
     ),
@@ -685,6 +688,12 @@ _VARIABLE_WORDS: Final = frozenset(
 _KEY_WORDS: Final = frozenset({"KEY", "SECRETKEY", "PRIVATEKEY", "ACCESSKEY"})
 
 
+def is_secret_name(name: str) -> bool:
+    """Whether a variable's name says it holds a secret (see :func:`is_secret_variable`)."""
+    words = name.upper().split("_")
+    return bool(_VARIABLE_WORDS.intersection(words)) or words[-1] in _KEY_WORDS
+
+
 def is_secret_variable(name: str, value: str) -> bool:
     """Whether an environment variable holds a secret worth scrubbing wherever it shows up.
 
@@ -695,9 +704,7 @@ def is_secret_variable(name: str, value: str) -> bool:
     more, and not a path (``GOOGLE_APPLICATION_CREDENTIALS=/path/key.json``
     names a file, it is not the secret).
     """
-    upper = name.upper()
-    words = upper.split("_")
-    if not (_VARIABLE_WORDS.intersection(words) or words[-1] in _KEY_WORDS):
+    if not is_secret_name(name):
         return False
     if len(value) < 8 or (len(value) < 16 and value.isalpha()):
         return False
