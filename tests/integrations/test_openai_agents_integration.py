@@ -32,6 +32,7 @@ from agents import (
     handoff,
     set_trace_processors,
     set_tracing_disabled,
+    trace,
 )
 from agents.exceptions import (
     InputGuardrailTripwireTriggered,
@@ -41,6 +42,7 @@ from agents.exceptions import (
     ToolInputGuardrailTripwireTriggered,
 )
 from agents.run_config import ToolExecutionConfig
+from agents.run_state import RunState
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 import onlooker
@@ -1378,14 +1380,26 @@ class TestApprovals:
         check_stream(recorder.events)
 
 
+def payer(name: str, amount: int, pay: FunctionTool) -> Agent[Any]:
+    """An agent whose model asks to pay ``amount`` as ``call_1``, as a model numbering its calls."""
+    model = ScriptedModel(
+        [
+            [function_call("pay", {"amount": amount}, call_id="call_1")],
+            [assistant_message(name)],
+        ]
+    )
+    return Agent(name=name, model=model, tools=[pay])
+
+
 class TestApprovalsOfRunsWithTheSameCallIds:
+    @pytest.mark.parametrize("serialized", [False, True])
     @pytest.mark.parametrize("processor", [True, False])
     async def test_each_resume_answers_its_own_paused_run(
-        self, check_stream: Check, processor: bool
+        self, check_stream: Check, processor: bool, serialized: bool
     ) -> None:
-        """Two runs paused on the same call id (a model numbering its calls) are told apart
-        by their trace: each decision lands in its own execution, which the resume finishes.
-        The SDK resumes a state in the trace of the run it interrupted, with or without
+        """Two runs paused on the same call id are told apart by their trace: each decision
+        lands in its own execution, which the resume finishes. The SDK resumes a state in
+        the trace of the run it interrupted (also from ``to_string``), with or without
         onlooker's tracing processor."""
         ran: list[int] = []
         recorder = RecordingObserver()
@@ -1395,26 +1409,18 @@ class TestApprovalsOfRunsWithTheSameCallIds:
                 set_trace_processors([OnlookerTracingProcessor(engine)])
             hooks, guard = OnlookerRunHooks(engine), tool_guardrail(engine)
             pay = approved_pay(guard, ran)
-
-            def payer(name: str, amount: int) -> Agent[Any]:
-                model = ScriptedModel(
-                    [
-                        [function_call("pay", {"amount": amount}, call_id="call_1")],
-                        [assistant_message(name)],
-                    ]
-                )
-                return Agent(name=name, model=model, tools=[pay])
-
-            alice, bob = payer("alice", 100), payer("bob", 200)
+            alice, bob = payer("alice", 100, pay), payer("bob", 200, pay)
             first = await Runner.run(alice, "pay", hooks=hooks)
             second = await Runner.run(bob, "pay", hooks=hooks)
             await asyncio.sleep(0)
-            rejected = second.to_state()
-            [item] = second.interruptions
+            rejected, approved = second.to_state(), first.to_state()
+            if serialized:
+                rejected = await RunState.from_string(bob, rejected.to_string())
+                approved = await RunState.from_string(alice, approved.to_string())
+            [item] = rejected.get_interruptions()
             rejected.reject(item, rejection_message="no")
             await Runner.run(bob, rejected, hooks=hooks)
-            approved = first.to_state()
-            [item] = first.interruptions
+            [item] = approved.get_interruptions()
             approved.approve(item)
             await Runner.run(alice, approved, hooks=hooks)
             ends = recorder.of(ExecutionFinished)
@@ -1426,6 +1432,34 @@ class TestApprovalsOfRunsWithTheSameCallIds:
         assert sorted(e.status for e in ends) == ["completed", "completed"]
         answers = {programs[r.execution_id]: r.status for r in recorder.of(InteractionResolved)}
         assert answers == {"alice": "accepted", "bob": "declined"}
+
+    async def test_a_resume_inside_another_runs_open_trace_is_not_taken_for_it(
+        self, check_stream: Check, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Resumed inside a trace still open, the SDK keeps that trace: the one alice began
+        in. Bob's rejection was recorded as alice's answer; now onlooker cannot tell, says
+        so, and records the resume as a new execution."""
+        ran: list[int] = []
+        recorder = RecordingObserver()
+        async with onlooker.ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            hooks, guard = OnlookerRunHooks(engine), tool_guardrail(engine)
+            pay = approved_pay(guard, ran)
+            alice, bob = payer("alice", 100, pay), payer("bob", 200, pay)
+            second = await Runner.run(bob, "pay", hooks=hooks)  # bob's trace of its own
+            with trace("session"):
+                first = await Runner.run(alice, "pay", hooks=hooks)
+                rejected = second.to_state()
+                [item] = rejected.get_interruptions()
+                rejected.reject(item, rejection_message="no")
+                with caplog.at_level(logging.WARNING, LOGGER):
+                    await Runner.run(bob, rejected, hooks=hooks)
+            assert first.interruptions
+            answered = {(r.execution_id, r.status) for r in recorder.of(InteractionResolved)}
+            assert answered == set()  # neither paused run took bob's rejection
+        check_stream(recorder.events)
+        assert "cannot tell apart" in caplog.text
+        assert ran == []
 
 
 class TestHandoff:

@@ -28,7 +28,7 @@ from agents.tracing import (
     get_current_span,
     get_current_trace,
 )
-from agents.tracing.traces import NoOpTrace
+from agents.tracing.traces import NoOpTrace, Trace
 
 from onlooker import ErrorInfo, HookAbortError
 
@@ -145,7 +145,7 @@ class Run:
         self.agent = agent  # the agent whose `on_agent_end` finishes the run
         self.agent_span_id: str | None = None
         self.trace_id: str | None = None  # the agent span's: the next agent's span shares it
-        self.trace: str | None = None  # the trace it began in: a resume of its state runs in it
+        self.trace: Trace | None = None  # the trace it began in: a resume of its state runs in it
         self.handoff = False
         self.handing_off: str | None = None  # the span of the agent that handed off
         self.aborted = False  # a pre-hook's ABORT: every later call of the run is refused
@@ -264,7 +264,7 @@ class State:
                 program or agent.name, trigger=_TRIGGER, input=turn_input, owner=owner
             )
         run = Run(self, key, track, agent, parent)
-        run.trace = _current_trace_id()
+        run.trace = _current_trace()
         self.runs[key] = run
         self.pinned[key[0]] = context.usage
         try:
@@ -298,8 +298,7 @@ class State:
                 # Runs whose models number their call ids (call_1 in each) have the same
                 # calls: the SDK resumes a state in the trace of the run it interrupted (the
                 # RunState keeps its trace id, serialized too), which tells them apart.
-                trace = _current_trace_id()
-                same = [run for run in ours if trace is not None and run.trace == trace]
+                same = [run for run in ours if _resumes_in_its_trace(run)]
                 if len(same) == 1:
                     ours = same
             if len(ours) != 1:
@@ -592,10 +591,24 @@ def cancelling() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-def _current_trace_id() -> str | None:
-    """The current trace's id; ``None`` outside a trace or with tracing off (no-op)."""
+def _current_trace() -> Trace | None:
+    """The current trace; ``None`` outside a trace or with tracing off (no-op)."""
     trace = get_current_trace()
-    return None if trace is None or isinstance(trace, NoOpTrace) else trace.trace_id
+    return None if trace is None or isinstance(trace, NoOpTrace) else trace
+
+
+def _resumes_in_its_trace(run: Run) -> bool:
+    """Whether the current trace is the one ``run`` began in, reattached by the SDK from the
+    state it resumes (another object with its id). The trace object itself is still
+    current when the resume runs inside a trace that was already open (the SDK then keeps
+    it): that trace may hold other paused runs and tells nothing."""
+    current = _current_trace()
+    return (
+        current is not None
+        and run.trace is not None
+        and current is not run.trace
+        and current.trace_id == run.trace.trace_id
+    )
 
 
 def _span_id(span: Span[Any]) -> str | None:
