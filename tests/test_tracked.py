@@ -279,8 +279,9 @@ class TestApi:
                 )
                 assert isinstance(asked, str) and asked
                 await run.interaction_resolved(asked, "accepted", {"allow": True})
-                with records_nothing(recorder), pytest.raises(ValueError, match="mode"):
-                    await run.interaction_started("x", mode="later")  # type: ignore[arg-type]
+                for mode in ("later", [], None):
+                    with records_nothing(recorder), pytest.raises(ValueError, match="mode"):
+                        await run.interaction_started("x", mode=mode)  # type: ignore[arg-type]
                 named = await run.interaction_started(
                     "Deploy?", interaction_id="perm-1", mode="paused"
                 )

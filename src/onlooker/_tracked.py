@@ -354,7 +354,7 @@ class TrackedExecution:
         that asks), ``paused`` when the run stops and a later run takes the answer
         (an approval the framework resumes from saved state).
         """
-        if mode not in _INTERACTION_MODES:
+        if not isinstance(mode, str) or mode not in _INTERACTION_MODES:
             raise ValueError(f"mode must be 'inline' or 'paused', not {mode!r}")
         self._require_running("record a question", interaction_id=interaction_id)
         return self._questions.ask(message, schema, interaction_id, mode)
