@@ -279,7 +279,8 @@ class TestApi:
                 )
                 assert isinstance(asked, str) and asked
                 await run.interaction_resolved(asked, "accepted", {"allow": True})
-                for mode in ("later", [], None):
+                odd_modes: tuple[object, ...] = ("later", [], None)
+                for mode in odd_modes:
                     with records_nothing(recorder), pytest.raises(ValueError, match="mode"):
                         await run.interaction_started("x", mode=mode)  # type: ignore[arg-type]
                 named = await run.interaction_started(
