@@ -317,6 +317,8 @@ _SEP: Final = (
     # case WORD in PATTERN) ...: "in" after a case on that line (not in prose: "in (rare) x")
     r"|\bcase[ \t](?:(?!\bcase\b)[^\n;&|])*?\bin[ \t]+" + _CASE_PATTERN + r"[ \t]+"
     r"|\$?\([ \t]*"  # after "$(", a "WORD)" closes the substitution: no pattern
+    # a function's body, one line: f() { sudo ls; }, function f { ...; } (the "{" is a prefix)
+    r"|(?:\(\)|\bfunction[ \t]+" + _BARE + r"(?:[ \t]*\(\))?)[ \t]*(?=\{)"
     # the command a shell is given to run: sh -c 'CMD', bash -lc "CMD", bash -o pipefail -c,
     # bash <<< 'CMD' (a here-string is its script)
     # (four options at most before -c: each start of a search then scans a bounded text)
@@ -381,7 +383,7 @@ _UNTIL_DOWNLOAD: Final = r"(?:(?!" + _DOWNLOAD + r")[^;&|])*"
 _RM_RECURSIVE: Final = r"-[a-qs-zA-QS-Z]*[rR][a-zA-Z]*|--recursive"
 # cd to the root or the home (cd alone: the home), then at once rm: * and ./* are that folder's
 _IN_ROOT_OR_HOME: Final = (
-    r"(?P<in_root>\bcd(?:[ \t]+" + _ROOT_OR_HOME + r")?[ \t]*(?:&&|;|\n)[ \t]*" + _NAME + ")?"
+    r"(?P<in_root>\bcd(?:[ \t]+" + _ROOT_OR_HOME + r")?[ \t]*(?:&&|;|\n)(?:\s|\\\n)*" + _NAME + ")?"
 )
 
 DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
@@ -391,14 +393,17 @@ DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
     # find on the root or the home deleting all it finds: no test (-name, -type) before
     "find-delete-root": (
         r"\bfind(?:[ \t]+-[HLP])*(?:[ \t]+" + _ROOT_OR_HOME + r")+"
-        r"(?:[ \t]+-(?:depth|xdev|mount|noleaf|(?:min|max)depth[ \t]+\d+))*"
+        r"(?:[ \t]+-(?:depth|xdev|mount|noleaf|print0?|(?:min|max)depth[ \t]+\d+))*"
         r"[ \t]+-(?:delete|exec(?:dir)?[ \t]+" + _NAME + r"rm)" + _END
     ),
-    "sudo": _SEP + _NAME + r"(?:sudo|doas)\b",
+    "sudo": _SEP + _NAME + r"(?:sudo(?:edit)?|doas)\b",
     "su": _SEP + _NAME + r"su" + _END,
     "mkfs": r"\bmkfs(?:\.\w+)?\b",
     # up to the next dd at most (a later search starts there): linear on "dd dd dd ..."
-    "dd-to-device": r"\bdd\b(?:(?!\bdd\b)[^;&|])*?\bof=[\"']?/dev/",
+    "dd-to-device": (
+        r"\bdd\b(?:(?!\bdd\b)[^;&|])*?\bof=[\"']?/dev/"
+        r"(?!(?:null|zero|full|stdout|stderr|tty|u?random)(?:$|[\s;&|\"'])|fd/|shm/)"
+    ),
     "redirect-to-device": r">\|?\s*[\"']?/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk)\w*",
     # the name starts a word or a quoted text (the lookbehind): tried once per word
     "fork-bomb": (
@@ -409,6 +414,13 @@ DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
     "download-piped-to-shell": (
         _DOWNLOAD + r"(?:" + _UNTIL_DOWNLOAD + r"\|)+"
         r"\s*(?:(?:[^\s;&|]*/)?(?:sudo|env)\s+)*(?:[^\s;&|]*/)?(?:ba|z|k|da|fi)?sh\b"
+        # or a shell given the download as its -c script or its file (no pipe): the install
+        # lines of Homebrew and oh-my-zsh, bash <(curl ...), source <(curl ...), eval "$(curl)"
+        r"|(?:\b(?:ba|z|k|da|fi)?sh(?:[ \t]+[-+][a-zA-Z]+){0,4}?[ \t]+-[abd-zA-Z]*c[a-zA-Z]*"
+        r"|\beval)[ \t]+[\"']?(?:\$\(|`)[ \t]*(?:[^\s;&|()`]*/)?"
+        + _DOWNLOAD
+        + r"|(?:\b(?:ba|z|k|da|fi)?sh(?:[ \t]+[-+][a-zA-Z]+){0,4}|\bsource|(?<![^\s;&|(])\.)"
+        r"[ \t]+<\([ \t]*(?:[^\s;&|()`]*/)?" + _DOWNLOAD
     ),
     "chmod-recursive-root": _operands(
         "chmod", r"-[a-zA-QS-Z]*R[a-zA-Z]*|--recursive", r"[\"']?/[/*]*[\"']?"
