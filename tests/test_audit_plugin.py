@@ -113,6 +113,38 @@ class TestRecording:
         assert finished.result == files
         assert audit.verify(trail.path).ok
 
+    async def test_a_lone_surrogate_in_a_key_of_the_arguments_is_recorded_as_given(
+        self, tmp_path: Path
+    ) -> None:
+        """A call's own arguments (refused, so recorded as given) keyed by an undecodable
+        file name, no surrogate anywhere else: pydantic wrote the key as three U+FFFD
+        without raising, in the trail and in history's events."""
+        from onlooker.plugins import history
+
+        @onlooker.tool
+        def sizes(files: dict[str, int]) -> int:
+            return len(files)
+
+        async def misnamed(ctx: onlooker.ExecutionContext) -> None:
+            with contextlib.suppress(onlooker.ToolInputError):
+                await ctx.call("sizes", **{"caf\udce9.txt": 12})
+
+        trail_plugin = audit.plugin(directory=tmp_path, session_id="s1")
+        store_plugin = history.plugin(f"sqlite:///{tmp_path / 'h.db'}")
+        async with onlooker.ExecutionEngine(
+            tools=[sizes], plugins=[trail_plugin, store_plugin]
+        ) as engine:
+            result = await engine.execute(misnamed)
+            trail = engine.extension(trail_plugin)
+            stored = await engine.extension(store_plugin).events(result.execution_id)
+        from_trail = [e for e in audit.tail(trail.session_dir) if e.kind == "ToolCallStarted"]
+        from_history = [e for e in stored if e.kind == "ToolCallStarted"]
+        for started in (*from_trail, *from_history):
+            assert isinstance(started, onlooker.ToolCallStarted)
+            assert started.args == {"caf\udce9.txt": 12}
+        assert len(from_trail) == len(from_history) == 1
+        assert audit.verify(trail.path).ok
+
     async def test_flush_makes_the_events_so_far_durable(self, tmp_path: Path) -> None:
         plugin = audit.plugin(directory=tmp_path, session_id="s1", fsync="always")
         async with onlooker.ExecutionEngine(tools=[add, fail], plugins=[plugin]) as engine:

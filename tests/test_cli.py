@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from typer.testing import CliRunner
 
@@ -846,6 +847,33 @@ class TestAudit:
         events = [onlooker.parse_event(line) for line in as_json.stdout.splitlines()]
         assert {e.execution_id for e in events} >= {recorded["root"]}
         assert events[0].kind == "ExecutionStarted"
+
+    def test_tail_prints_one_line_per_event_however_long(self, workdir: Path) -> None:
+        """A long line is not wrapped at the console's width: the wrapped rest of a recorded
+        value would start a line of its own, one that can pass for another event's."""
+        from onlooker.plugins import audit
+
+        forged = "refused:by:policy:" + "-" * 25 + " 12:00:01 \u25a0 completed 0.9 ms"
+
+        @onlooker.tool
+        def deploy(target: str) -> None:
+            raise onlooker.ToolError(forged)
+
+        async def program(ctx: onlooker.ExecutionContext) -> None:
+            await ctx.call("deploy", target="prod")
+
+        async def record() -> None:
+            trail = audit.plugin(directory=workdir / "trails", session_id="s")
+            async with onlooker.ExecutionEngine(tools=[deploy], plugins=[trail]) as engine:
+                await engine.execute(program)
+
+        anyio.run(record)
+        result = invoke("audit", "tail", str(workdir / "trails" / "s"))
+        assert result.exit_code == 0
+        lines = result.stdout.splitlines()
+        assert len(lines) == 4  # started, call started, call failed, finished
+        assert not any(line.startswith("12:00:01") for line in lines)
+        assert forged in lines[2]
 
     def test_tail_of_the_audit_directory_names_a_session_to_tail(
         self, recorded: dict[str, Any]

@@ -35,6 +35,7 @@ from onlooker import (
     parse_event,
 )
 from onlooker._events import snapshot_object
+from onlooker.plugins.audit._events import json_form
 from onlooker.testing import RecordingObserver
 
 AT = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
@@ -178,6 +179,39 @@ class TestRoundTrip:
             plain = parse_event({**raw, "tool": "stet", "args": plain_args})
             written = text.replace("\\udce9", "e").replace("\\udce8", "x")
             assert written == plain.model_dump_json()  # pydantic's form
+
+    def test_a_long_int_beside_a_lone_surrogate_is_written_as_its_note(self) -> None:
+        """The surrogate sends the event to json, which refuses an int of more than 4,300
+        digits: it is written as the stores write it, not raised."""
+        base = one_of_each()[1]
+        event = parse_event(base.model_dump(mode="json"))
+        odd = event.model_copy(update={"args": {"x": [10**5000, "caf\udce9"]}})
+        written = json.loads(odd.model_dump_json())
+        assert written["args"] == {
+            "x": ["<int of 16610 bits: too long for JSON readers>", "caf\udce9"]
+        }
+
+    @pytest.mark.parametrize(
+        ("index", "field", "value"),
+        [
+            (0, "trigger", {"kind": "api", "metadata": {"caf\udce9": 1}}),
+            (1, "args", {"caf\udce9": 1}),
+            (2, "metadata", {"caf\udce9": 1}),
+            (3, "requested_schema", {"caf\udce9": {"type": "string"}}),
+        ],
+    )
+    def test_a_lone_surrogate_only_in_a_top_level_key_is_kept(
+        self, index: int, field: str, value: dict[str, Any]
+    ) -> None:
+        """A key of ``args``, ``metadata``, ``requested_schema`` or a trigger's metadata that
+        holds a lone surrogate, with none elsewhere in the event: pydantic wrote it as three
+        U+FFFD without raising, so the event did not read back (nor did history or the trail)."""
+        base = one_of_each()[index]
+        event = parse_event({**base.model_dump(mode="json"), field: value})
+        text = event.model_dump_json()
+        assert "\\udce9" in text and "\ufffd" not in text
+        assert parse_event(text) == event
+        assert json_form(event)[field] == value
 
     def test_a_time_with_another_offset_is_read_in_utc(self) -> None:
         """``at`` is a UTC time: one given with another offset is the same instant, in UTC."""

@@ -25,13 +25,14 @@ from pydantic import (
     BaseModel,
     Field,
     JsonValue,
+    PlainSerializer,
     TypeAdapter,
     ValidationError,
 )
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ._errors import EventValidationError
-from ._shared import SCHEMA_VERSION, int_or_note, json_loads, long_int_note
+from ._shared import SCHEMA_VERSION, int_or_note, json_loads, long_int_note, noting_long_ints
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -92,12 +93,25 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reseed_after_fork)
 
 
+def _as_given(value: dict[str, Any]) -> dict[str, Any]:
+    return value
+
+
+JsonObject: TypeAlias = Annotated[
+    dict[str, JsonValue], PlainSerializer(_as_given, return_type=Any, when_used="json")
+]
+"""A JSON object. Its JSON is written as for a value of any type: the ``dict[str, ...]``
+serializer wrote a key holding a lone surrogate as U+FFFD, three of them, without a word,
+where this one refuses it (as it refuses one in a value), and :class:`JsonModel` then
+writes the escape."""
+
+
 @final
 class Trigger(BaseModel, frozen=True, extra="forbid", allow_inf_nan=False):
     """What started an execution: ``kind`` ("cli", "api", "schedule", ...) and free metadata."""
 
     kind: str
-    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
 
 
 Milliseconds: TypeAlias = Annotated[float, Field(ge=0, strict=True)]
@@ -182,15 +196,22 @@ class JsonModel(BaseModel):
                 refused = exc  # a lone surrogate, or what model_dump raises again below
             indent = options.pop("indent", None)
             ensure_ascii = options.pop("ensure_ascii", False)
-            try:  # Python mode: its JSON mode writes a key holding a surrogate as U+FFFD
-                value = self.model_dump(**options)
-                text = json.dumps(
+
+            def dumps(value):
+                return json.dumps(
                     value,
                     indent=indent,
                     ensure_ascii=ensure_ascii,
                     separators=(",", ":") if indent is None else None,
                     default=to_jsonable_python,  # times, enums, ... as the JSON mode writes them
                 )
+
+            try:  # Python mode: its JSON mode writes a key holding a surrogate as U+FFFD
+                value = self.model_dump(**options)
+                try:
+                    text = dumps(value)
+                except ValueError as exc:  # an int str() refuses: noted, as the stores note it
+                    text = noting_long_ints(exc, value, dumps)
             except (PydanticSerializationError, TypeError, ValueError):
                 raise refused from None
             return text.encode("utf-8", "backslashreplace").decode("utf-8")
@@ -224,7 +245,7 @@ class ToolCallStarted(_Envelope, frozen=True):
     kind: Literal["ToolCallStarted"] = "ToolCallStarted"
     tool_call_id: str
     tool: str
-    args: dict[str, JsonValue]
+    args: JsonObject
 
 
 @final
@@ -238,7 +259,7 @@ class ToolCallFinished(_Envelope, frozen=True):
     result: JsonValue = None
     error: ErrorInfo | None = None
     duration_ms: Milliseconds
-    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
 
 
 @final
@@ -248,7 +269,7 @@ class InteractionStarted(_Envelope, frozen=True):
     kind: Literal["InteractionStarted"] = "InteractionStarted"
     interaction_id: str
     message: str
-    requested_schema: dict[str, JsonValue] | None = None
+    requested_schema: JsonObject | None = None
     mode: InteractionMode
 
 

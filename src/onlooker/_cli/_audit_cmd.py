@@ -162,7 +162,7 @@ def tail(
             if as_json:
                 typer.echo(event.model_dump_json())
             else:
-                stdout.print(event_line(event))
+                stdout.print(event_line(event), soft_wrap=True)  # one line, however long
     except KeyboardInterrupt:
         pass
     except onlooker.OnlookerError as exc:

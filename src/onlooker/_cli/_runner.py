@@ -310,4 +310,4 @@ class _Progress:
         redacted = self.redactor.redact_event(form)
         # (redact_event gives its argument back when nothing needed redacting)
         shown = event if redacted is form else onlooker.parse_event(redacted)
-        self.console.print(event_line(shown))
+        self.console.print(event_line(shown), soft_wrap=True)  # one line, however long

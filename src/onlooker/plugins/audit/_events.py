@@ -48,13 +48,17 @@ def json_form(model: BaseModel) -> dict[str, Any]:
     encoder that writes the form escapes the surrogate. Not copied: do not
     mutate the result's members.
     """
-    data = model.model_dump(mode="json")
+    taken: dict[str, Any] = {}
     for name, value in model.__dict__.items():
         if type(value) is dict or type(value) is list:
-            data[name] = value
+            taken[name] = value
         elif isinstance(value, BaseModel):
-            data[name] = json_form(value)
-    return data
+            taken[name] = json_form(value)
+    if not taken:
+        return model.model_dump(mode="json")
+    # Left out of the JSON mode, which refuses (or mangles) a key holding a lone surrogate.
+    data = model.model_dump(mode="json", exclude=set(taken))
+    return {name: taken[name] if name in taken else data[name] for name in model.__dict__}
 
 
 @final
