@@ -66,6 +66,22 @@ def test_a_bad_name_or_function_is_refused() -> None:
         onlooker.tool("read")  # type: ignore[call-overload]  # the point of the test
 
 
+@pytest.mark.parametrize("name", ["caf\udce9", "a\x00b", "\ud800", "café"])
+def test_any_non_empty_name_is_a_tools_name(name: str) -> None:
+    """A NUL or a lone surrogate (an undecodable file name made a tool's name) raised an
+    internal error: no Python type may be named so. The tool keeps the name it was given."""
+
+    def echo(x: int) -> int:
+        return x
+
+    declared = onlooker.tool(name=name)(echo)
+    assert declared.name == name
+    assert declared.validate_args({"x": "3"}) == {"x": 3}
+    with pytest.raises(onlooker.ToolInputError) as info:
+        declared.validate_args({"x": "three"})
+    assert info.value.tool == name
+
+
 def test_positional_only_parameters_are_refused() -> None:
     def positional(path: str, /) -> str:
         return path

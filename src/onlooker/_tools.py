@@ -213,7 +213,19 @@ def _params_model(fn: Callable[..., Any], tool_name: str) -> type[BaseModel]:
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, default)
     config = ConfigDict(extra=extra, arbitrary_types_allowed=True)  # type: ignore[typeddict-item]
-    return create_model(f"{tool_name}_arguments", __config__=config, **fields)
+    return create_model(f"{_type_name(tool_name)}_arguments", __config__=config, **fields)
+
+
+def _type_name(tool_name: str) -> str:
+    """A tool's name as a class's: one holding a NUL or a lone surrogate, which no type's
+    name may, written out (``caf\\udce9``)."""
+    if "\x00" not in tool_name and tool_name.isascii():
+        return tool_name
+    try:
+        tool_name.encode("utf-8")
+    except UnicodeEncodeError:
+        return ascii(tool_name)[1:-1]
+    return tool_name.replace("\x00", "\\x00")
 
 
 @overload
