@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, Final, assert_never
 
 from rich.table import Table
 from rich.text import Text
@@ -143,10 +143,15 @@ def summary_table(summary: ExecutionSummary) -> Table:
     return table
 
 
+# Line breaks but the control characters ``escape`` writes out: U+2028 and U+2029 too,
+# which ``str.splitlines`` and some log viewers break lines at.
+_LINE_BREAKS: Final = str.maketrans({"\n": "\\n", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def _one(text: str) -> str:
-    """``escape(text)`` with its newlines written out (``\\n``): an event's line stays one
-    line, so a recorded value cannot start a line that passes for another event."""
-    return escape(text.replace("\n", "\\n"))
+    """``escape(text)`` with its line breaks written out (``\\n``): an event's line stays
+    one line, so a recorded value cannot start a line that passes for another event."""
+    return escape(text.translate(_LINE_BREAKS))
 
 
 def event_line(event: ExecutionEvent) -> Text:
@@ -156,7 +161,7 @@ def event_line(event: ExecutionEvent) -> Text:
         case ExecutionStarted():
             body = f"▶ [b]{_one(event.program)}[/b] [dim]{_one(event.execution_id)}[/]"
         case ToolCallStarted():
-            args = _args(event.args).replace("\n", "\\n")
+            args = _args(event.args).translate(_LINE_BREAKS)
             body = f"  → [cyan]{_one(event.tool)}[/]({_lit(args)})"
         case ToolCallFinished():
             body = f"  ← [cyan]{_one(event.tool)}[/] {_status(event.status)}"
