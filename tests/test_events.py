@@ -265,6 +265,8 @@ class TestRoundTrip:
         schema = pydantic.TypeAdapter(ExecutionEvent).json_schema()
         assert schema["discriminator"]["propertyName"] == "kind"
         assert len(schema["oneOf"]) == 6
+        written = pydantic.TypeAdapter(ExecutionEvent).json_schema(mode="serialization")
+        assert written["$defs"]["ToolCallStarted"]["properties"]["args"]["type"] == "object"
 
 
 class TestParseErrors:

@@ -98,12 +98,12 @@ def _as_given(value: dict[str, Any]) -> dict[str, Any]:
 
 
 JsonObject: TypeAlias = Annotated[
-    dict[str, JsonValue], PlainSerializer(_as_given, return_type=Any, when_used="json")
+    dict[str, JsonValue], PlainSerializer(_as_given, return_type=dict[Any, Any], when_used="json")
 ]
-"""A JSON object. Its JSON is written as for a value of any type: the ``dict[str, ...]``
+"""A JSON object. Its JSON is written with keys of any type: the ``dict[str, ...]``
 serializer wrote a key holding a lone surrogate as U+FFFD, three of them, without a word,
 where this one refuses it (as it refuses one in a value), and :class:`JsonModel` then
-writes the escape."""
+writes the escape. (Its schema is still a JSON object's.)"""
 
 
 @final
