@@ -145,6 +145,7 @@ DENIED: list[tuple[str, str]] = [
     ("find-delete-root", "find / -print -delete"),
     ("find-delete-root", "find ~ -depth -print0 -delete"),
     ("dd-to-device", "dd if=x of=/dev/nullb0"),
+    ("sudo", "fish -c 'sudo ls'"),  # fish runs its -c script as sh does
 ]
 
 ALLOWED: list[str] = [

@@ -324,7 +324,7 @@ _SEP: Final = (
     # (four options at most before -c: each start of a search then scans a bounded text)
     # (the -c option's letters read one way only: before the c, none is a c; -o NAME and
     # -O NAME take a value)
-    r"|\b(?:ba|z|k|da)?sh(?:[ \t]+(?:[-+][a-zA-Z]*[oO][ \t]+[\w-]+|[-+][a-zA-Z]+|--[\w-]+)){0,4}?"
+    r"|\b(?:ba|z|k|da|fi)?sh(?:[ \t]+(?:[-+][a-zA-Z]*[oO][ \t]+[\w-]+|[-+][a-zA-Z]+|--[\w-]+)){0,4}?"
     r"(?:[ \t]+-[abd-zA-Z]*c[a-zA-Z]*[ \t]+|[ \t]*<<<[ \t]*)[\"']?[ \t]*)"
     + _prefixes(_VALUE)
     # A backtick opens or closes a substitution, and a value may hold one: after a
