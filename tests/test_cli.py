@@ -399,7 +399,34 @@ class TestSchema:
         }
 
 
+SURROGATE_KEY = """
+import onlooker
+
+
+@onlooker.tool
+def count_entries(entries: dict) -> int:
+    return len(entries)
+
+
+async def main(ctx):
+    # a listing keyed by file names, one undecodable (os.listdir gives a lone surrogate)
+    return await ctx.call(count_entries, entries={"ok.txt": 1, "caf\\udce9.txt": 2})
+"""
+
+
 class TestRun:
+    def test_progress_shows_a_call_whose_arguments_hold_a_lone_surrogate_in_a_key(
+        self, workdir: Path
+    ) -> None:
+        """model_dump(mode="json") refuses such a key: the progress observer failed, with
+        a traceback, and the call's line was missing."""
+        (workdir / "listing.py").write_text(SURROGATE_KEY)
+        result = invoke("run", "listing.py", "--no-audit")
+        assert result.exit_code == 0, result.output
+        assert "failed on ToolCallStarted" not in result.stderr
+        assert "→ count_entries(" in result.stderr
+        assert "caf\\udce9.txt" in result.stderr
+
     def test_prints_the_tree_and_the_summary(self, workdir: Path) -> None:
         result = invoke("run", str(EXAMPLE), "--answer", ANSWER)
         assert result.exit_code == 0, result.output

@@ -402,7 +402,7 @@ DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
     # up to the next dd at most (a later search starts there): linear on "dd dd dd ..."
     "dd-to-device": (
         r"\bdd\b(?:(?!\bdd\b)[^;&|])*?\bof=[\"']?/dev/"
-        r"(?!(?:null|zero|full|stdout|stderr|tty|u?random)(?:$|[\s;&|\"'])|fd/|shm/)"
+        r"(?!(?:null|zero|full|stdout|stderr|tty|u?random)(?:$|[\s;&|\"'()`<>])|fd/|shm/)"
     ),
     "redirect-to-device": r">\|?\s*[\"']?/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk)\w*",
     # the name starts a word or a quoted text (the lookbehind): tried once per word

@@ -26,6 +26,7 @@ from onlooker import Elicitation, ErrorInfo, ExecutionEvent, InteractionResponse
 from onlooker._events import snapshot
 from onlooker._results import error_info
 from onlooker.plugins.audit import Redactor
+from onlooker.plugins.audit._events import json_form
 from onlooker.plugins.audit._secrets import truncate
 from onlooker.plugins.history._db import mask_url
 from onlooker.plugins.summary import ExecutionSummary
@@ -306,7 +307,8 @@ class _Progress:
         self.redactor = redactor
 
     def handle(self, event: ExecutionEvent) -> None:
-        form = event.model_dump(mode="json")
+        # (not model_dump(mode="json"): it refuses a lone surrogate in a key of the arguments)
+        form = json_form(event)
         redacted = self.redactor.redact_event(form)
         # (redact_event gives its argument back when nothing needed redacting)
         shown = event if redacted is form else onlooker.parse_event(redacted)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from onlooker._shared import json_dumps
 
-from ._secrets import is_secret_name, is_secret_variable, marker
+from ._secrets import DEFAULT_SECRET_KEYS, is_secret_name, is_secret_variable, marker
 
 TYPE_CHECKING = False  # not typing's: the hook imports this module
 if TYPE_CHECKING:
@@ -30,8 +30,10 @@ LEARNED_MARKER: Final = marker("secret_field")
 _ENVIRONMENT: Final = marker("environment")
 _MAX_LEARNED: Final = 256  # the most recent values learned are kept
 _LOOP_KNOWN: Final = 8  # known secrets searched one by one up to this many, then by one regex
+_RECENT: Final = 32  # values learned since the index was built, looked for one by one
 _MARKER: Final = r"\[REDACTED:[A-Za-z0-9_.:-]+\]"
 _markers: re.Pattern[str] | None = None
+_secret_keys: re.Pattern[str] | None = None
 _NOT_IN_SECRETS: Final = tuple(" \t\r\n\"'`()[]{}<>,;\\")  # never in a learned value
 
 
@@ -60,7 +62,17 @@ def _names_secret(before: str) -> bool:
     start = len(name)
     while start and (name[start - 1].isalnum() or name[start - 1] == "_"):
         start -= 1
-    return is_secret_name(name[start:])
+    name = name[start:]
+    if is_secret_name(name):
+        return True
+    # ... or a name a secret key would be (PGPASSWORD, DBPASSWORD, REDIS_AUTH): the env
+    # rule redacts their values too, and the tools that read them print them back
+    global _secret_keys
+    if _secret_keys is None:
+        import re
+
+        _secret_keys = re.compile(DEFAULT_SECRET_KEYS)
+    return _secret_keys.search(name.lower().replace("-", "_")) is not None
 
 
 def _split_at_markers(text: str) -> list[str]:
@@ -93,13 +105,14 @@ class KnownSecrets:
         self._order: tuple[str, ...] = ()  # longest first
         self._pattern: re.Pattern[str] | None = None
         self._escaped: tuple[bytes, ...] | None = None
+        # Learned since the index was built: looked for one by one, so that a run of texts
+        # each teaching a value does not build the index (a regular expression) each time.
+        self._recent: list[str] = []
         self._longest = 0
         self._index()
 
     def __bool__(self) -> bool:
-        if self._stale:
-            self._index()
-        return bool(self._order)
+        return bool(self._learned_values) or bool(self._environment)
 
     def __len__(self) -> int:
         if self._stale:
@@ -108,19 +121,20 @@ class KnownSecrets:
 
     @property
     def longest(self) -> int:
-        """The length of the longest known value."""
-        if self._stale:
-            self._index()
+        """The length of the longest known value (or of one forgotten since: at least)."""
         return self._longest
 
     def has(self, text: str) -> bool:
         """Whether some known value occurs in ``text``."""
-        if self._stale:
+        if len(self._recent) > _RECENT:
             self._index()
         pattern = self._pattern
         if pattern is not None:
-            return pattern.search(text) is not None
-        return any(value in text for value in self._order)
+            if pattern.search(text) is not None:
+                return True
+        elif any(value in text for value in self._order):
+            return True
+        return any(value in text for value in self._recent)
 
     def scrub(self, text: str) -> str:
         """``text`` with every known value replaced by its marker, longest first."""
@@ -163,7 +177,9 @@ class KnownSecrets:
             self._learned_values[value] = None
             if len(self._learned_values) > _MAX_LEARNED:
                 del self._learned_values[next(iter(self._learned_values))]
-            self._stale = True  # indexed when next used: learning many at once stays linear
+            self._stale = True  # indexed when next needed: learning many at once stays linear
+            self._recent.append(value)
+            self._longest = max(self._longest, len(value))
             self.learned += 1
 
     def learn_replaced(self, whole: str, replaced: str, *, named: bool = False) -> None:
@@ -213,6 +229,7 @@ class KnownSecrets:
         self._escaped = None
         self._longest = len(self._order[0]) if self._order else 0
         self._stale = False
+        self._recent = []
         if len(self._order) > _LOOP_KNOWN:
             import re
 

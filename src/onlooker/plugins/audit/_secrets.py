@@ -644,8 +644,11 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "env",
         r"""(?<![A-Za-z0-9_$])[A-Z][A-Z0-9_]*=(?!>|\[REDACTED:)"""
         r"""(?P<secret>"(?:[^"\\]|\\.)*"|'[^']*'|"""
-        # quoted inside a JSON string (a command in JSON text): X=\"...\", its escapes doubled
-        r"""\\"(?:[^"\\\n]|\\\\(?:\\\\|\\"|[^"\\\n]))*\\"|""" + _ANYWHERE_UNQUOTED + ")",
+        # quoted inside a JSON string (a command in JSON text): X=\"...\", its escapes doubled,
+        # and JSON's own escapes of what the value holds (\u00e4, \t, \n)
+        r"""\\"(?:[^"\\\n]|\\\\(?:\\\\|\\"|[^"\\\n])|\\[bfnrt/]|\\u[0-9a-fA-F]{4})*\\"|"""
+        + _ANYWHERE_UNQUOTED
+        + ")",
         _redact_env_value,
         hints=["="],
     ),
