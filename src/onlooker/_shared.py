@@ -378,7 +378,8 @@ _BLANKS: Final = r"(?:[ \t]|\\\n)+"
 
 # the root or the home, as a whole argument: /, /*, //*, ~, ~/, "$HOME"/*, ${HOME}, ...
 _ROOT_OR_HOME: Final = r"[\"']?(?:/|~|\$\{?HOME\}?)[\"']?[/*]*[\"']?"
-_DOWNLOAD: Final = r"\b(?:curl|wget|fetch)\b"
+_SHELL_OPTIONS: Final = r"(?:[ \t]+(?:[-+][a-zA-Z]*[oO][ \t]+[\w-]+|[-+][a-zA-Z]+|--[\w-]+)){0,4}"
+_DOWNLOAD: Final = r"\b(?:curl|wget|fetch)(?![\w-])"  # not fetch-env, curl-config
 _UNTIL_DOWNLOAD: Final = r"(?:(?!" + _DOWNLOAD + r")[^;&|])*"
 _RM_RECURSIVE: Final = r"-[a-qs-zA-QS-Z]*[rR][a-zA-Z]*|--recursive"
 # cd to the root or the home (cd alone: the home), then at once rm: * and ./* are that folder's
@@ -416,10 +417,14 @@ DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
         r"\s*(?:(?:[^\s;&|]*/)?(?:sudo|env)\s+)*(?:[^\s;&|]*/)?(?:ba|z|k|da|fi)?sh\b"
         # or a shell given the download as its -c script or its file (no pipe): the install
         # lines of Homebrew and oh-my-zsh, bash <(curl ...), source <(curl ...), eval "$(curl)"
-        r"|(?:\b(?:ba|z|k|da|fi)?sh(?:[ \t]+[-+][a-zA-Z]+){0,4}?[ \t]+-[abd-zA-Z]*c[a-zA-Z]*"
-        r"|\beval)[ \t]+[\"']?(?:\$\(|`)[ \t]*(?:[^\s;&|()`]*/)?"
+        # (options as a shell takes them before -c: -e, -o pipefail, --login; four at most)
+        r"|(?:\b(?:ba|z|k|da|fi)?sh" + _SHELL_OPTIONS + r"?(?:[ \t]+-[abd-zA-Z]*c[a-zA-Z]*"
+        r"|[ \t]*<<<)|\beval)[ \t]+[\"']?(?:\$\(|`)[ \t]*(?:[^\s;&|()`]*/)?"
         + _DOWNLOAD
-        + r"|(?:\b(?:ba|z|k|da|fi)?sh(?:[ \t]+[-+][a-zA-Z]+){0,4}|\bsource|(?<![^\s;&|(])\.)"
+        # bash <(curl ...), bash < <(curl ...) (its standard input), source <(...), . <(...)
+        + r"|(?:\b(?:ba|z|k|da|fi)?sh"
+        + _SHELL_OPTIONS
+        + r"(?:[ \t]+<)?|\bsource|(?<![^\s;&|(])\.)"
         r"[ \t]+<\([ \t]*(?:[^\s;&|()`]*/)?" + _DOWNLOAD
     ),
     "chmod-recursive-root": _operands(
