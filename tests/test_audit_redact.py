@@ -629,6 +629,9 @@ class TestShapes:
             ),
             # a page word in a long tag: the rest of the tag was read again from each one
             ("<" + "next" * 25_000 + " token>", None),
+            # blanks before a key's END line: each began a line's number (33 s at 80 KB)
+            (" " * 100_000 + "\n-----END PRIVATE KEY-----", None),
+            ("\t" * 100_000 + "\n-----END PRIVATE KEY-----", None),
         ],
     )
     def test_long_runs_of_flags_and_assignments(

@@ -367,7 +367,10 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     # follow one of its lines (the lookbehinds): each block is read once, not once a line.
     Rule(
         "private_key",
-        r"(?<![A-Za-z0-9+/=])(?<![A-Za-z0-9+/=]\n)(?:(?:[ \t]*[0-9]+\t)?[A-Za-z0-9+/=]{40,}\r?\n)++"
+        # (a line's number starts after its blanks, not inside them: each start in a long
+        # run of blanks read the rest of the run again, in quadratic time)
+        r"(?<![A-Za-z0-9+/=])(?<![A-Za-z0-9+/=]\n)"
+        r"(?:(?:(?<![ \t])[ \t]*+[0-9]+\t)?[A-Za-z0-9+/=]{40,}\r?\n)++"
         r"(?:[ \t]*[0-9]+\t)?[A-Za-z0-9+/=]{0,80}\r?\n?(?:[ \t]*[0-9]+\t)?"
         r"-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----",
         hints=["private key-----", "private key block-----"],
