@@ -781,15 +781,18 @@ class TestEnvironment:
             "GOOGLE_APPLICATION_CREDENTIALS": "/home/alice/creds.json",
             "SHORT_SECRET": "abc",
             "MONKEY": "banana-12345",
+            "PGPASSWORD": "pg-pw-77331",  # named as psql reads it: no word PASSWORD
+            "PWD": "/home/alice/work",
         }
         redactor = Redactor(environ=environ)
         text = (
             "got plain-looking-value-1 and rk9z8y7x6w5v and hunter2hunter2 from "
-            "/home/alice/creds.json with false-but-long abc banana-12345"
+            "/home/alice/creds.json with false-but-long abc banana-12345 pg-pw-77331"
         )
         assert redactor.redact_text(text) == (
             "got [REDACTED:environment] and [REDACTED:environment] and [REDACTED:environment] "
-            "from /home/alice/creds.json with false-but-long abc banana-12345"
+            "from /home/alice/creds.json with false-but-long abc banana-12345 "
+            "[REDACTED:environment]"
         )
 
     def test_many_values_are_found_as_fast_as_few(self) -> None:
@@ -1041,6 +1044,9 @@ class TestLearnedFromRules:
             "PGPASSWORD=Zq8vaultPw4417 psql -h db -U app",
             "DBPASSWORD=Zq8vaultPw4417 ./migrate",
             "REDIS_AUTH=Zq8vaultPw4417 ./worker",
+            "MYSQL_PWD=Zq8vaultPw4417 mysql -u app",
+            "SSHPASS=Zq8vaultPw4417 sshpass -e ssh host",
+            "GITHUB_PAT=Zq8vaultPw4417 ./release",
         ],
     )
     def test_a_name_a_secret_key_would_be_teaches_its_value(self, command: str) -> None:

@@ -694,10 +694,21 @@ _VARIABLE_WORDS: Final = frozenset(
 _KEY_WORDS: Final = frozenset({"KEY", "SECRETKEY", "PRIVATEKEY", "ACCESSKEY"})
 
 
+# Secret variables whose names hold none of those words, as the tools reading them spell them.
+_SECRET_VARIABLES: Final = frozenset(
+    {"PGPASSWORD", "MYSQL_PWD", "SSHPASS", "GITHUB_PAT", "REDISCLI_AUTH", "VAULT_TOKEN"}
+)
+
+
 def is_secret_name(name: str) -> bool:
     """Whether a variable's name says it holds a secret (see :func:`is_secret_variable`)."""
-    words = name.upper().split("_")
-    return bool(_VARIABLE_WORDS.intersection(words)) or words[-1] in _KEY_WORDS
+    upper = name.upper()
+    words = upper.split("_")
+    return (
+        bool(_VARIABLE_WORDS.intersection(words))
+        or words[-1] in _KEY_WORDS
+        or upper in _SECRET_VARIABLES
+    )
 
 
 def is_secret_variable(name: str, value: str) -> bool:
@@ -705,7 +716,9 @@ def is_secret_variable(name: str, value: str) -> bool:
 
     Its name has a word (``_``-separated) ``TOKEN``, ``SECRET``, ``PASSWORD``,
     ``PASS``, ``PASSWD``, ``PASSPHRASE``, ``APIKEY`` or ``CREDENTIALS``, or
-    its last word is ``KEY`` (``OPENAI_API_KEY``, ``STRIPE_KEY``); and its value is
+    its last word is ``KEY`` (``OPENAI_API_KEY``, ``STRIPE_KEY``), or it is one
+    the tools that read it name so (``PGPASSWORD``, ``MYSQL_PWD``, ``SSHPASS``,
+    ``GITHUB_PAT``, ``REDISCLI_AUTH``); and its value is
     worth the search: 8 characters or more, not only letters unless 16 or
     more, and not a path (``GOOGLE_APPLICATION_CREDENTIALS=/path/key.json``
     names a file, it is not the secret).
