@@ -696,7 +696,7 @@ _KEY_WORDS: Final = frozenset({"KEY", "SECRETKEY", "PRIVATEKEY", "ACCESSKEY"})
 
 # Secret variables whose names hold none of those words, as the tools reading them spell them.
 _SECRET_VARIABLES: Final = frozenset(
-    {"PGPASSWORD", "MYSQL_PWD", "SSHPASS", "GITHUB_PAT", "REDISCLI_AUTH", "VAULT_TOKEN"}
+    {"PGPASSWORD", "MYSQL_PWD", "SSHPASS", "GITHUB_PAT", "REDISCLI_AUTH"}
 )
 
 
