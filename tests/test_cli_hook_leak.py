@@ -219,13 +219,15 @@ def test_a_value_under_a_secret_key_of_the_input_is_scrubbed_from_the_result(
     assert b"with [REDACTED:" in everything and b"bad password [REDACTED:" in everything
 
 
+@pytest.mark.parametrize("before", ["", "echo " + "x" * 3000 + " && "])
 def test_a_value_a_rule_redacted_in_the_command_is_scrubbed_from_its_output(
-    tmp_path: Path,
+    tmp_path: Path, before: str
 ) -> None:
-    """A Bash command gives a password by its name; the output echoes it bare."""
+    """A Bash command gives a password by its name; the output echoes it bare. Also when
+    the name comes after the part of the command a record keeps (2,000 characters)."""
     secret = "Zq8-vault-Pw-4417"
     hook = Hook(tmp_path / "audit")
-    command = {"command": f"export DB_PASSWORD={secret} && ./print-config.sh"}
+    command = {"command": f"{before}export DB_PASSWORD={secret} && ./print-config.sh"}
     call = {
         "session_id": "echoed",
         "transcript_path": "/t",

@@ -418,8 +418,9 @@ DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
         # or a shell given the download as its -c script or its file (no pipe): the install
         # lines of Homebrew and oh-my-zsh, bash <(curl ...), source <(curl ...), eval "$(curl)"
         # (options as a shell takes them before -c: -e, -o pipefail, --login; four at most)
-        r"|(?:\b(?:ba|z|k|da|fi)?sh" + _SHELL_OPTIONS + r"?(?:[ \t]+-[abd-zA-Z]*c[a-zA-Z]*"
-        r"|[ \t]*<<<)|\beval)[ \t]+[\"']?(?:\$\(|`)[ \t]*(?:[^\s;&|()`]*/)?"
+        # (a here-string's text may follow its <<< at once: bash <<<"$(curl ...)")
+        r"|(?:\b(?:ba|z|k|da|fi)?sh" + _SHELL_OPTIONS + r"?(?:[ \t]+-[abd-zA-Z]*c[a-zA-Z]*[ \t]+"
+        r"|[ \t]*<<<[ \t]*)|\beval[ \t]+)[\"']?(?:\$\(|`)[ \t]*(?:[^\s;&|()`]*/)?"
         + _DOWNLOAD
         # bash <(curl ...), bash < <(curl ...) (its standard input), source <(...), . <(...)
         + r"|(?:\b(?:ba|z|k|da|fi)?sh"

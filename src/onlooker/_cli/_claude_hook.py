@@ -266,9 +266,9 @@ def _record(
     redactor = _redactor(shorten_paths)
     if payload["hook_event_name"] in _INPUT_NOT_RECORDED:
         # The call's input rides the payload, not the event recorded: read it once (as much
-        # of it as a record keeps), so a value under a secret key (password), or one a rule
-        # redacts (DB_PASSWORD=...), is scrubbed from the result that echoes it.
-        redactor.redact(payload.get("tool_input"), max_chars=MAX_VALUE_CHARS)
+        # of each string as a whole record holds), so a value under a secret key (password),
+        # or one a rule redacts (DB_PASSWORD=...), is scrubbed from the result that echoes it.
+        redactor.redact(payload.get("tool_input"), max_chars=MAX_RECORD_CHARS)
     session = safe_id(payload["session_id"], redactor.redact_text)  # never a secret on disk
     if session is None:
         raise _HookError("session_id has no usable characters")
