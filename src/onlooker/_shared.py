@@ -312,19 +312,28 @@ def _prefixes(value: str) -> str:
     )
 
 
+# A shell (sh, bash, zsh, ksh, dash, fish) and the options it takes before -c: -e,
+# -o pipefail (-o NAME and -O NAME take a value), --login; four at most.
+_SHELL: Final = r"\b(?:ba|z|k|da|fi)?sh"
+_SHELL_OPTIONS: Final = r"(?:[ \t]+(?:[-+][a-zA-Z]*[oO][ \t]+[\w-]+|[-+][a-zA-Z]+|--[\w-]+)){0,4}"
 _SEP: Final = (
     r"(?:(?:(?:^|[\n;&|])[ \t]*(?:" + _CASE_PATTERN + r"[ \t]+)?"
     # case WORD in PATTERN) ...: "in" after a case on that line (not in prose: "in (rare) x")
     r"|\bcase[ \t](?:(?!\bcase\b)[^\n;&|])*?\bin[ \t]+" + _CASE_PATTERN + r"[ \t]+"
     r"|\$?\([ \t]*"  # after "$(", a "WORD)" closes the substitution: no pattern
     # a function's body, one line: f() { sudo ls; }, function f { ...; } (the "{" is a prefix)
-    r"|(?:\(\)|\bfunction[ \t]+" + _BARE + r"(?:[ \t]*\(\))?)[ \t]*(?=\{)"
+    r"|(?:\(\)|\bfunction[ \t]+"
+    + _BARE
+    + r"(?:[ \t]*\(\))?)[ \t]*(?=\{)"
     # the command a shell is given to run: sh -c 'CMD', bash -lc "CMD", bash -o pipefail -c,
     # bash <<< 'CMD' (a here-string is its script)
     # (four options at most before -c: each start of a search then scans a bounded text)
     # (the -c option's letters read one way only: before the c, none is a c; -o NAME and
     # -O NAME take a value)
-    r"|\b(?:ba|z|k|da|fi)?sh(?:[ \t]+(?:[-+][a-zA-Z]*[oO][ \t]+[\w-]+|[-+][a-zA-Z]+|--[\w-]+)){0,4}?"
+    + r"|"
+    + _SHELL
+    + _SHELL_OPTIONS
+    + r"?"
     r"(?:[ \t]+-[abd-zA-Z]*c[a-zA-Z]*[ \t]+|[ \t]*<<<[ \t]*)[\"']?[ \t]*)"
     + _prefixes(_VALUE)
     # A backtick opens or closes a substitution, and a value may hold one: after a
@@ -378,7 +387,6 @@ _BLANKS: Final = r"(?:[ \t]|\\\n)+"
 
 # the root or the home, as a whole argument: /, /*, //*, ~, ~/, "$HOME"/*, ${HOME}, ...
 _ROOT_OR_HOME: Final = r"[\"']?(?:/|~|\$\{?HOME\}?)[\"']?[/*]*[\"']?"
-_SHELL_OPTIONS: Final = r"(?:[ \t]+(?:[-+][a-zA-Z]*[oO][ \t]+[\w-]+|[-+][a-zA-Z]+|--[\w-]+)){0,4}"
 _DOWNLOAD: Final = r"\b(?:curl|wget|fetch)(?![\w-])"  # not fetch-env, curl-config
 _UNTIL_DOWNLOAD: Final = r"(?:(?!" + _DOWNLOAD + r")[^;&|])*"
 _RM_RECURSIVE: Final = r"-[a-qs-zA-QS-Z]*[rR][a-zA-Z]*|--recursive"
@@ -419,11 +427,12 @@ DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
         # lines of Homebrew and oh-my-zsh, bash <(curl ...), source <(curl ...), eval "$(curl)"
         # (options as a shell takes them before -c: -e, -o pipefail, --login; four at most)
         # (a here-string's text may follow its <<< at once: bash <<<"$(curl ...)")
-        r"|(?:\b(?:ba|z|k|da|fi)?sh" + _SHELL_OPTIONS + r"?(?:[ \t]+-[abd-zA-Z]*c[a-zA-Z]*[ \t]+"
+        r"|(?:" + _SHELL + _SHELL_OPTIONS + r"?(?:[ \t]+-[abd-zA-Z]*c[a-zA-Z]*[ \t]+"
         r"|[ \t]*<<<[ \t]*)|\beval[ \t]+)[\"']?(?:\$\(|`)[ \t]*(?:[^\s;&|()`]*/)?"
         + _DOWNLOAD
         # bash <(curl ...), bash < <(curl ...) (its standard input), source <(...), . <(...)
-        + r"|(?:\b(?:ba|z|k|da|fi)?sh"
+        + r"|(?:"
+        + _SHELL
         + _SHELL_OPTIONS
         + r"(?:[ \t]+<)?|\bsource|(?<![^\s;&|(])\.)"
         r"[ \t]+<\([ \t]*(?:[^\s;&|()`]*/)?" + _DOWNLOAD
