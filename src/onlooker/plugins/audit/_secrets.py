@@ -369,9 +369,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "private_key",
         # (a line's number starts after its blanks, not inside them: each start in a long
         # run of blanks read the rest of the run again, in quadratic time)
-        # (nor does a body start after a line's number: a numbered body starts with its
-        # number, or each of its lines began a search that read the rest again)
-        r"(?<![A-Za-z0-9+/=])(?<![A-Za-z0-9+/=]\n)(?<![0-9]\t)"
+        r"(?<![A-Za-z0-9+/=])(?<![A-Za-z0-9+/=]\n)"
         r"(?:(?:(?<![ \t])[ \t]*+[0-9]+\t)?[A-Za-z0-9+/=]{40,}\r?\n)++"
         r"(?:[ \t]*[0-9]+\t)?[A-Za-z0-9+/=]{0,80}\r?\n?(?:[ \t]*[0-9]+\t)?"
         r"-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----",
