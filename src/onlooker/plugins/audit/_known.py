@@ -3,19 +3,20 @@
 Standard library only (the coding-agent hook imports it). A
 :class:`~onlooker.plugins.audit.Redactor` keeps one :class:`KnownSecrets`:
 the values of secret-named environment variables, and the values it learned
-under secret keys (a tool that echoes its password in a result).
+under secret keys or from what a rule replaced after a secret name (a tool
+that echoes its password in a result).
 """
 
 from __future__ import annotations
 
 from onlooker._shared import json_dumps
 
-from ._secrets import DEFAULT_SECRET_KEYS, is_secret_name, is_secret_variable, marker
+from ._secrets import is_secret_name, is_secret_variable, marker
 
 TYPE_CHECKING = False  # not typing's: the hook imports this module
 if TYPE_CHECKING:
     import re
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any, Final, final
 else:
 
@@ -33,7 +34,6 @@ _LOOP_KNOWN: Final = 8  # known secrets searched one by one up to this many, the
 _RECENT: Final = 32  # values learned since the index was built, looked for one by one
 _MARKER: Final = r"\[REDACTED:[A-Za-z0-9_.:-]+\]"
 _markers: re.Pattern[str] | None = None
-_secret_keys: re.Pattern[str] | None = None
 _NOT_IN_SECRETS: Final = tuple(" \t\r\n\"'`()[]{}<>,;\\")  # never in a learned value
 
 
@@ -54,8 +54,9 @@ def _looks_secret(value: str) -> bool:
     )
 
 
-def _names_secret(before: str) -> bool:
-    """Whether the text before a value ends with a secret-named ``NAME=`` (``DB_PASSWORD=``)."""
+def _names_secret(before: str, is_secret_key: Callable[[str], bool]) -> bool:
+    """Whether the text before a value ends with a secret-named ``NAME=`` (``DB_PASSWORD=``):
+    a secret variable's name, or a name a secret key would be (``PGPASSWORD``, ``REDIS_AUTH``)."""
     if not before.endswith("="):
         return False
     name = before[:-1]
@@ -63,16 +64,7 @@ def _names_secret(before: str) -> bool:
     while start and (name[start - 1].isalnum() or name[start - 1] == "_"):
         start -= 1
     name = name[start:]
-    if is_secret_name(name):
-        return True
-    # ... or a name a secret key would be (PGPASSWORD, DBPASSWORD, REDIS_AUTH): the env
-    # rule redacts their values too, and the tools that read them print them back
-    global _secret_keys
-    if _secret_keys is None:
-        import re
-
-        _secret_keys = re.compile(DEFAULT_SECRET_KEYS)
-    return _secret_keys.search(name.lower().replace("-", "_")) is not None
+    return is_secret_name(name) or is_secret_key(name)
 
 
 def _split_at_markers(text: str) -> list[str]:
@@ -115,7 +107,7 @@ class KnownSecrets:
         return bool(self._learned_values) or bool(self._environment)
 
     def __len__(self) -> int:
-        if self._stale:
+        if self._recent:  # learned since the index was built
             self._index()
         return len(self._order)
 
@@ -138,7 +130,7 @@ class KnownSecrets:
 
     def scrub(self, text: str) -> str:
         """``text`` with every known value replaced by its marker, longest first."""
-        if self._stale:
+        if self._recent:  # learned since the index was built
             self._index()
         pattern = self._pattern
         if pattern is not None:
@@ -151,7 +143,7 @@ class KnownSecrets:
 
     def escaped(self) -> tuple[bytes, ...]:
         """Each known value as it appears inside a JSON string in UTF-8 (for a scan of JSON)."""
-        if self._stale:
+        if self._recent:  # learned since the index was built
             self._index()
         escaped = self._escaped
         if escaped is None:
@@ -177,17 +169,19 @@ class KnownSecrets:
             self._learned_values[value] = None
             if len(self._learned_values) > _MAX_LEARNED:
                 del self._learned_values[next(iter(self._learned_values))]
-            self._stale = True  # indexed when next needed: learning many at once stays linear
-            self._recent.append(value)
+            self._recent.append(value)  # indexed when next needed: learning stays linear
             self._longest = max(self._longest, len(value))
             self.learned += 1
 
-    def learn_replaced(self, whole: str, replaced: str, *, named: bool = False) -> None:
+    def learn_replaced(
+        self, whole: str, replaced: str, *, named: Callable[[str], bool] | None = None
+    ) -> None:
         """Remember what a rule replaced by its markers in ``whole`` (the text it matched),
         when the rule knew it by what stands around it (``DB_PASSWORD=`` before it): a token
         a rule knows by its own shape is found wherever it shows up, and is not kept.
-        ``named``: the rule replaces every ``NAME=value`` (``env``), so a value is learned
-        only after a secret name (``DB_PASSWORD=``, not ``GIT_COMMIT=`` or ``LANG=``)."""
+        ``named`` (the redactor's test of a secret key) when the rule replaces every
+        ``NAME=value`` (``env``): a value is learned only after a secret name
+        (``DB_PASSWORD=``, not ``GIT_COMMIT=`` or ``LANG=``)."""
         if whole == replaced:
             return  # a value redacted already (DB_PASSWORD=[REDACTED:env])
         pieces = _split_at_markers(replaced)
@@ -202,11 +196,11 @@ class KnownSecrets:
             found = whole.find(between, start + 1, stop) if between else -1
             if found < 0:  # two markers side by side: where one secret ends is not known
                 return
-            if not named or _names_secret(before):
+            if named is None or _names_secret(before, named):
                 self._learn_part(whole[start:found])
             start = found + len(between)
             before = between
-        if not named or _names_secret(before):
+        if named is None or _names_secret(before, named):
             self._learn_part(whole[start:stop])
 
     def _learn_part(self, part: str) -> None:
@@ -228,7 +222,6 @@ class KnownSecrets:
         self._pattern = None
         self._escaped = None
         self._longest = len(self._order[0]) if self._order else 0
-        self._stale = False
         self._recent = []
         if len(self._order) > _LOOP_KNOWN:
             import re

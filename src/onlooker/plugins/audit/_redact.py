@@ -278,7 +278,8 @@ class Redactor:
         learning = self._learning.get(rule)
         if learning is None:
             replace, learn = rule.replace, self._known.learn_replaced
-            named = rule.name == "env"  # every NAME=value: only a secret name's value is learned
+            # env replaces every NAME=value: only a secret name's value is learned
+            named = self.is_secret_key if rule.name == "env" else None
 
             def learning(match: re.Match[str]) -> str:
                 replaced = replace(match)
