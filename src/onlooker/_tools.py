@@ -219,8 +219,6 @@ def _params_model(fn: Callable[..., Any], tool_name: str) -> type[BaseModel]:
 def _type_name(tool_name: str) -> str:
     """A tool's name as a class's: one holding a NUL or a lone surrogate, which no type's
     name may, written out (``caf\\udce9``)."""
-    if "\x00" not in tool_name and tool_name.isascii():
-        return tool_name
     try:
         tool_name.encode("utf-8")
     except UnicodeEncodeError:
