@@ -386,13 +386,32 @@ _BLANKS: Final = r"(?:[ \t]|\\\n)+"
 
 
 # the root or the home, as a whole argument: /, /*, //*, ~, ~/, "$HOME"/*, ${HOME}, ...
-_ROOT_OR_HOME: Final = r"[\"']?(?:/|~|\$\{?HOME\}?)[\"']?[/*]*[\"']?"
+# ("${HOME:?}" too, and ${HOME:-x}: the home when it is set; not ${HOME:+x}, which is x)
+_ROOT_OR_HOME: Final = r"[\"']?(?:/|~|\$\{?HOME\}?|\$\{HOME:?[-?=][^}\s;&|]*\})[\"']?[/*]*[\"']?"
 _DOWNLOAD: Final = r"\b(?:curl|wget|fetch)(?![\w-])"  # not fetch-env, curl-config
 _UNTIL_DOWNLOAD: Final = r"(?:(?!" + _DOWNLOAD + r")[^;&|])*"
 _RM_RECURSIVE: Final = r"-[a-qs-zA-QS-Z]*[rR][a-zA-Z]*|--recursive"
-# cd to the root or the home (cd alone: the home), then at once rm: * and ./* are that folder's
+# cd (or pushd) to the root or the home (cd alone: the home), then at once rm: * and ./* are
+# that folder's
 _IN_ROOT_OR_HOME: Final = (
-    r"(?P<in_root>\bcd(?:[ \t]+" + _ROOT_OR_HOME + r")?[ \t]*(?:&&|;|\n)(?:\s|\\\n)*" + _NAME + ")?"
+    r"(?P<in_root>\b(?:cd(?:[ \t]+" + _ROOT_OR_HOME + r")?|pushd[ \t]+" + _ROOT_OR_HOME + ")"
+    r"[ \t]*(?:&&|;|\n)(?:\s|\\\n)*" + _NAME + ")?"
+)
+# a program a download is piped to that runs what it reads: a shell, or an interpreter
+# reading its script from its standard input (python3 -, perl with no argument); through
+# sudo and the runners (timeout 60 bash)
+_RUNS_ITS_INPUT: Final = (
+    r"\s*(?:(?:[^\s;&|]*/)?(?:sudo(?:[ \t]+-[^\s;&|]+)*|" + _RUNNERS + r")\s+)*"
+    r"(?:[^\s;&|]*/)?(?:(?:ba|z|k|da|fi)?sh\b"
+    r"|(?:python[\d.]*(?:[ \t]+-[BbdEIOqsSuvx]+)*|perl|ruby|node)"
+    r"(?:[ \t]+-(?=[\s;&|)]|$)|(?=[ \t]*(?:$|[\n;&|)]))))"
+)
+# a find's arguments that act on every file it finds, before -delete: the test -type alone
+# (find ~ -type f -delete deletes every file), and what prints
+_FIND_WORD: Final = r"[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|[^\s;&|'\"]+)"
+_FIND_NO_TEST: Final = (
+    r"(?:[ \t]+-(?:depth|xdev|mount|noleaf|print0?|(?:min|max)depth[ \t]+\d+|type[ \t]+[a-zA-Z,]+"
+    r"|(?:printf|fprint0?)" + _FIND_WORD + "|fprintf" + _FIND_WORD + _FIND_WORD + r"))*"
 )
 
 DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
@@ -401,13 +420,20 @@ DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
     + _operands("rm", _RM_RECURSIVE, _ROOT_OR_HOME + r"|(?(in_root)(?:\./)?\.?\*|(?!))"),
     # find on the root or the home deleting all it finds: no test (-name, -type) before
     "find-delete-root": (
-        r"\bfind(?:[ \t]+-[HLP])*(?:[ \t]+" + _ROOT_OR_HOME + r")+"
-        r"(?:[ \t]+-(?:depth|xdev|mount|noleaf|print0?|(?:min|max)depth[ \t]+\d+))*"
-        r"[ \t]+-(?:delete|exec(?:dir)?[ \t]+" + _NAME + r"rm)" + _END
+        r"\bfind(?:[ \t]+-[HLP])*(?:[ \t]+"
+        + _ROOT_OR_HOME
+        + r")+"
+        + _FIND_NO_TEST
+        + r"[ \t]+-(?:delete|exec(?:dir)?[ \t]+"
+        + _NAME
+        + r"rm)"
+        + _END
     ),
-    "sudo": _SEP + _NAME + r"(?:sudo(?:edit)?|doas)\b",
+    "sudo": _SEP + _NAME + r"(?:sudo(?:edit)?|doas|pkexec|run0)\b",
     "su": _SEP + _NAME + r"su" + _END,
-    "mkfs": r"\bmkfs(?:\.\w+)?\b",
+    "mkfs": r"\b(?:mkfs(?:\.\w+)?|mke2fs)\b"
+    + "|"
+    + _operands("wipefs", r"-[a-zA-Z]*a[a-zA-Z]*|--all", r"[\"']?/dev/[^\s;&|'\"]+[\"']?"),
     # up to the next dd at most (a later search starts there): linear on "dd dd dd ..."
     "dd-to-device": (
         r"\bdd\b(?:(?!\bdd\b)[^;&|])*?\bof=[\"']?/dev/"
@@ -421,13 +447,12 @@ DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
     # through any stages (| tee FILE | sh), each one stopping at a download too (where a
     # later search starts: linear)
     "download-piped-to-shell": (
-        _DOWNLOAD + r"(?:" + _UNTIL_DOWNLOAD + r"\|)+"
-        r"\s*(?:(?:[^\s;&|]*/)?(?:sudo|env)\s+)*(?:[^\s;&|]*/)?(?:ba|z|k|da|fi)?sh\b"
+        _DOWNLOAD + r"(?:" + _UNTIL_DOWNLOAD + r"\|)+" + _RUNS_ITS_INPUT + r"|"
         # or a shell given the download as its -c script or its file (no pipe): the install
         # lines of Homebrew and oh-my-zsh, bash <(curl ...), source <(curl ...), eval "$(curl)"
         # (options as a shell takes them before -c: -e, -o pipefail, --login; four at most)
         # (a here-string's text may follow its <<< at once: bash <<<"$(curl ...)")
-        r"|(?:" + _SHELL + _SHELL_OPTIONS + r"?(?:[ \t]+-[abd-zA-Z]*c[a-zA-Z]*[ \t]+"
+        r"(?:" + _SHELL + _SHELL_OPTIONS + r"?(?:[ \t]+-[abd-zA-Z]*c[a-zA-Z]*[ \t]+"
         r"|[ \t]*<<<[ \t]*)|\beval[ \t]+)[\"']?(?:\$\(|`)[ \t]*(?:[^\s;&|()`]*/)?"
         + _DOWNLOAD
         # bash <(curl ...), bash < <(curl ...) (its standard input), source <(...), . <(...)
@@ -440,10 +465,14 @@ DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
     "chmod-recursive-root": _operands(
         "chmod", r"-[a-zA-QS-Z]*R[a-zA-Z]*|--recursive", r"[\"']?/[/*]*[\"']?"
     ),
+    "chown-recursive-root": _operands(
+        "ch(?:own|grp)", r"-[a-zA-QS-Z]*R[a-zA-Z]*|--recursive", r"[\"']?/[/*]*[\"']?"
+    ),
     "power": (
         _SEP
         + _NAME
-        + r"(?:systemctl[ \t]+(?:-[^\s;&|]*[ \t]+)*)?(?:shutdown|reboot|poweroff|halt)"
+        + r"(?:(?:systemctl[ \t]+(?:-[^\s;&|]*[ \t]+)*)?(?:shutdown|reboot|poweroff|halt)"
+        + r"|(?:tel)?init[ \t]+[06])"
         + _END
     ),
 }
@@ -451,8 +480,8 @@ DEFAULT_DENIED_COMMANDS: Final[Mapping[str, str]] = {
 
 A floor against obvious accidents (``rm -rf /``, ``cd / && rm -rf *``,
 ``find / -delete``, ``sudo``, ``mkfs``, writing to a disk device, fork bombs,
-``curl ... | sh``, ``chmod -R ... /``, ``shutdown``), not a sandbox: a determined
-program can spell a command in ways no pattern list foresees.
+``curl ... | sh``, ``chmod -R ... /``, ``chown -R ... /``, ``shutdown``), not a sandbox: a
+determined program can spell a command in ways no pattern list foresees.
 """
 
 
