@@ -186,6 +186,32 @@ class TestCounts:
         with pytest.raises(ValueError, match="keep"):
             summary.plugin(keep=0)
 
+    async def test_long_error_messages_are_kept_cut(self) -> None:
+        """A summary is read whole and the store keeps thousands: a megabyte of error message
+        (a tool echoing its input, a traceback) is kept to its first characters."""
+        long = "x" * 1_000_000
+
+        @onlooker.tool
+        def echo_error(text: str) -> None:
+            """Fail with ``text`` as the message."""
+            raise onlooker.ToolError(f"bad input: {text}")
+
+        async def failing(ctx: ExecutionContext) -> None:
+            with contextlib.suppress(onlooker.ToolError):
+                await ctx.call("echo_error", text=long)
+            raise RuntimeError(long)
+
+        tools = [*TOOLS, echo_error]
+        result, store = await run(failing, tools=tools, extension=summary.plugin())
+        report = get(store, result.execution_id)
+        cut = f"…[truncated {1_000_000 - summary.MAX_MESSAGE_CHARS} chars]"
+        assert report.error is not None and report.error.cause == "defect"
+        assert report.error.message == "x" * summary.MAX_MESSAGE_CHARS + cut
+        (call,) = report.errors
+        assert call.message.startswith("bad input: xxx") and call.message.endswith(" chars]")
+        assert len(call.message) < summary.MAX_MESSAGE_CHARS + 40
+        assert len(report.to_xml()) < 3 * summary.MAX_MESSAGE_CHARS
+
     async def test_an_id_used_again_is_a_new_execution_kept_while_it_runs(self) -> None:
         """A tracked run may reuse a framework's id once the engine forgot it: the new run
         replaces the old summary (and its children) and is kept while it runs."""

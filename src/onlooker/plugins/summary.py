@@ -41,10 +41,21 @@ from onlooker import (
     ToolCallStarted,
 )
 from onlooker._shared import without_surrogates
+from onlooker.plugins.audit._secrets import truncate
 
-__all__ = ["DEFAULT_KEEP", "ExecutionSummary", "SummaryStore", "ToolCallError", "plugin"]
+__all__ = [
+    "DEFAULT_KEEP",
+    "MAX_MESSAGE_CHARS",
+    "ExecutionSummary",
+    "SummaryStore",
+    "ToolCallError",
+    "plugin",
+]
 
 DEFAULT_KEEP: Final = 10_000
+MAX_MESSAGE_CHARS: Final = 2_000
+"""An error message longer than this is kept cut, with ``…[truncated N chars]``: a summary
+is read whole (often by a model), and the store keeps thousands."""
 """How many finished root executions (with their children) a store keeps by default."""
 
 SummaryStatus = Literal["running", "completed", "failed", "cancelled", "expired"]
@@ -270,7 +281,10 @@ class SummaryStore:
             return
         record.status = event.status
         record.duration_ms = event.duration_ms
-        record.error = event.error
+        error = event.error
+        if error is not None and len(error.message) > MAX_MESSAGE_CHARS:
+            error = error.model_copy(update={"message": truncate(error.message, MAX_MESSAGE_CHARS)})
+        record.error = error
         record.in_flight.clear()
         if record.parent is None or record.parent not in self._records:
             self._finished_roots[record.execution_id] = None
@@ -310,7 +324,7 @@ class SummaryStore:
                     tool=event.tool,
                     status=status,
                     type=error.type if error is not None else "unknown",
-                    message=error.message if error is not None else "",
+                    message=truncate(error.message, MAX_MESSAGE_CHARS) if error is not None else "",
                 )
             )
 
