@@ -41,6 +41,7 @@ from ._secrets import (
     ENVELOPE_FIELDS,
     KEY_WORDS,
     Rule,
+    is_secret_flag,
     marker,
     truncate,
 )
@@ -71,6 +72,7 @@ __all__ = [
 ]
 
 _SCALARS: Final = frozenset({int, float, bool})
+_FLAG_VALUE: Final = marker("secret_flag")
 _PLAIN_KEY: Final = (False, "")  # the cached verdict of a key that is neither secret nor changed
 _MARGIN: Final = 256  # characters scanned past max_chars in a string that is cut
 _RESERVE: Final = 128  # ... of which at least this many, after redaction, are dropped
@@ -315,10 +317,19 @@ class Redactor:
             return self._dict(value, max_chars)
         if kind is list:
             out: list[Any] | None = None
+            after_flag = False  # the item before was a secret's flag: ["login", "--password", X]
             for index, item in enumerate(value):
                 if item is None or type(item) in _SCALARS:
+                    after_flag = False
                     continue
-                new = self._value(item, max_chars)
+                if after_flag and type(item) is str and item[:1] != "-":
+                    after_flag = False
+                    if self.learn_secrets:
+                        self._known.learn(item)
+                    new = _FLAG_VALUE
+                else:
+                    after_flag = type(item) is str and is_secret_flag(item)
+                    new = self._value(item, max_chars)
                 if new is not item:
                     if out is None:
                         out = list(value)

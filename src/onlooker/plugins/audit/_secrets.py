@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_SECRET_KEYS",
     "ENVELOPE_FIELDS",
     "Rule",
+    "is_secret_flag",
     "is_secret_name",
     "is_secret_variable",
     "marker",
@@ -180,6 +181,10 @@ def _redact_env_value(match: re.Match[str]) -> str:
     return match.group(0)[:start] + marker("env")
 
 
+# Keys that are secrets by their kind: signingKey, ENCRYPTION_KEY, primaryMasterKey, an
+# HMAC's or a JWT's key, Azure's Ocp-Apim-Subscription-Key, Datadog's DD-APPLICATION-KEY.
+_KEY_KINDS = r"(?:signing|encryption|master|hmac|jwt|subscription|application)"
+
 # A name that holds a secret, inside an assignment: password, db_password,
 # "api_key", clientSecret, accessToken ... (not max_tokens, token_count).
 # The whole run of name characters, holding a secret word somewhere: looked for
@@ -187,7 +192,8 @@ def _redact_env_value(match: re.Match[str]) -> str:
 # name made of many: "token_token_...").
 _SECRET_NAME = (
     r"(?=[A-Za-z0-9_.-]*?(?i:pass(?:word|wd|phrase)|secret|api[_-]?key|access[_-]?key"
-    r"|private[_-]?key|credentials?|token(?![a-z]|_(?:count|usage|limit|budget|type))"
+    r"|private[_-]?key|" + _KEY_KINDS + r"[_-]?key|credentials?"
+    r"|token(?![a-z]|_(?:count|usage|limit|budget|type))"
     # ... or a name that ends in a word "pass" (ansible_become_pass, DB_PASS; not bypass)
     r"|(?<=[_.-])pass(?![A-Za-z0-9_.-])))"
     r"[A-Za-z0-9_.-]++"
@@ -243,7 +249,8 @@ _SECRET_ASSIGNMENT = (
 # api-token, ClearTextPassword (not max_tokens).
 _SECRET_VALUE_NAME = (
     r"(?=[\w./-]*?(?i:pass(?:word|wd|phrase)|secret|api[_-]?key|access[_-]?key"
-    r"|private[_-]?key|credentials?|token(?![a-z]|_(?:count|usage|limit|budget|type))))"
+    r"|private[_-]?key|" + _KEY_KINDS + r"[_-]?key|credentials?"
+    r"|token(?![a-z]|_(?:count|usage|limit|budget|type))))"
     r"[\w./-]++"
 )
 
@@ -278,6 +285,9 @@ _NAME_HINTS = (
     "passw", "passphrase", "_pass", "secret", "token", "api_key", "api-key", "apikey",
     "access_key", "access-key", "accesskey", "private_key", "private-key", "privatekey",
     "credential",
+    # (the kinds of key: _KEY_KINDS)
+    "signing", "encryption", "masterkey", "master_key", "master-key", "hmac", "jwt",
+    "subscription", "applicationkey", "application_key", "application-key",
 )  # fmt: skip
 
 DEFAULT_RULES: Final[tuple[Rule, ...]] = (
@@ -334,6 +344,15 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         hints=["sntry"],
     ),
     Rule("supabase_token", _START + r"sbp_[a-f0-9]{40}", hints=["sbp_"]),
+    Rule("dockerhub_token", _START + r"dckr_pat_[A-Za-z0-9_-]{20,}", hints=["dckr_pat_"]),
+    Rule("groq_key", _START + r"gsk_[A-Za-z0-9]{40,}", hints=["gsk_"]),
+    Rule("langsmith_key", _START + r"lsv2_(?:pt|sk)_[a-f0-9]{32}_[a-f0-9]{10}", hints=["lsv2_"]),
+    Rule("netlify_token", _START + r"nfp_[A-Za-z0-9]{30,}", hints=["nfp_"]),
+    Rule(
+        "tailscale_key",
+        _START + r"tskey-(?:auth|api|client|scim|webhook)-[A-Za-z0-9]{6,}-[A-Za-z0-9]{16,}",
+        hints=["tskey-"],
+    ),
     Rule("pulumi_token", _START + r"pul-[a-f0-9]{40}", hints=["pul-"]),
     Rule(
         "doppler_token",
@@ -346,8 +365,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule("age_key", r"AGE-SECRET-KEY-1[0-9A-Z]{58}", hints=["age-secret-key-"]),
     Rule(
         "google_oauth",
-        _START + r"(?:ya29\.[A-Za-z0-9_-]{20,}|GOCSPX-[A-Za-z0-9_-]{20,})",
-        hints=["ya29.", "gocspx-"],
+        # (and a refresh token: 1//0...)
+        _START + r"(?:ya29\.[A-Za-z0-9_-]{20,}|GOCSPX-[A-Za-z0-9_-]{20,}|1//0[A-Za-z0-9_-]{40,})",
+        hints=["ya29.", "gocspx-", "1//0"],
     ),
     # Webhook URLs whose path is the credential: Slack's, Discord's, a Telegram bot's.
     Rule(
@@ -409,7 +429,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"|mysql(?<![\w/.-]mysql)(?:dump|admin|import|show|check|sh)?\b"  # the command, no path
         r"(?:(?!\bmysql)[^\n;&|])*?[ \t]-p"
         r"(?P<mysql>[^\s\"']+)"
-        r"|(?:sshpass[ \t]+|docker[ \t]+login\b(?:(?!\bdocker\b)[^\n;&|])*?[ \t])-p[ \t]*"
+        # (and the other registry clients' login, and Azure's: az login -u APP -p SECRET)
+        r"|(?:sshpass[ \t]+|(?P<client>docker|podman|buildah|nerdctl|helm[ \t]+registry|az)"
+        r"[ \t]+login\b(?:(?!\b(?P=client)\b)[^\n;&|])*?[ \t])-p[ \t]*"
         r"(?P<p>\"[^\"]*\"|'[^']*'|[^\s\"']+)"
         r"|aws[ \t]+configure[ \t]+set[ \t]+(?=\S*?(?i:secret|key|token|password))\S++[ \t]+"
         r"(?P<aws>[^\s\"']+)"
@@ -438,6 +460,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         ),
         hints=[
             *("curl", "mysql", "sshpass", "docker", "configure"),
+            *("podman", "buildah", "nerdctl", "registry login", "az login"),
             *("redis-cli", "mongo", "htpasswd", "poetry"),
         ],
     ),
@@ -454,7 +477,11 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         lambda match: match.group("pre") + marker("jwt"),
         hints=["eyj"],
     ),
-    Rule("slack_token", r"xox[a-z]-[A-Za-z0-9-]{6,}", hints=["xox"]),
+    Rule(
+        "slack_token",
+        r"xox[a-z]-[A-Za-z0-9-]{6,}|" + _START + r"xapp-[0-9]-[A-Za-z0-9-]{10,}",
+        hints=["xox", "xapp-"],
+    ),
     Rule(
         "authorization",
         r"(?i:authorization)\"?\s*[:=]\s*\"?(?P<secret>(?:[A-Za-z]+\s+)?[^\s,;\"']+)",
@@ -482,10 +509,13 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         hints=["://"],
     ),
     # npm's per-registry credentials: //registry.example/:_authToken=...
+    # (a quoted value, as `npm config list` and a hand-written .npmrc have it, is the value
+    # inside its quotes; the "=" of "KEY = VALUE" is never the value)
     Rule(
         "npmrc_auth",
         r":_(?:authToken|auth|password)\b(?:[ \t]*=[ \t]*|[ \t]+)(?!\[REDACTED:)"
-        r"(?P<secret>[^\s\"']+)",
+        r"(?:\"(?P<dq>[^\"\r\n]+)\"|'(?P<sq>[^'\r\n]+)'|(?P<secret>[^\s\"'=][^\s\"']*))",
+        lambda match: _redact_group(match, "npmrc_auth", ("dq", "sq", "secret")),
         hints=[":_"],
     ),
     # .netrc: "password VALUE" in an entry that starts "machine HOST" (or "default"), its
@@ -602,6 +632,47 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"(?P<secret>(?:[^\s:\\]|\\\S)+)(?!\S)",
         hints=[":5432:", ":5433:", ":6432:", ":25060:", ":*:"],
     ),
+    # SQL that sets a password: CREATE USER ... WITH PASSWORD '...', ALTER ROLE ... PASSWORD
+    # '...' (PostgreSQL), IDENTIFIED BY '...' (MySQL, Oracle); the value inside its quotes
+    # ('' is a quote inside one).
+    Rule(
+        "sql_password",
+        # (a double-quoted value only after IDENTIFIED BY, as MySQL takes one: the password
+        # "reset" link is prose)
+        r"(?i:\bpassword)[ \t]+'(?P<sq>(?:[^'\r\n]|'')+)'"
+        r"|(?i:\bidentified[ \t]+by)[ \t]+(?:'(?P<by>(?:[^'\r\n]|'')+)'|\"(?P<dq>[^\"\r\n]+)\")",
+        lambda match: _redact_group(match, "sql_password", ("sq", "by", "dq")),
+        hints=["password '", "identified by"],
+    ),
+    # Redis's own password settings, in redis.conf, `redis-server --requirepass ...` and
+    # CONFIG SET: requirepass S3cret, masterauth S3cret.
+    Rule(
+        "redis_password",
+        r"(?<![\w-])(?:--)?(?i:requirepass|masterauth)[ \t]+"
+        r"(?P<secret>\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s\"']+)",
+        hints=["requirepass", "masterauth"],
+    ),
+    # A secret given to a command that stores it, or to a SQL Server client: gh secret set
+    # NAME --body VALUE, az keyvault secret set --value VALUE, aws ssm put-parameter --value
+    # VALUE, sqlcmd -U sa -P VALUE (bcp, osql).
+    Rule(
+        "password_option",
+        r"\b(?:(?P<store>gh[ \t]+secret[ \t]+set|az[ \t]+keyvault[ \t]+secret[ \t]+set"
+        r"|aws[ \t]+ssm[ \t]+put-parameter)\b(?:(?!\b(?:gh|az|aws)\b)[^\n;&|])*?[ \t]"
+        r"(?:-b|--body|--value)(?:[ \t]+|=)"
+        r"|(?:sqlcmd|bcp|osql)\b(?:(?!\b(?:sqlcmd|bcp|osql)\b)[^\n;&|])*?[ \t]-P[ \t]*)"
+        r"(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
+        hints=["secret set", "put-parameter", "sqlcmd", "bcp", "osql"],
+    ),
+    # PHP's define('DB_PASSWORD', '...') (wp-config.php): a secret name, then its value.
+    Rule(
+        "secret_assignment",
+        r"\bdefine\([ \t]*(?P<q>[\"'])"
+        + _SECRET_NAME
+        + r"(?P=q)[ \t]*,[ \t]*(?:\"(?P<dq>[^\"\n]+)\"|'(?P<sq>[^'\n]+)')",
+        lambda match: _redact_group(match, "secret_assignment", ("dq", "sq")),
+        hints=["define("],
+    ),
     Rule(
         "secret_flag",
         # A flag starts a word (top-secret, my-token and a/b-token are none); its
@@ -610,9 +681,15 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # ":=" or "==" is no flag's value: a removed line of a diff (-password = "..."),
         # left to the assignment rule, which knows code from values, or a comparison.
         r"-(?<![\w./\\-]-)-?(?:[A-Za-z0-9]+-)*"
-        r"(?i:password|passwd|passphrase|token|secret|api[-_]?key|access[-_]?key)"
+        # (and keytool's -storepass and -keypass, openssl's -passin and -passout, an
+        # --authkey, skopeo's --creds and --dest-creds)
+        r"(?i:password|passwd|passphrase|token|secret|api[-_]?key|access[-_]?key"
+        r"|storepass|keypass|pass(?:in|out)|authkey|creds)"
         r"(?:=(?!>)|\s+(?![=:]\s|=>|:=|==))(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
-        hints=["-passw", "-passphrase", "-token", "-secret", "-api", "-access"],
+        hints=[
+            *("-passw", "-passphrase", "-token", "-secret", "-api", "-access"),
+            *("-storepass", "-keypass", "-passin", "-passout", "-authkey", "-creds"),
+        ],
     ),
     # X=Y before a shell command, at the start of the text or of a command
     # after ; && || | ( $( or a backtick, optionally after `export`/`env`. A "("
@@ -680,6 +757,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
 
 DEFAULT_SECRET_KEYS: Final = (
     r"password|passwd|passphrase|secret|api_?key|apikey|access_?key|private_?key"
+    r"|(?:signing|encryption|master|hmac|jwt|subscription|application)_?key"
     r"|authori[sz]ation|cookie|credential|session_?token|(?:^|_)auth(?:$|_)|_pass$"
     r"|token(?![a-z]|_(?:count|usage|limit|budget|type))"
 )
@@ -698,6 +776,26 @@ _KEY_WORDS: Final = frozenset({"KEY", "SECRETKEY", "PRIVATEKEY", "ACCESSKEY"})
 _SECRET_VARIABLES: Final = frozenset(
     {"PGPASSWORD", "MYSQL_PWD", "SSHPASS", "GITHUB_PAT", "REDISCLI_AUTH"}
 )
+
+
+def is_secret_flag(item: str) -> bool:
+    """Whether ``item`` is, alone, the flag of a secret (``--password``, ``--api-key``,
+    ``-storepass``): in an argument list, the item after it is the secret."""
+    if item[:1] != "-" or len(item) > 64:
+        return False
+    if not _SECRET_FLAG:
+        import re
+
+        _SECRET_FLAG.append(
+            re.compile(
+                r"--?(?:[A-Za-z0-9]+-)*(?i:password|passwd|passphrase|token|secret|api[-_]?key"
+                r"|access[-_]?key|storepass|keypass|pass(?:in|out)|authkey|creds)"
+            )
+        )
+    return _SECRET_FLAG[0].fullmatch(item) is not None
+
+
+_SECRET_FLAG: list[re.Pattern[str]] = []  # compiled when first needed
 
 
 def is_secret_name(name: str) -> bool:
