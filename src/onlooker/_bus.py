@@ -225,6 +225,8 @@ class EventBus:
         self._rx_failure: BaseException | None = None
         self._rx_count = 0
         self._closed = False
+        self._crashed: BaseException | None = None
+        """What an asynchronous observer died of, for the close to raise (asyncio: see _crash)."""
         self.events: reactivex.Observable[ExecutionEvent] = EventStream(self, self._subscribe_rx)
         """The event stream as a reactivex ``Observable``; its subscribers are isolated too."""
 
@@ -418,6 +420,15 @@ class EventBus:
 
     # -- lifecycle (driven by the engine) ------------------------------------------
 
+    def _crash(self, exc: BaseException) -> None:
+        """An observer's worker died of ``exc``, which its task must not raise (asyncio's
+        ``KeyboardInterrupt``, ``SystemExit``): cancel the engine's task group, as a task
+        that crashes it would, and let the close raise ``exc`` once it has flushed."""
+        if self._crashed is None:
+            self._crashed = exc
+        if self._task_group is not None:
+            self._task_group.cancel_scope.cancel()
+
     def _start(self, task_group: TaskGroup) -> None:
         self._task_group = task_group
         for queue in self._queues:
@@ -461,6 +472,8 @@ class EventBus:
             self._subject.on_completed()
             self._task_group = None
         self._raise_death()  # one that died while the time ran out
+        if self._crashed is not None:  # _aclose runs once: raised once
+            raise self._crashed
         interruption.raise_caught()
 
     # -- bookkeeping ---------------------------------------------------------------

@@ -210,7 +210,8 @@ class ExecutionEngine:
             return False  # the task that entered leaves the task group when it leaves `async with`
         self._left = True
         cancelled = exc is not None and isinstance(exc, anyio.get_cancelled_exc_class())
-        if cancelled and close_error is not None:  # the cancellation goes on: say so
+        crashed = close_error is not None and close_error is self.bus._crashed
+        if cancelled and close_error is not None and not crashed:  # the cancellation goes on
             logger.error(
                 "closing the engine failed while its block was cancelled", exc_info=close_error
             )

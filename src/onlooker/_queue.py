@@ -190,6 +190,15 @@ class AsyncQueue:
                 # ran out) was counted by the bus already.
                 elif not self.retired:
                     self.retire(exc)
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)) and _on_asyncio():
+                    # asyncio lets these two out of its event loop from whichever task
+                    # raises them: the loop stops at once, and workers that have not run
+                    # yet are cancelled before their first step, their events never
+                    # handed over. Crash the engine's task group as trio would instead:
+                    # cancel it, and let the close raise the exception once the other
+                    # observers have their events.
+                    self.bus._crash(exc)
+                    return
                 raise
             finally:
                 ended.set()
@@ -331,3 +340,14 @@ class AsyncQueue:
         self.bus._full.discard(self)
         self.bus.congested = bool(self.bus._full)
         self.bus._maybe_drained()
+
+
+def _on_asyncio() -> bool:
+    """Whether the current task runs on asyncio's event loop."""
+    asyncio = sys.modules.get("asyncio")  # not imported: not running on asyncio
+    if asyncio is None:
+        return False
+    try:
+        return asyncio.current_task() is not None
+    except RuntimeError:  # no running event loop
+        return False
