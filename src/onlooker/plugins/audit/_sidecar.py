@@ -74,16 +74,31 @@ class Sidecar:
             self._held = held + self._held
 
     def _append(self, line: str) -> bool:
+        data = (line + "\n").encode("utf-8", "backslashreplace")
         for path in (self.path, self._fallback):
             try:
                 os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             except OSError:
                 continue
+            start = -1
             try:
-                os.write(fd, (line + "\n").encode("utf-8", "backslashreplace"))
+                start = os.fstat(fd).st_size
+                view = memoryview(data)
+                while view:  # a disk that fills mid-line writes part of it: go on, or fail
+                    written = os.write(fd, view)
+                    if not written:
+                        raise OSError("no byte written")
+                    view = view[written:]
                 return True
             except OSError:
+                # Never leave a torn line, which would also spoil the next one appended:
+                # cut the file back, as the trail does, unless another writer appended since.
+                try:
+                    if start >= 0 and os.fstat(fd).st_size <= start + len(data):
+                        os.ftruncate(fd, start)
+                except OSError:
+                    pass
                 continue
             finally:
                 os.close(fd)
