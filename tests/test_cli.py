@@ -861,6 +861,37 @@ class TestAudit:
         assert damaged.exit_code == 1
         assert recorded["trail"].name in damaged.stdout
 
+    def test_a_session_it_cannot_read_is_not_ok(self, tmp_path: Path) -> None:
+        """An audit directory shared by users (sessions are mode 0700): a session verify
+        cannot list is named and fails the check, never skipped under an "ok"."""
+        from onlooker.plugins.audit import TrailWriter
+
+        root = tmp_path / "audit"
+        for session in ("s1", "s2"):
+            with TrailWriter(root, session) as writer:
+                writer.write([{"kind": "x", "n": n} for n in range(3)])
+        (root / "s2").chmod(0)
+        # As root, drop the capabilities that read any directory, so its mode binds.
+        as_user = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+        command = [*(as_user if os.geteuid() == 0 else []), sys.executable, "-m", "onlooker"]
+        try:
+            verified = subprocess.run(
+                [*command, "audit", "verify", str(root), "--json"],
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            replayed = subprocess.run(
+                [*command, "audit", "replay", str(root), "--db", str(tmp_path / "h.db")],
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+        finally:
+            (root / "s2").chmod(0o700)
+        assert verified.returncode == 1, verified.stderr
+        sessions = json.loads(verified.stdout)["sessions"]
+        assert [(Path(s["path"]).name, s["ok"]) for s in sessions] == [("s1", True), ("s2", False)]
+        assert sessions[1]["reason"] == "unreadable" and "s2" in sessions[1]["detail"]
+        assert replayed.returncode == 1, replayed.stdout + replayed.stderr
+        assert "s2" in replayed.stderr
+
     def test_verify_where_there_is_no_trail_is_a_usage_error(self, workdir: Path) -> None:
         (workdir / "empty").mkdir()
         result = invoke("audit", "verify", str(workdir / "empty"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shlex
 from collections.abc import Sequence
 from fnmatch import fnmatch
@@ -73,7 +74,17 @@ def verify(
         try:
             report = audit.verify(target)
         except AuditError as exc:
-            raise typer.BadParameter(str(exc), param_hint="PATH") from None
+            if len(targets) == 1:
+                raise typer.BadParameter(str(exc), param_hint="PATH") from None
+            # one session of many that cannot be read: not verified, so not ok
+            results.append({"path": str(target), "ok": False, "reason": "unreadable",
+                            "records": 0, "segments": 0, "first_bad": None,
+                            "detail": str(exc)})  # fmt: skip
+            if not as_json:
+                stdout.print(
+                    f"{escape(str(target))}: [red]UNREADABLE[/] {escape(str(exc))}", soft_wrap=True
+                )
+            continue
         results.append(
             {
                 "path": str(target),
@@ -112,10 +123,25 @@ def _print_verdict(report: Any, label: str) -> None:
 
 
 def _sessions(path: Path) -> list[Path]:
-    """The session directories under an audit directory ([] when ``path`` is a trail itself)."""
+    """The session directories under an audit directory ([] when ``path`` is a trail itself).
+
+    A directory that cannot be listed is one too: verify and replay say they could not
+    read it, rather than skip evidence (``Path.glob`` finds nothing there, silently).
+    """
     if not path.is_dir() or any(path.glob("events*.jsonl")):
         return []
-    return sorted(p for p in path.iterdir() if p.is_dir() and any(p.glob("events*.jsonl")))
+    sessions: list[Path] = []
+    for entry in sorted(path.iterdir()):
+        if not entry.is_dir():
+            continue
+        try:
+            names = os.listdir(entry)
+        except OSError:
+            sessions.append(entry)
+            continue
+        if any(fnmatch(name, "events*.jsonl") for name in names):
+            sessions.append(entry)
+    return sessions
 
 
 def _last_written(session: Path) -> float:

@@ -100,12 +100,16 @@ def segments_of(path: str | os.PathLike[str]) -> list[Path]:
 
     ``path`` is a session directory (every ``events*.jsonl`` in it) or one
     segment file (just that file). Raises :class:`onlooker.AuditError` when
-    there is no trail there.
+    there is no trail there, or the directory cannot be read.
     """
     target = Path(path)
     if target.is_dir():
         numbered: list[tuple[int, Path]] = []
-        for entry in target.iterdir():
+        try:
+            entries = list(target.iterdir())
+        except OSError as exc:
+            raise AuditError(f"cannot read audit trail {str(target)!r}: {exc}") from exc
+        for entry in entries:
             match = _SEGMENT.fullmatch(entry.name)
             if match and entry.is_file():
                 numbered.append((int(match.group(1) or 0), entry))
