@@ -282,6 +282,22 @@ class TestHookStartUp:
         assert report.ok and report.records == 3  # the session's start, the call's start and end
 
 
+def test_a_value_holding_itself_or_nested_too_deep_is_a_type_error(tmp_path: Path) -> None:
+    """As any other value neither json nor pydantic can serialize; the writer goes on."""
+    looped: dict[str, object] = {"kind": "x"}
+    looped["self"] = looped
+    deep: list[object] = []
+    for _ in range(10_000):
+        deep = [deep]
+    with TrailWriter(tmp_path, "s") as writer:
+        for bad in (looped, {"kind": "x", "deep": deep}):
+            with pytest.raises(TypeError, match="nested too deeply"):
+                writer.write([bad])
+        writer.write([{"kind": "x", "n": 1}])
+    report = audit.verify(tmp_path / "s")
+    assert report.ok and report.records == 1
+
+
 def test_a_failed_encoding_leaves_nothing_behind() -> None:
     """The encoder's circular-reference table does not outlive a call that failed."""
     from onlooker._shared import json_dumps

@@ -242,7 +242,12 @@ class TrailWriter:
         def redact(index: int) -> bytes:
             return self.serialize(events[index]).encode("utf-8", "backslashreplace")
 
-        return encode_dicts(events, self.redactor, self.max_value_chars, redact)
+        try:
+            return encode_dicts(events, self.redactor, self.max_value_chars, redact)
+        except RecursionError:  # a value holding itself, or nested thousands deep
+            raise TypeError(
+                "an event holds a value nested too deeply to serialize (or holding itself)"
+            ) from None
 
     def serialize(self, event: Mapping[str, Any]) -> str:
         """One event's JSON form redacted, truncated and serialized: the ``event`` member."""
