@@ -546,6 +546,12 @@ class TestShapes:
             " <password>%(password)s</password>",
             "<NextContinuationToken>1ueGcxLPRx1Tr</NextContinuationToken>"
             "<resumptionToken>oai:42</resumptionToken>",
+            # pins (pip freeze's last line too) and comparisons are no assignments
+            "PyJWT==2.8.0\nrequests==2.31.0\nkeyring==24.3.1",
+            'if [ "$MODE" == "ci" ]; then make; fi\nDEBUG==1',
+            # the thirteenth session's words in ordinary code and prose
+            "primary_key = 'id'\nsort_key: created_at\njwt.encode(payload, key)",
+            "the signing process uses the master key rotation of the subscription",
         ],
     )
     def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:

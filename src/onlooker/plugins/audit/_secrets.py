@@ -697,11 +697,12 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     # after the "(", so that every start is a character the scan can jump to).
     Rule(
         "env",
+        # (not NAME==value: a comparison, or a pin in pip freeze's output)
         r"""(?:^|[;|`\n]|&&|\((?<!\w\())[ \t]*(?:(?:export|env)[ \t]+)?"""
-        r"""(?=[A-Za-z_][A-Za-z0-9_]*=)(?P<run>(?:[A-Za-z_][A-Za-z0-9_]*="""
+        r"""(?=[A-Za-z_][A-Za-z0-9_]*=(?!=))(?P<run>(?:[A-Za-z_][A-Za-z0-9_]*=(?!=)"""
         r"""(?:"(?:[^"\\]|\\.)*"|'[^']*'|"""
         + _UNQUOTED
-        + r""")(?:[ \t]+|$))*+)(?P<tail>[A-Za-z_][A-Za-z0-9_]*="""
+        + r""")(?:[ \t]+|$))*+)(?P<tail>[A-Za-z_][A-Za-z0-9_]*=(?!=)"""
         + _UNQUOTED
         + ")?+",
         _redact_env_run,
@@ -722,7 +723,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     # command is quoted inside a message or a result (not NAME => value: code).
     Rule(
         "env",
-        r"""(?<![A-Za-z0-9_$])[A-Z][A-Z0-9_]*=(?!>|\[REDACTED:)"""
+        r"""(?<![A-Za-z0-9_$])[A-Z][A-Z0-9_]*=(?![>=]|\[REDACTED:)"""
         r"""(?P<secret>"(?:[^"\\]|\\.)*"|'[^']*'|"""
         # quoted inside a JSON string (a command in JSON text): X=\"...\", its escapes doubled,
         # and JSON's own escapes of what the value holds (\u00e4, \t, \n)
