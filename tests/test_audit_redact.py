@@ -451,6 +451,51 @@ SHAPES: list[tuple[str, str, str]] = [
     ),
     ("password_option", "sqlcmd -S db -U sa -P 'Sq1Srv!Pw9z' -Q 'select 1'", "Sq1Srv!Pw9z"),
     ("password_option", "bcp dbo.t out t.dat -S db -U sa -PBcpPw9xQz -c", "BcpPw9xQz"),
+    ("password_option", "twine upload -u deploy -p 'Tw1neNexusPw!' dist/*", "Tw1neNexusPw!"),
+    (
+        "password_option",
+        "yarn config set npmAuthToken cmVmdGtuOjAxOjE3MzU2=",
+        "cmVmdGtuOjAxOjE3MzU2",
+    ),
+    (
+        "password_option",
+        "ngrok config add-authtoken 2Xq7LmN9pR4tV8wZ1cB5dF3g",
+        "2Xq7LmN9pR4tV8wZ1cB5",
+    ),
+    (
+        "password_option",
+        "AWS Secret Access Key [None]: q8Rk2LmN7vXw0pZs5TyU3i\nDefault",
+        "q8Rk2LmN7vXw0pZs5TyU3i",
+    ),
+    (
+        "npmrc_auth",
+        "registry=https://r.example/\n_auth=ZGVwbG95OkwzZ2Fj\nalways-auth=true\n",
+        "ZGVwbG95OkwzZ2Fj",
+    ),
+    ("secret_assignment", "RABBITMQ_ERLANG_COOKIE: Erl4ngC00kieValue", "Erl4ngC00kieValue"),
+    ("secret_assignment", "requests.get(url, auth=('svc', 'Rq5tsAuthPw!9'))", "Rq5tsAuthPw!9"),
+    (
+        "secret_assignment",
+        "FROM mysql:5\nENV MYSQL_ROOT_PASSWORD D0ckerfil3RootPw\n",
+        "D0ckerfil3RootPw",
+    ),
+    (
+        "secret_assignment",
+        'network={\n  ssid="home"\n  psk="W1f1PassPhrase9x"\n}',
+        "W1f1PassPhrase9x",
+    ),
+    ("secret_assignment", "token: kUb3T0k3nV4lu3.xQz9Lm2Wn7", "kUb3T0k3nV4lu3"),
+    ("secret_assignment", "spring.datasource.password=Welcome1.Admin", "Welcome1.Admin"),
+    (
+        "sensitive_value",
+        '{"db_password": {"sensitive": true, "value": "Tf0utPutPw9x"}}',
+        "Tf0utPutPw9x",
+    ),
+    (
+        "sensitive_value",
+        '"admin": {"value": "TfSt4teAdm1n9", "type": "string", "sensitive": true}',
+        "TfSt4teAdm1n9",
+    ),
 ]
 
 
@@ -552,6 +597,10 @@ class TestShapes:
             # the thirteenth session's words in ordinary code and prose
             "primary_key = 'id'\nsort_key: created_at\njwt.encode(payload, key)",
             "the signing process uses the master key rotation of the subscription",
+            # attribute chains of code, whatever their case; a Dockerfile's ordinary ENV
+            "secret = settings.SECRET_KEY\ntoken = self.config.apiToken\npassword = request.POST",
+            "token = obj.token2\nsecret = Config.Secret\nget(url, auth=(user, password))\nENV PATH /usr/bin",
+            '{"value": "https://x", "sensitive": false} the sensitive value is 5',
         ],
     )
     def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:

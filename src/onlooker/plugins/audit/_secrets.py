@@ -181,6 +181,10 @@ def _redact_env_value(match: re.Match[str]) -> str:
     return match.group(0)[:start] + marker("env")
 
 
+# A JSON string value inside its quotes (escaped too, as JSON text held in a JSON string has
+# them): "(...)"
+_JSON_STRING = r"\\?\"((?:[^\"\\\n]|\\[^\"\n])+)\\?\""
+
 # Keys that are secrets by their kind: signingKey, ENCRYPTION_KEY, primaryMasterKey, an
 # HMAC's or a JWT's key, Azure's Ocp-Apim-Subscription-Key, Datadog's DD-APPLICATION-KEY.
 _KEY_KINDS = r"(?:signing|encryption|master|hmac|jwt|subscription|application)"
@@ -192,7 +196,7 @@ _KEY_KINDS = r"(?:signing|encryption|master|hmac|jwt|subscription|application)"
 # name made of many: "token_token_...").
 _SECRET_NAME = (
     r"(?=[A-Za-z0-9_.-]*?(?i:pass(?:word|wd|phrase)|secret|api[_-]?key|access[_-]?key"
-    r"|private[_-]?key|" + _KEY_KINDS + r"[_-]?key|credentials?"
+    r"|private[_-]?key|" + _KEY_KINDS + r"[_-]?key|credentials?|erlang[_-]?cookie"
     r"|token(?![a-z]|_(?:count|usage|limit|budget|type))"
     # ... or a name that ends in a word "pass" (ansible_become_pass, DB_PASS; not bypass)
     r"|(?<=[_.-])pass(?![A-Za-z0-9_.-])))"
@@ -200,10 +204,14 @@ _SECRET_NAME = (
 )
 # What is assigned is not a secret when it is code or a placeholder: a call,
 # an index, an attribute chain, a variable reference, a type, a literal.
+# A part of an attribute chain in code: snake_case (digits too: api_v2), camelCase and
+# CamelCase (letters only after the first hump), UPPER_CASE. Not a password's
+# Summer2024.Fall nor a token's kUb3T0k3nV4lu3.xQz9Lm2Wn7, whose humps hold digits.
+_IDENTIFIER = r"(?:[a-z_][a-z0-9_]*(?:[A-Z][a-z_]*)*|[A-Z][A-Z0-9_]*|[A-Z][a-z_]+(?:[A-Z][a-z_]*)*)"
 _NOT_A_VALUE = (
     r"(?!(?:" + "|".join(_PLACEHOLDER_WORDS) + r"|str|string|bytes|int|bool"
     r"|number|any|Any|SecretStr|Optional)(?![\w.]))(?![$%<{=])"
-    r"(?![A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?![\w.-]))"
+    r"(?!" + _IDENTIFIER + r"(?:\." + _IDENTIFIER + r")+(?![\w.-]))"
 )
 _QUOTED = (
     r"\"(?P<dq>(?:[^\"\\\n]|\\.)+)\"|'(?P<sq>(?:[^'\\\n]|\\.)+)'"
@@ -269,7 +277,7 @@ def _redact_assignment(match: re.Match[str]) -> str:
     return _redact_group(match, "secret_assignment", groups)
 
 
-def _redact_group(match: re.Match[str], rule: str, groups: tuple[str, ...]) -> str:
+def _redact_group(match: re.Match[str], rule: str, groups: tuple[str | int, ...]) -> str:
     """The match with the first of ``groups`` that took part replaced by ``rule``'s marker."""
     group = next(name for name in groups if match.group(name) is not None)
     start, end = match.start(group) - match.start(), match.end(group) - match.start()
@@ -287,7 +295,7 @@ _NAME_HINTS = (
     "credential",
     # (the kinds of key: _KEY_KINDS)
     "signing", "encryption", "masterkey", "master_key", "master-key", "hmac", "jwt",
-    "subscription", "applicationkey", "application_key", "application-key",
+    "subscription", "applicationkey", "application_key", "application-key", "erlang",
 )  # fmt: skip
 
 DEFAULT_RULES: Final[tuple[Rule, ...]] = (
@@ -518,6 +526,14 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         lambda match: _redact_group(match, "npmrc_auth", ("dq", "sq", "secret")),
         hints=[":_"],
     ),
+    # ... and the top-level ones of an .npmrc: _auth=..., _authToken=..., on a line's start
+    Rule(
+        "npmrc_auth",
+        r"(?m:^)[ \t]*_(?:authToken|auth|password)[ \t]*=[ \t]*(?!\[REDACTED:)"
+        r"(?:\"(?P<dq>[^\"\r\n]+)\"|'(?P<sq>[^'\r\n]+)'|(?P<secret>[^\s\"']+))",
+        lambda match: _redact_group(match, "npmrc_auth", ("dq", "sq", "secret")),
+        hints=["_auth", "_password"],
+    ),
     # .netrc: "password VALUE" in an entry that starts "machine HOST" (or "default"), its
     # tokens on one line or many, numbered as Claude Code's Read numbers lines or not. A
     # host without a dot, and "default", need a login first: "the machine root password
@@ -660,9 +676,20 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"\b(?:(?P<store>gh[ \t]+secret[ \t]+set|az[ \t]+keyvault[ \t]+secret[ \t]+set"
         r"|aws[ \t]+ssm[ \t]+put-parameter)\b(?:(?!\b(?:gh|az|aws)\b)[^\n;&|])*?[ \t]"
         r"(?:-b|--body|--value)(?:[ \t]+|=)"
-        r"|(?:sqlcmd|bcp|osql)\b(?:(?!\b(?:sqlcmd|bcp|osql)\b)[^\n;&|])*?[ \t]-P[ \t]*)"
-        r"(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
-        hints=["secret set", "put-parameter", "sqlcmd", "bcp", "osql"],
+        r"|(?:sqlcmd|bcp|osql)\b(?:(?!\b(?:sqlcmd|bcp|osql)\b)[^\n;&|])*?[ \t]-P[ \t]*"
+        # twine upload -p, yarn/npm/pnpm config set <secret name> VALUE, ngrok's authtoken,
+        # and the aws configure prompt's answer: AWS Secret Access Key [None]: VALUE
+        r"|twine[ \t]+upload\b(?:(?!\btwine\b)[^\n;&|])*?[ \t]-p[ \t]+"
+        r"|(?:yarn|npm|pnpm)[ \t]+config[ \t]+set[ \t]+(?:-[-\w]+[ \t]+)*"
+        + _SECRET_NAME
+        + r"[ \t]+"
+        r"|ngrok[ \t]+(?:config[ \t]+add-)?authtoken[ \t]+"
+        r"|(?i:aws[ \t]+secret[ \t]+access[ \t]+key)[ \t]*\[[^\]\n]*\]:[ \t]*)"
+        r"(?!\[REDACTED:)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
+        hints=[
+            *("secret set", "put-parameter", "sqlcmd", "bcp", "osql", "twine"),
+            *("config set", "authtoken", "secret access key"),
+        ],
     ),
     # PHP's define('DB_PASSWORD', '...') (wp-config.php): a secret name, then its value.
     Rule(
@@ -672,6 +699,38 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         + r"(?P=q)[ \t]*,[ \t]*(?:\"(?P<dq>[^\"\n]+)\"|'(?P<sq>[^'\n]+)')",
         lambda match: _redact_group(match, "secret_assignment", ("dq", "sq")),
         hints=["define("],
+    ),
+    # Python's requests: auth=("user", "password"), the password second
+    Rule(
+        "secret_assignment",
+        r"\bauth[ \t]*=[ \t]*\([ \t]*(?:\"[^\"\n]*\"|'[^'\n]*'|[\w.]+)[ \t]*,[ \t]*"
+        r"(?:\"(?P<dq>[^\"\n]+)\"|'(?P<sq>[^'\n]+)')[ \t]*\)",
+        lambda match: _redact_group(match, "secret_assignment", ("dq", "sq")),
+        hints=["auth="],
+    ),
+    # A Dockerfile's legacy ENV NAME value (ENV NAME=value is the env rule's)
+    Rule(
+        "secret_assignment",
+        r"(?m:^)[ \t]*ENV[ \t]+" + _SECRET_NAME + r"[ \t]+(?P<secret>[^\s=][^\r\n]*)",
+        hints=["env "],
+    ),
+    # wpa_supplicant's psk="passphrase" (or its 64 hex digits)
+    Rule(
+        "secret_assignment",
+        r"(?m:^)[ \t]*psk=(?:\"(?P<dq>[^\"\r\n]+)\"|(?P<secret>[0-9a-fA-F]{64}))",
+        lambda match: _redact_group(match, "secret_assignment", ("dq", "secret")),
+        hints=["psk="],
+    ),
+    # Terraform's sensitive values in JSON (terraform output -json, a state file): the
+    # "value" of an object that says "sensitive": true, before or after it
+    Rule(
+        "sensitive_value",
+        r"\\?\"value\\?\"[ \t]*:[ \t]*" + _JSON_STRING + r"(?=[^{}\[\]]{0,200}?"
+        r"\\?\"sensitive\\?\"[ \t]*:[ \t]*true)"
+        r"|\\?\"sensitive\\?\"[ \t]*:[ \t]*true[^{}\[\]]{0,200}?"
+        r"\\?\"value\\?\"[ \t]*:[ \t]*" + _JSON_STRING,
+        lambda match: _redact_group(match, "sensitive_value", (1, 2)),
+        hints=["sensitive"],
     ),
     Rule(
         "secret_flag",
@@ -758,7 +817,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
 
 DEFAULT_SECRET_KEYS: Final = (
     r"password|passwd|passphrase|secret|api_?key|apikey|access_?key|private_?key"
-    r"|(?:signing|encryption|master|hmac|jwt|subscription|application)_?key"
+    r"|(?:signing|encryption|master|hmac|jwt|subscription|application)_?key|erlang_?cookie"
     r"|authori[sz]ation|cookie|credential|session_?token|(?:^|_)auth(?:$|_)|_pass$"
     r"|token(?![a-z]|_(?:count|usage|limit|budget|type))"
 )
