@@ -94,3 +94,53 @@ def test_the_other_async_observers_keep_their_events(backend: str, exc: str) -> 
     ], "a healthy observer loses nothing"
     assert result["emitted"] == 4
     assert "keeper" not in result["dropped_by_observer"], "nor waits out the shutdown timeout"
+
+
+LATE_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import anyio, onlooker
+
+    @onlooker.tool
+    async def step(n: int) -> int:
+        return n
+
+    async def program(ctx: onlooker.ExecutionContext) -> None:
+        await ctx.call("step", n=1)
+
+    async def exporter(event: onlooker.ExecutionEvent) -> None:
+        if event.kind == "ExecutionFinished":
+            with anyio.CancelScope(shield=True):  # a write the close gives up waiting for
+                await anyio.sleep(0.5)
+                raise KeyboardInterrupt  # where Ctrl-C's handler raises it
+
+    async def main() -> None:
+        plugins = [onlooker.define_plugin(id="exporter", observer=lambda _: exporter)]
+        async with onlooker.ExecutionEngine(
+            tools=[step], plugins=plugins, shutdown_timeout=0.1
+        ) as engine:
+            await engine.execute(program)
+        await anyio.sleep(1.0)
+        print("went on")
+
+    try:
+        anyio.run(main, backend=sys.argv[1])
+    except KeyboardInterrupt:
+        print("interrupted")
+    """
+)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_one_that_dies_after_the_close_gave_up_on_it_is_not_swallowed(backend: str) -> None:
+    """No close is left to raise it: the worker does, as before."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", LATE_SCRIPT, backend],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert done.stdout.strip().splitlines()[-1] == "interrupted", done.stdout + done.stderr

@@ -885,6 +885,21 @@ class TestKeys:
         kept = ["--no-verify", "--password", "--verbose", "--token", 5, "x", "--secret"]
         assert redactor.redact(kept) == kept  # a flag next, a number, nothing after
 
+    def test_a_plain_word_after_a_flag_in_an_argument_list_is_not_learned(
+        self, redactor: Redactor
+    ) -> None:
+        """Boolean flags end in a secret's word too (pg_dump's --no-password, ansible's
+        --ask-vault-password), as do a tokenizer's options: what follows them is replaced
+        there, but learned only when it looks like a secret, as a rule's value is."""
+        for argv in (
+            ["pg_dump", "--no-password", "production"],
+            ["ansible-playbook", "--ask-vault-password", "site.yml"],
+            ["python", "train.py", "--pad-token", "<|endoftext|>"],
+        ):
+            assert redactor.redact(argv)[-1] == "[REDACTED:secret_flag]"
+        text = "deploying production with site.yml, eos <|endoftext|>"
+        assert redactor.redact_text(text) == text
+
     def test_secret_shapes_in_keys_are_redacted(self, redactor: Redactor) -> None:
         out = redactor.redact({"sk-abcdefghijklmnopqrstuvwx": 1})
         assert out == {"[REDACTED:openai_key]": 1}

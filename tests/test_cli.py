@@ -892,6 +892,29 @@ class TestAudit:
         assert replayed.returncode == 1, replayed.stdout + replayed.stderr
         assert "s2" in replayed.stderr
 
+    def test_the_only_session_it_cannot_read_is_not_ok_either(self, tmp_path: Path) -> None:
+        """One session or many: the audit directory's unreadable session is named, exit 1."""
+        from onlooker.plugins.audit import TrailWriter
+
+        root = tmp_path / "audit"
+        with TrailWriter(root, "s1") as writer:
+            writer.write([{"kind": "x", "n": 0}])
+        (root / "s1").chmod(0)
+        as_user = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+        command = [*(as_user if os.geteuid() == 0 else []), sys.executable, "-m", "onlooker"]
+        try:
+            verified = subprocess.run(
+                [*command, "audit", "verify", str(root), "--json"],
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+        finally:
+            (root / "s1").chmod(0o700)
+        assert verified.returncode == 1, verified.stderr
+        sessions = json.loads(verified.stdout)["sessions"]
+        assert [(Path(s["path"]).name, s["ok"], s["reason"]) for s in sessions] == [
+            ("s1", False, "unreadable")
+        ]
+
     def test_verify_where_there_is_no_trail_is_a_usage_error(self, workdir: Path) -> None:
         (workdir / "empty").mkdir()
         result = invoke("audit", "verify", str(workdir / "empty"))

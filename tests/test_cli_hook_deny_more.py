@@ -258,6 +258,13 @@ ALLOWED: list[str] = [
     "wipefs /dev/sda",  # lists the signatures only
     "git init 0",
     "echo init 0",
+    # a download's lines made arguments by xargs run no download; "${HOME:?}" then a path
+    # is a folder in the home, as shellcheck (SC2115) writes it
+    "curl -s https://x.example/urls.txt | xargs -n1 sh -c 'echo \"$0\"'",
+    "curl -s https://x.example/list | xargs -P4 -I{} bash -c 'wget {}'",
+    'rm -rf "${HOME:?}"/.cache/pip',
+    'rm -rf "$HOME"/project/build',
+    "rm -rf '~'/x",
 ]
 
 

@@ -420,14 +420,20 @@ class EventBus:
 
     # -- lifecycle (driven by the engine) ------------------------------------------
 
-    def _crash(self, exc: BaseException) -> None:
+    def _crash(self, exc: BaseException) -> bool:
         """An observer's worker died of ``exc``, which its task must not raise (asyncio's
         ``KeyboardInterrupt``, ``SystemExit``): cancel the engine's task group, as a task
-        that crashes it would, and let the close raise ``exc`` once it has flushed."""
+        that crashes it would, and let the close raise ``exc`` once it has flushed.
+
+        Returns False when the close is over (a worker it gave up on dies after it): no
+        close is left to raise ``exc``, so the worker must raise it itself."""
+        if self._closed:
+            return False
         if self._crashed is None:
             self._crashed = exc
         if self._task_group is not None:
             self._task_group.cancel_scope.cancel()
+        return True
 
     def _start(self, task_group: TaskGroup) -> None:
         self._task_group = task_group

@@ -190,14 +190,17 @@ class AsyncQueue:
                 # ran out) was counted by the bus already.
                 elif not self.retired:
                     self.retire(exc)
-                if isinstance(exc, (KeyboardInterrupt, SystemExit)) and _on_asyncio():
+                if (
+                    isinstance(exc, (KeyboardInterrupt, SystemExit))
+                    and _on_asyncio()
+                    and self.bus._crash(exc)
+                ):
                     # asyncio lets these two out of its event loop from whichever task
                     # raises them: the loop stops at once, and workers that have not run
                     # yet are cancelled before their first step, their events never
                     # handed over. Crash the engine's task group as trio would instead:
                     # cancel it, and let the close raise the exception once the other
-                    # observers have their events.
-                    self.bus._crash(exc)
+                    # observers have their events (unless the close is over: raised).
                     return
                 raise
             finally:

@@ -286,10 +286,11 @@ _VALUED: Final = "CEILPadfknosu"
 """The letters of the runners' options that take a value (``env -u NAME -C DIR``, ``nice -n 5``,
 ``time -f FORMAT -o FILE``, ``timeout -s KILL -k 5``, ``xargs -a -d -E -I -L -n -P -s``);
 not ``env -S``, whose value is a command line."""
-_RUNNERS: Final = (
-    r"(?:nohup|env|nice|time|timeout|xargs)(?:[ \t]+(?:-[^\s;&|()<>`'\"" + _VALUED + r"]*"
+_RUNNER_OPTIONS: Final = (
+    r"(?:[ \t]+(?:-[^\s;&|()<>`'\"" + _VALUED + r"]*"
     r"(?:[" + _VALUED + r"][ \t]*[^\s;&|()<>`]+)?|\d[\d.]*[smhd]?))*"
 )
+_RUNNERS: Final = r"(?:nohup|env|nice|time|timeout|xargs)" + _RUNNER_OPTIONS
 """Programs that run the command their arguments start, and their options: a word starting
 with ``-``, letters (``-0r``) or a long option (``--null``, ``--signal=KILL``), or letters
 ending with one of :data:`_VALUED` and its value, attached or the next word (``-n 5``,
@@ -387,7 +388,11 @@ _BLANKS: Final = r"(?:[ \t]|\\\n)+"
 
 # the root or the home, as a whole argument: /, /*, //*, ~, ~/, "$HOME"/*, ${HOME}, ...
 # ("${HOME:?}" too, and ${HOME:-x}: the home when it is set; not ${HOME:+x}, which is x)
-_ROOT_OR_HOME: Final = r"[\"']?(?:/|~|\$\{?HOME\}?|\$\{HOME:?[-?=][^}\s;&|]*\})[\"']?[/*]*[\"']?"
+# (a quote that closes the word ends it; one a path goes on after does not: "${HOME:?}"/x)
+_ROOT_OR_HOME: Final = (
+    r"[\"']?(?:/|~|\$\{?HOME\}?|\$\{HOME:?[-?=][^}\s;&|]*\})[\"']?[/*]*[\"']?"
+    r"(?![\"'][^\s;&|)<>`\"'])"
+)
 _DOWNLOAD: Final = r"\b(?:curl|wget|fetch)(?![\w-])"  # not fetch-env, curl-config
 _UNTIL_DOWNLOAD: Final = r"(?:(?!" + _DOWNLOAD + r")[^;&|])*"
 _RM_RECURSIVE: Final = r"-[a-qs-zA-QS-Z]*[rR][a-zA-Z]*|--recursive"
@@ -397,11 +402,14 @@ _IN_ROOT_OR_HOME: Final = (
     r"(?P<in_root>\b(?:cd(?:[ \t]+" + _ROOT_OR_HOME + r")?|pushd[ \t]+" + _ROOT_OR_HOME + ")"
     r"[ \t]*(?:&&|;|\n)(?:\s|\\\n)*" + _NAME + ")?"
 )
+# the runners that hand their standard input on to the program they run (xargs makes its
+# lines the program's arguments: curl LIST | xargs -n1 sh -c '...' runs no download)
+_INPUT_RUNNERS: Final = r"(?:nohup|env|nice|time|timeout)" + _RUNNER_OPTIONS
 # a program a download is piped to that runs what it reads: a shell, or an interpreter
 # reading its script from its standard input (python3 -, perl with no argument); through
 # sudo and the runners (timeout 60 bash)
 _RUNS_ITS_INPUT: Final = (
-    r"\s*(?:(?:[^\s;&|]*/)?(?:sudo(?:[ \t]+-[^\s;&|]+)*|" + _RUNNERS + r")\s+)*"
+    r"\s*(?:(?:[^\s;&|]*/)?(?:sudo(?:[ \t]+-[^\s;&|]+)*|" + _INPUT_RUNNERS + r")\s+)*"
     r"(?:[^\s;&|]*/)?(?:(?:ba|z|k|da|fi)?sh\b"
     r"|(?:python[\d.]*(?:[ \t]+-[BbdEIOqsSuvx]+)*|perl|ruby|node)"
     r"(?:[ \t]+-(?=[\s;&|)]|$)|(?=[ \t]*(?:$|[\n;&|)]))))"

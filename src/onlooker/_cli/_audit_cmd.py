@@ -74,9 +74,9 @@ def verify(
         try:
             report = audit.verify(target)
         except AuditError as exc:
-            if len(targets) == 1:
+            if target is path:  # PATH itself, not a session of the audit directory it names
                 raise typer.BadParameter(str(exc), param_hint="PATH") from None
-            # one session of many that cannot be read: not verified, so not ok
+            # a session of the audit directory that cannot be read: not verified, so not ok
             results.append({"path": str(target), "ok": False, "reason": "unreadable",
                             "records": 0, "segments": 0, "first_bad": None,
                             "detail": str(exc)})  # fmt: skip

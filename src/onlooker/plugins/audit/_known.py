@@ -197,13 +197,15 @@ class KnownSecrets:
             if found < 0:  # two markers side by side: where one secret ends is not known
                 return
             if named is None or _names_secret(before, named):
-                self._learn_part(whole[start:found])
+                self.learn_if_secret(whole[start:found])
             start = found + len(between)
             before = between
         if named is None or _names_secret(before, named):
-            self._learn_part(whole[start:stop])
+            self.learn_if_secret(whole[start:stop])
 
-    def _learn_part(self, part: str) -> None:
+    def learn_if_secret(self, part: str) -> None:
+        """Remember ``part`` (a value a rule or a flag before it named secret) when it looks
+        like one: not code, a path, a URL, or a word (``--no-password production``)."""
         if "[REDACTED:" in part:  # a marker another rule wrote
             return
         if len(part) >= 4 and part.startswith('\\"') and part.endswith('\\"'):

@@ -324,8 +324,8 @@ class Redactor:
                     continue
                 if after_flag and type(item) is str and item[:1] != "-":
                     after_flag = False
-                    if self.learn_secrets:
-                        self._known.learn(item)
+                    if self.learn_secrets:  # known by the flag before it, as a rule's value is:
+                        self._known.learn_if_secret(item)  # learned when it looks like a secret
                     new = _FLAG_VALUE
                 else:
                     after_flag = type(item) is str and is_secret_flag(item)
