@@ -44,3 +44,27 @@ def test_a_line_the_disk_cut_short_is_neither_kept_nor_counted_written(
     writer.close()
     lines = Path(writer.error_path).read_text(encoding="utf-8").splitlines()
     assert [json.loads(line)["message"] for line in lines] == ["first problem", "third problem"]
+
+
+def test_another_process_report_appended_meanwhile_is_left_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hook processes share audit.err: a report another one appends while ours is cut short
+    is not cut back with ours (our torn part stays, before it: no report is lost)."""
+    writer = TrailWriter(str(tmp_path), "s1")
+    other = b'{"message":"other process"}\n'
+    fake = _full_after(10)
+    full_disk_write = fake.write
+
+    def write(fd: int, data: bytes | memoryview) -> int:
+        wrote: int = full_disk_write(fd, data)
+        with open(writer.error_path, "ab") as handle:  # the other process, between our writes
+            handle.write(other)
+        return wrote
+
+    fake.write = write
+    with monkeypatch.context() as patched:
+        patched.setattr(_sidecar, "os", fake)
+        assert not writer.report("ours, on a disk that fills after ten bytes")
+    writer.close()
+    assert Path(writer.error_path).read_bytes().endswith(other)

@@ -25,6 +25,7 @@ rule):
   interpreter start, for a hook whose payload may need no regular
   expression at all;
 - :func:`sha256`, CPython's own SHA-256 (``hashlib`` loads OpenSSL);
+- :func:`truncate`, a long text cut with ``…[truncated N chars]`` (the stores, the summary);
 - :func:`lazy_attribute`, the ``__getattr__`` (PEP 562) of the packages that
   load their public names on first use (``onlooker``, ``onlooker.plugins.audit``).
 """
@@ -64,6 +65,7 @@ __all__ = [
     "noting_long_ints",
     "safe_session_id",
     "sha256",
+    "truncate",
     "unlock_file",
     "without_long_ints",
     "without_surrogates",
@@ -519,6 +521,13 @@ def compile_command_rule(
         return re.compile(pattern)
     except re.error as exc:
         raise ValueError(f"rule {name}: invalid regular expression: {exc}") from None
+
+
+def truncate(text: str, max_chars: int) -> str:
+    """``text`` cut to ``max_chars`` characters plus ``…[truncated N chars]``, if longer."""
+    if len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]}…[truncated {len(text) - max_chars} chars]"
 
 
 def without_surrogates(text: str) -> str:

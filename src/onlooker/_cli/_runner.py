@@ -25,9 +25,9 @@ import onlooker
 from onlooker import Elicitation, ErrorInfo, ExecutionEvent, InteractionResponse
 from onlooker._events import snapshot
 from onlooker._results import error_info
+from onlooker._shared import truncate
 from onlooker.plugins.audit import Redactor
 from onlooker.plugins.audit._events import json_form
-from onlooker.plugins.audit._secrets import truncate
 from onlooker.plugins.history._db import mask_url
 from onlooker.plugins.summary import ExecutionSummary
 

@@ -40,8 +40,7 @@ from onlooker import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from onlooker._shared import without_surrogates
-from onlooker.plugins.audit._secrets import truncate
+from onlooker._shared import truncate, without_surrogates
 
 __all__ = [
     "DEFAULT_KEEP",
@@ -53,10 +52,10 @@ __all__ = [
 ]
 
 DEFAULT_KEEP: Final = 10_000
+"""How many finished root executions (with their children) a store keeps by default."""
 MAX_MESSAGE_CHARS: Final = 2_000
 """An error message longer than this is kept cut, with ``…[truncated N chars]``: a summary
 is read whole (often by a model), and the store keeps thousands."""
-"""How many finished root executions (with their children) a store keeps by default."""
 
 SummaryStatus = Literal["running", "completed", "failed", "cancelled", "expired"]
 

@@ -9,6 +9,7 @@ hint of a secret. :class:`~onlooker.plugins.audit.Redactor` applies these.
 from __future__ import annotations
 
 from onlooker._shared import ENVELOPE_FIELDS as _ENVELOPE
+from onlooker._shared import truncate
 
 TYPE_CHECKING = False  # not typing's: see _writer.py (the hook imports this module)
 if TYPE_CHECKING:
@@ -39,13 +40,6 @@ __all__ = [
 def marker(rule: str) -> str:
     """The text that replaces a secret: ``[REDACTED:<rule>]``."""
     return f"[REDACTED:{rule}]"
-
-
-def truncate(text: str, max_chars: int) -> str:
-    """``text`` cut to ``max_chars`` characters plus ``…[truncated N chars]``, if longer."""
-    if len(text) <= max_chars:
-        return text
-    return f"{text[:max_chars]}…[truncated {len(text) - max_chars} chars]"
 
 
 @final
@@ -188,6 +182,11 @@ _JSON_STRING = r"\\?\"((?:[^\"\\\n]|\\[^\"\n])+)\\?\""
 # Keys that are secrets by their kind: signingKey, ENCRYPTION_KEY, primaryMasterKey, an
 # HMAC's or a JWT's key, Azure's Ocp-Apim-Subscription-Key, Datadog's DD-APPLICATION-KEY.
 _KEY_KINDS = r"(?:signing|encryption|master|hmac|jwt|subscription|application)"
+# ... but not what names or describes such a key: KmsMasterKeyId, jwt_key_path, hmac_key_length
+_KEY_KIND_END = (
+    r"(?![a-z]|[_-]?(?:id|arn|path|file|length|size|bits|algorithm|version|name|type|alias|ref)"
+    r"s?(?![a-z0-9]))"
+)
 
 # A name that holds a secret, inside an assignment: password, db_password,
 # "api_key", clientSecret, accessToken ... (not max_tokens, token_count).
@@ -196,7 +195,11 @@ _KEY_KINDS = r"(?:signing|encryption|master|hmac|jwt|subscription|application)"
 # name made of many: "token_token_...").
 _SECRET_NAME = (
     r"(?=[A-Za-z0-9_.-]*?(?i:pass(?:word|wd|phrase)|secret|api[_-]?key|access[_-]?key"
-    r"|private[_-]?key|" + _KEY_KINDS + r"[_-]?key|credentials?|erlang[_-]?cookie"
+    r"|private[_-]?key|"
+    + _KEY_KINDS
+    + r"[_-]?key"
+    + _KEY_KIND_END
+    + r"|credentials?|erlang[_-]?cookie"
     r"|token(?![a-z]|_(?:count|usage|limit|budget|type))"
     # ... or a name that ends in a word "pass" (ansible_become_pass, DB_PASS; not bypass)
     r"|(?<=[_.-])pass(?![A-Za-z0-9_.-])))"
@@ -257,7 +260,7 @@ _SECRET_ASSIGNMENT = (
 # api-token, ClearTextPassword (not max_tokens).
 _SECRET_VALUE_NAME = (
     r"(?=[\w./-]*?(?i:pass(?:word|wd|phrase)|secret|api[_-]?key|access[_-]?key"
-    r"|private[_-]?key|" + _KEY_KINDS + r"[_-]?key|credentials?"
+    r"|private[_-]?key|" + _KEY_KINDS + r"[_-]?key" + _KEY_KIND_END + r"|credentials?"
     r"|token(?![a-z]|_(?:count|usage|limit|budget|type))))"
     r"[\w./-]++"
 )
@@ -654,9 +657,11 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "sql_password",
         # (a double-quoted value only after IDENTIFIED BY, as MySQL takes one: the password
-        # "reset" link is prose)
-        r"(?i:\bpassword)[ \t]+'(?P<sq>(?:[^'\r\n]|'')+)'"
-        r"|(?i:\bidentified[ \t]+by)[ \t]+(?:'(?P<by>(?:[^'\r\n]|'')+)'|\"(?P<dq>[^\"\r\n]+)\")",
+        # "reset" link is prose) (in a statement about a user or a role: "wrong password "
+        # 'try again' is Python, "identified by 'id'" prose)
+        r"(?i:\b(?:user|role)\b)[^;\n]{0,120}?"
+        r"(?:(?i:\bpassword)[ \t]+'(?P<sq>(?:[^'\r\n]|'')+)'"
+        r"|(?i:\bidentified[ \t]+by)[ \t]+(?:'(?P<by>(?:[^'\r\n]|'')+)'|\"(?P<dq>[^\"\r\n]+)\"))",
         lambda match: _redact_group(match, "sql_password", ("sq", "by", "dq")),
         hints=["password '", "identified by"],
     ),
@@ -664,8 +669,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     # CONFIG SET: requirepass S3cret, masterauth S3cret.
     Rule(
         "redis_password",
-        r"(?<![\w-])(?:--)?(?i:requirepass|masterauth)[ \t]+"
-        r"(?P<secret>\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s\"']+)",
+        # (a setting: at a line's start, an option, or after CONFIG SET; not a placeholder)
+        r"(?:(?m:^)[ \t]*|(?<![\w-])--|(?i:config[ \t]+set)[ \t]+)(?i:requirepass|masterauth)"
+        r"[ \t]+(?!<)(?P<secret>\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s\"']+)",
         hints=["requirepass", "masterauth"],
     ),
     # A secret given to a command that stores it, or to a SQL Server client: gh secret set
@@ -673,10 +679,13 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     # VALUE, sqlcmd -U sa -P VALUE (bcp, osql).
     Rule(
         "password_option",
-        r"\b(?:(?P<store>gh[ \t]+secret[ \t]+set|az[ \t]+keyvault[ \t]+secret[ \t]+set"
-        r"|aws[ \t]+ssm[ \t]+put-parameter)\b(?:(?!\b(?:gh|az|aws)\b)[^\n;&|])*?[ \t]"
-        r"(?:-b|--body|--value)(?:[ \t]+|=)"
-        r"|(?:sqlcmd|bcp|osql)\b(?:(?!\b(?:sqlcmd|bcp|osql)\b)[^\n;&|])*?[ \t]-P[ \t]*"
+        # (a parameter SSM keeps encrypted: SecureString; a $VARIABLE is no value)
+        r"\b(?:(?:gh[ \t]+secret[ \t]+set|az[ \t]+keyvault[ \t]+secret[ \t]+set"
+        r"|aws[ \t]+ssm[ \t]+put-parameter(?=[^\n;&|]*SecureString))"
+        r"\b(?:(?!\b(?:gh|az|aws)\b)[^\n;&|])*?[ \t](?:-b|--body|--value)(?:[ \t]+|=)(?![\"']?\$)"
+        r"|sqlcmd\b(?:(?!\bsqlcmd\b)[^\n;&|])*?[ \t]-P[ \t]*"
+        # openssl's -passin/-passout pass:VALUE (file:PATH and env:NAME say where it is)
+        r"|(?<=-)pass(?:in|out)[ \t]+pass:"
         # twine upload -p, yarn/npm/pnpm config set <secret name> VALUE, ngrok's authtoken,
         # and the aws configure prompt's answer: AWS Secret Access Key [None]: VALUE
         r"|twine[ \t]+upload\b(?:(?!\btwine\b)[^\n;&|])*?[ \t]-p[ \t]+"
@@ -687,7 +696,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"|(?i:aws[ \t]+secret[ \t]+access[ \t]+key)[ \t]*\[[^\]\n]*\]:[ \t]*)"
         r"(?!\[REDACTED:)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
         hints=[
-            *("secret set", "put-parameter", "sqlcmd", "bcp", "osql", "twine"),
+            *("secret set", "put-parameter", "sqlcmd", "twine", "-passin", "-passout"),
             *("config set", "authtoken", "secret access key"),
         ],
     ),
@@ -740,14 +749,14 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # ":=" or "==" is no flag's value: a removed line of a diff (-password = "..."),
         # left to the assignment rule, which knows code from values, or a comparison.
         r"-(?<![\w./\\-]-)-?(?:[A-Za-z0-9]+-)*"
-        # (and keytool's -storepass and -keypass, openssl's -passin and -passout, an
-        # --authkey, skopeo's --creds and --dest-creds)
+        # (and keytool's -storepass and -keypass, an --authkey, skopeo's --creds and
+        # --dest-creds) (not a help text's <placeholder>)
         r"(?i:password|passwd|passphrase|token|secret|api[-_]?key|access[-_]?key"
-        r"|storepass|keypass|pass(?:in|out)|authkey|creds)"
-        r"(?:=(?!>)|\s+(?![=:]\s|=>|:=|==))(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
+        r"|storepass|keypass|authkey|creds)"
+        r"(?:=(?!>)|\s+(?![=:]\s|=>|:=|==))(?!<[\w-]+>)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
         hints=[
             *("-passw", "-passphrase", "-token", "-secret", "-api", "-access"),
-            *("-storepass", "-keypass", "-passin", "-passout", "-authkey", "-creds"),
+            *("-storepass", "-keypass", "-authkey", "-creds"),
         ],
     ),
     # X=Y before a shell command, at the start of the text or of a command
@@ -817,7 +826,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
 
 DEFAULT_SECRET_KEYS: Final = (
     r"password|passwd|passphrase|secret|api_?key|apikey|access_?key|private_?key"
-    r"|(?:signing|encryption|master|hmac|jwt|subscription|application)_?key|erlang_?cookie"
+    r"|(?:signing|encryption|master|hmac|jwt|subscription|application)_?key"
+    r"(?![a-z]|_?(?:id|arn|path|file|length|size|bits|algorithm|version|name|type|alias|ref)"
+    r"s?(?![a-z0-9]))|erlang_?cookie"
     r"|authori[sz]ation|cookie|credential|session_?token|(?:^|_)auth(?:$|_)|_pass$"
     r"|token(?![a-z]|_(?:count|usage|limit|budget|type))"
 )

@@ -81,21 +81,22 @@ class Sidecar:
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             except OSError:
                 continue
-            start = -1
+            start, written = -1, 0
             try:
                 start = os.fstat(fd).st_size
                 view = memoryview(data)
-                while view:  # a disk that fills mid-line writes part of it: go on, or fail
-                    written = os.write(fd, view)
-                    if not written:
+                while written < len(data):  # a disk that fills mid-line writes part of it
+                    wrote = os.write(fd, view[written:])
+                    if not wrote:
                         raise OSError("no byte written")
-                    view = view[written:]
+                    written += wrote
                 return True
             except OSError:
                 # Never leave a torn line, which would also spoil the next one appended:
-                # cut the file back, as the trail does, unless another writer appended since.
+                # cut the file back, as the trail does, when it ends with our part alone
+                # (another process's report appended meanwhile is left whole).
                 try:
-                    if start >= 0 and os.fstat(fd).st_size <= start + len(data):
+                    if written and os.fstat(fd).st_size == start + written:
                         os.ftruncate(fd, start)
                 except OSError:
                     pass
