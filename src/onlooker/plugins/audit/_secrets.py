@@ -721,7 +721,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "secret_assignment",
         r"(?m:^)[ \t]*ENV[ \t]+" + _SECRET_NAME + r"[ \t]+(?P<secret>[^\s=][^\r\n]*)",
-        hints=["env "],
+        hints=["\nenv "],  # (a Dockerfile starts with FROM: its ENV lines follow a newline)
     ),
     # wpa_supplicant's psk="passphrase" (or its 64 hex digits)
     Rule(
