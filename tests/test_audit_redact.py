@@ -479,6 +479,11 @@ SHAPES: list[tuple[str, str, str]] = [
     ("secret_assignment", "requests.get(url, auth=('svc', 'Rq5tsAuthPw!9'))", "Rq5tsAuthPw!9"),
     (
         "secret_assignment",
+        'get(url, auth = (\n    "svc",\n    "Rq5tsMultiPw9",\n))',
+        "Rq5tsMultiPw9",
+    ),
+    (
+        "secret_assignment",
         "FROM mysql:5\nENV MYSQL_ROOT_PASSWORD D0ckerfil3RootPw\n",
         "D0ckerfil3RootPw",
     ),
@@ -499,6 +504,22 @@ SHAPES: list[tuple[str, str, str]] = [
         '"admin": {"value": "TfSt4teAdm1n9", "type": "string", "sensitive": true}',
         "TfSt4teAdm1n9",
     ),
+    # a second review's: Claude Code's Read numbers lines (cat -n), SQL spans lines, a tab
+    ("redis_password", "     1\tbind 127.0.0.1\n     2\trequirepass Rd1sR3adPw9x", "Rd1sR3adPw9x"),
+    (
+        "sql_password",
+        "CREATE ROLE app_user\n  WITH LOGIN\n  PASSWORD 'MultiL1nePw9';",
+        "MultiL1nePw9",
+    ),
+    ("sql_password", "CREATE USER 'app'@'%'\n  IDENTIFIED BY 'MyMult1Pw9';", "MyMult1Pw9"),
+    ("password_option", "openssl pkcs12 -passout 'pass:Qu0tedP12Pw' -in c.pem", "Qu0tedP12Pw"),
+    ("password_option", 'openssl rsa -passin "pass:Qu0tedRsaPw" -in k.pem', "Qu0tedRsaPw"),
+    (
+        "secret_assignment",
+        "     1\tFROM mysql:8\n     2\tENV MYSQL_ROOT_PASSWORD D0ckRead9xPw\n",
+        "D0ckRead9xPw",
+    ),
+    ("secret_assignment", "FROM x\nENV\tMYSQL_ROOT_PASSWORD\tD0ckTab9xPw", "D0ckTab9xPw"),
 ]
 
 
@@ -611,6 +632,12 @@ class TestShapes:
             "aws ssm put-parameter --name /app/url --value https://example.com --type String",
             "openssl pkcs12 -passin file:pass.txt -passout env:PASS\nkeytool -storepass <arg>",
             "KmsMasterKeyId: alias/aws/sqs\njwt_key_path: ./keys/jwt.pem\nsigningKeyId: k1",
+            # a second review's: code and variables after the new rules' names
+            "_password = kwargs.pop('password')\n_auth = self.client._auth",
+            "FROM x\nENV GITHUB_TOKEN ${GITHUB_TOKEN}\nENV API_TOKEN $API_TOKEN",
+            'twine upload -p "$TWINE_PASSWORD" dist/*\nyarn config set npmAuthToken "$NPM_TOKEN"',
+            "ngrok config add-authtoken $NGROK_AUTHTOKEN\nngrok authtoken <token>",
+            "token = auth.OAuth2Token\ntoken: self.getV2Token\nsecret: settings.SECRET_KEY2",
         ],
     )
     def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:
@@ -893,8 +920,17 @@ class TestKeys:
             "more": ["gh", "api", "--token", "[REDACTED:secret_flag]", "-q"],
         }
         assert redactor.redact_text("echo ArgvListPw9xQz") == "echo [REDACTED:secret_field]"
+        openssl = ["openssl", "-passin", "file:pass.txt", "-passout", "pass:P12Argv9x"]
+        assert redactor.redact(openssl) == [*openssl[:4], "[REDACTED:secret_flag]"]
         kept = ["--no-verify", "--password", "--verbose", "--token", 5, "x", "--secret"]
         assert redactor.redact(kept) == kept  # a flag next, a number, nothing after
+
+    @pytest.mark.parametrize("unit", ["aws secret access key [", "aws ssm put-parameter --value "])
+    def test_no_new_rule_is_quadratic(self, redactor: Redactor, unit: str) -> None:
+        # Each unit began a search that read to the end of the line: 3 to 5 s at 200 KB.
+        # No timing is asserted (a slow rule shows as a slow test).
+        text = unit * (200_000 // len(unit))
+        assert redactor.redact_text(text) == text
 
     def test_a_plain_word_after_a_flag_in_an_argument_list_is_not_learned(
         self, redactor: Redactor

@@ -73,6 +73,7 @@ __all__ = [
 
 _SCALARS: Final = frozenset({int, float, bool})
 _FLAG_VALUE: Final = marker("secret_flag")
+_OPENSSL_PASS: Final = frozenset({"-passin", "-passout"})
 _PLAIN_KEY: Final = (False, "")  # the cached verdict of a key that is neither secret nor changed
 _MARGIN: Final = 256  # characters scanned past max_chars in a string that is cut
 _RESERVE: Final = 128  # ... of which at least this many, after redaction, are dropped
@@ -317,18 +318,30 @@ class Redactor:
             return self._dict(value, max_chars)
         if kind is list:
             out: list[Any] | None = None
-            after_flag = False  # the item before was a secret's flag: ["login", "--password", X]
+            # After a secret's flag (["login", "--password", X]), how its value starts:
+            # openssl's -passin/-passout take pass:SECRET (file:PATH says where it is).
+            after_flag: str | None = None
             for index, item in enumerate(value):
                 if item is None or type(item) in _SCALARS:
-                    after_flag = False
+                    after_flag = None
                     continue
-                if after_flag and type(item) is str and item[:1] != "-":
-                    after_flag = False
+                if (
+                    after_flag is not None
+                    and type(item) is str
+                    and item[:1] != "-"
+                    and item.startswith(after_flag)
+                ):
+                    after_flag = None
                     if self.learn_secrets:  # known by the flag before it, as a rule's value is:
                         self._known.learn_if_secret(item)  # learned when it looks like a secret
                     new = _FLAG_VALUE
                 else:
-                    after_flag = type(item) is str and is_secret_flag(item)
+                    after_flag = None
+                    if type(item) is str and item[:1] == "-":
+                        if item in _OPENSSL_PASS:
+                            after_flag = "pass:"
+                        elif is_secret_flag(item):
+                            after_flag = ""
                     new = self._value(item, max_chars)
                 if new is not item:
                     if out is None:

@@ -205,12 +205,15 @@ _SECRET_NAME = (
     r"|(?<=[_.-])pass(?![A-Za-z0-9_.-])))"
     r"[A-Za-z0-9_.-]++"
 )
+# A part of an attribute chain in code: snake_case (digits too: api_v2), camelCase and
+# CamelCase whose digits end a hump before the next (OAuth2Token, getV2Token), UPPER_CASE.
+# Not a password's Summer2024.Fall nor a token's kUb3T0k3nV4lu3.xQz9Lm2Wn7.
+_IDENTIFIER = (
+    r"(?:[a-z_][a-z0-9_]*(?:[A-Z][a-z_]*[0-9]*)*|[A-Z][A-Z0-9_]*"
+    r"|[A-Z][A-Za-z_]*(?:[0-9]+[A-Z][A-Za-z_]*)*)"
+)
 # What is assigned is not a secret when it is code or a placeholder: a call,
 # an index, an attribute chain, a variable reference, a type, a literal.
-# A part of an attribute chain in code: snake_case (digits too: api_v2), camelCase and
-# CamelCase (letters only after the first hump), UPPER_CASE. Not a password's
-# Summer2024.Fall nor a token's kUb3T0k3nV4lu3.xQz9Lm2Wn7, whose humps hold digits.
-_IDENTIFIER = r"(?:[a-z_][a-z0-9_]*(?:[A-Z][a-z_]*)*|[A-Z][A-Z0-9_]*|[A-Z][a-z_]+(?:[A-Z][a-z_]*)*)"
 _NOT_A_VALUE = (
     r"(?!(?:" + "|".join(_PLACEHOLDER_WORDS) + r"|str|string|bytes|int|bool"
     r"|number|any|Any|SecretStr|Optional)(?![\w.]))(?![$%<{=])"
@@ -532,8 +535,11 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     # ... and the top-level ones of an .npmrc: _auth=..., _authToken=..., on a line's start
     Rule(
         "npmrc_auth",
-        r"(?m:^)[ \t]*_(?:authToken|auth|password)[ \t]*=[ \t]*(?!\[REDACTED:)"
-        r"(?:\"(?P<dq>[^\"\r\n]+)\"|'(?P<sq>[^'\r\n]+)'|(?P<secret>[^\s\"']+))",
+        # (not code, _password = kwargs.pop(...), nor npm's ${NPM_TOKEN}: an unquoted
+        # value ends its line)
+        r"(?m:^)(?:[ \t]*\d+\t)?[ \t]*_(?:authToken|auth|password)[ \t]*=[ \t]*(?!\[REDACTED:)"
+        + _NOT_A_VALUE
+        + r"(?:\"(?P<dq>[^\"\r\n]+)\"|'(?P<sq>[^'\r\n]+)'|(?P<secret>[^\s\"']+)[ \t]*(?m:$))",
         lambda match: _redact_group(match, "npmrc_auth", ("dq", "sq", "secret")),
         hints=["_auth", "_password"],
     ),
@@ -659,7 +665,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # (a double-quoted value only after IDENTIFIED BY, as MySQL takes one: the password
         # "reset" link is prose) (in a statement about a user or a role: "wrong password "
         # 'try again' is Python, "identified by 'id'" prose)
-        r"(?i:\b(?:user|role)\b)[^;\n]{0,120}?"
+        r"(?i:\b(?:user|role)\b)[^;]{0,120}?"
         r"(?:(?i:\bpassword)[ \t]+'(?P<sq>(?:[^'\r\n]|'')+)'"
         r"|(?i:\bidentified[ \t]+by)[ \t]+(?:'(?P<by>(?:[^'\r\n]|'')+)'|\"(?P<dq>[^\"\r\n]+)\"))",
         lambda match: _redact_group(match, "sql_password", ("sq", "by", "dq")),
@@ -670,22 +676,22 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "redis_password",
         # (a setting: at a line's start, an option, or after CONFIG SET; not a placeholder)
-        r"(?:(?m:^)[ \t]*|(?<![\w-])--|(?i:config[ \t]+set)[ \t]+)(?i:requirepass|masterauth)"
+        r"(?:(?m:^)(?:[ \t]*\d+\t)?[ \t]*|(?<![\w-])--|(?i:config[ \t]+set)[ \t]+)(?i:requirepass|masterauth)"
         r"[ \t]+(?!<)(?P<secret>\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s\"']+)",
         hints=["requirepass", "masterauth"],
     ),
     # A secret given to a command that stores it, or to a SQL Server client: gh secret set
     # NAME --body VALUE, az keyvault secret set --value VALUE, aws ssm put-parameter --value
-    # VALUE, sqlcmd -U sa -P VALUE (bcp, osql).
+    # VALUE, sqlcmd -U sa -P VALUE.
     Rule(
         "password_option",
         # (a parameter SSM keeps encrypted: SecureString; a $VARIABLE is no value)
         r"\b(?:(?:gh[ \t]+secret[ \t]+set|az[ \t]+keyvault[ \t]+secret[ \t]+set"
-        r"|aws[ \t]+ssm[ \t]+put-parameter(?=[^\n;&|]*SecureString))"
+        r"|aws[ \t]+ssm[ \t]+put-parameter(?=(?:(?!\baws\b)[^\n;&|])*?SecureString))"
         r"\b(?:(?!\b(?:gh|az|aws)\b)[^\n;&|])*?[ \t](?:-b|--body|--value)(?:[ \t]+|=)(?![\"']?\$)"
         r"|sqlcmd\b(?:(?!\bsqlcmd\b)[^\n;&|])*?[ \t]-P[ \t]*"
         # openssl's -passin/-passout pass:VALUE (file:PATH and env:NAME say where it is)
-        r"|(?<=-)pass(?:in|out)[ \t]+pass:"
+        r"|(?<=-)pass(?:in|out)[ \t]+[\"']?pass:"
         # twine upload -p, yarn/npm/pnpm config set <secret name> VALUE, ngrok's authtoken,
         # and the aws configure prompt's answer: AWS Secret Access Key [None]: VALUE
         r"|twine[ \t]+upload\b(?:(?!\btwine\b)[^\n;&|])*?[ \t]-p[ \t]+"
@@ -693,8 +699,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         + _SECRET_NAME
         + r"[ \t]+"
         r"|ngrok[ \t]+(?:config[ \t]+add-)?authtoken[ \t]+"
-        r"|(?i:aws[ \t]+secret[ \t]+access[ \t]+key)[ \t]*\[[^\]\n]*\]:[ \t]*)"
-        r"(?!\[REDACTED:)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
+        r"|(?i:aws[ \t]+secret[ \t]+access[ \t]+key)[ \t]*\[[^\[\]\n]{0,64}\]:[ \t]*)"
+        # (a $VARIABLE given, or a help text's <placeholder>, is no value)
+        r"(?!\[REDACTED:|[\"']?\$|<)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
         hints=[
             *("secret set", "put-parameter", "sqlcmd", "twine", "-passin", "-passout"),
             *("config set", "authtoken", "secret access key"),
@@ -712,16 +719,23 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     # Python's requests: auth=("user", "password"), the password second
     Rule(
         "secret_assignment",
-        r"\bauth[ \t]*=[ \t]*\([ \t]*(?:\"[^\"\n]*\"|'[^'\n]*'|[\w.]+)[ \t]*,[ \t]*"
-        r"(?:\"(?P<dq>[^\"\n]+)\"|'(?P<sq>[^'\n]+)')[ \t]*\)",
+        # (over lines too, with a trailing comma)
+        r"\bauth[ \t]*=[ \t]*\(\s*(?:\"[^\"\n]*\"|'[^'\n]*'|[\w.]+)\s*,\s*"
+        r"(?:\"(?P<dq>[^\"\n]+)\"|'(?P<sq>[^'\n]+)')\s*,?\s*\)",
         lambda match: _redact_group(match, "secret_assignment", ("dq", "sq")),
-        hints=["auth="],
+        hints=["auth=", "auth ="],
     ),
     # A Dockerfile's legacy ENV NAME value (ENV NAME=value is the env rule's)
     Rule(
         "secret_assignment",
-        r"(?m:^)[ \t]*ENV[ \t]+" + _SECRET_NAME + r"[ \t]+(?P<secret>[^\s=][^\r\n]*)",
-        hints=["\nenv "],  # (a Dockerfile starts with FROM: its ENV lines follow a newline)
+        r"(?m:^)(?:[ \t]*\d+\t)?[ \t]*ENV[ \t]+"
+        + _SECRET_NAME
+        + r"[ \t]+(?!\$)(?P<secret>[^\s=][^\r\n]*)",
+        hints=[
+            "\nenv ",
+            "\nenv\t",
+            "\tenv ",
+        ],  # (a Dockerfile starts with FROM: its ENV lines follow a newline)
     ),
     # wpa_supplicant's psk="passphrase" (or its 64 hex digits)
     Rule(
@@ -860,7 +874,7 @@ def is_secret_flag(item: str) -> bool:
         _SECRET_FLAG.append(
             re.compile(
                 r"--?(?:[A-Za-z0-9]+-)*(?i:password|passwd|passphrase|token|secret|api[-_]?key"
-                r"|access[-_]?key|storepass|keypass|pass(?:in|out)|authkey|creds)"
+                r"|access[-_]?key|storepass|keypass|authkey|creds)"
             )
         )
     return _SECRET_FLAG[0].fullmatch(item) is not None
