@@ -476,6 +476,17 @@ SHAPES: list[tuple[str, str, str]] = [
         "ZGVwbG95OkwzZ2Fj",
     ),
     ("secret_assignment", "RABBITMQ_ERLANG_COOKIE: Erl4ngC00kieValue", "Erl4ngC00kieValue"),
+    (
+        "secret_assignment",
+        "define( 'AUTH_KEY', 'k9#Qz2@Lm7!Wn4Rb8^Vc1' );",
+        "k9#Qz2@Lm7!Wn4Rb8^Vc1",
+    ),
+    ("secret_assignment", '{"accountKey": "DictAzAccountKey9xQzLm=="}', "DictAzAccountKey9xQzLm"),
+    (
+        "aws_ecr_token",
+        "$ aws ecr get-login-password\neyJwYXlsb2FkIjoiOUp6V2c0bGRMQ0JpQnlhV2ZnZ0VtT2pBN3BQbkxzZlE3",
+        "OUp6V2c0bGRMQ0JpQnlh",
+    ),
     ("secret_assignment", "requests.get(url, auth=('svc', 'Rq5tsAuthPw!9'))", "Rq5tsAuthPw!9"),
     (
         "secret_assignment",
@@ -896,7 +907,7 @@ class TestKeys:
          "AccessKey", "private_key", "authorization", "Cookie", "credentials", "auth",
          "token", "refresh_token", "sessionToken", "db_pass", "ansible_become_pass",
          "signingKey", "JWT_SIGNING_KEY", "encryption_key", "primaryMasterKey", "hmac-key",
-         "Ocp-Apim-Subscription-Key", "DD_APPLICATION_KEY"],
+         "Ocp-Apim-Subscription-Key", "DD_APPLICATION_KEY", "accountKey", "storage_account_key"],
     )  # fmt: skip
     def test_secret_key_names(self, redactor: Redactor, key: str) -> None:
         assert redactor.is_secret_key(key)
@@ -906,7 +917,7 @@ class TestKeys:
         ["path", "author", "max_tokens", "tokenizer", "keyboard", "monkey", "oauth_url",
          "bypass", "pass_through", "pass", "primaryKey", "sortKey", "cacheKey", "key",
          "signing_algorithm", "jwt_audience", "KmsMasterKeyId", "hmac_key_length",
-         "subscriptionKeyParameterNames", "jwt_key_path"],
+         "subscriptionKeyParameterNames", "jwt_key_path", "accountKeyId"],
     )  # fmt: skip
     def test_ordinary_key_names(self, redactor: Redactor, key: str) -> None:
         assert not redactor.is_secret_key(key)

@@ -181,7 +181,7 @@ _JSON_STRING = r"\\?\"((?:[^\"\\\n]|\\[^\"\n])+)\\?\""
 
 # Keys that are secrets by their kind: signingKey, ENCRYPTION_KEY, primaryMasterKey, an
 # HMAC's or a JWT's key, Azure's Ocp-Apim-Subscription-Key, Datadog's DD-APPLICATION-KEY.
-_KEY_KINDS = r"(?:signing|encryption|master|hmac|jwt|subscription|application)"
+_KEY_KINDS = r"(?:signing|encryption|master|hmac|jwt|subscription|application|account)"
 # ... but not what names or describes such a key: KmsMasterKeyId, jwt_key_path, hmac_key_length
 _KEY_KIND_END = (
     r"(?![a-z]|[_-]?(?:id|arn|path|file|length|size|bits|algorithm|version|name|type|alias|ref)"
@@ -302,6 +302,7 @@ _NAME_HINTS = (
     # (the kinds of key: _KEY_KINDS)
     "signing", "encryption", "masterkey", "master_key", "master-key", "hmac", "jwt",
     "subscription", "applicationkey", "application_key", "application-key", "erlang",
+    "accountkey", "account_key", "account-key",
 )  # fmt: skip
 
 DEFAULT_RULES: Final[tuple[Rule, ...]] = (
@@ -319,6 +320,10 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         hints=["ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"],
     ),
     Rule("aws_access_key", r"(?:AKIA|ASIA)[0-9A-Z]{16}", hints=["akia", "asia"]),
+    # the token aws ecr get-login-password prints: base64 of {"payload":"...
+    Rule(
+        "aws_ecr_token", _START + r"eyJwYXlsb2FkIjoi[A-Za-z0-9+/=]{40,}", hints=["eyjwyxlsb2fkijoi"]
+    ),
     Rule("google_api_key", r"AIza[0-9A-Za-z_-]{30,}", hints=["aiza"]),
     Rule("npm_token", r"npm_[A-Za-z0-9]{20,}", hints=["npm_"]),
     Rule(
@@ -707,12 +712,13 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
             *("config set", "authtoken", "secret access key"),
         ],
     ),
-    # PHP's define('DB_PASSWORD', '...') (wp-config.php): a secret name, then its value.
+    # PHP's define('DB_PASSWORD', '...') (wp-config.php): a secret name, then its value;
+    # WordPress's keys and salts too (AUTH_KEY, SECURE_AUTH_SALT, LOGGED_IN_KEY, NONCE_SALT)
     Rule(
         "secret_assignment",
-        r"\bdefine\([ \t]*(?P<q>[\"'])"
+        r"\bdefine\([ \t]*(?P<q>[\"'])(?:"
         + _SECRET_NAME
-        + r"(?P=q)[ \t]*,[ \t]*(?:\"(?P<dq>[^\"\n]+)\"|'(?P<sq>[^'\n]+)')",
+        + r"|(?:SECURE_AUTH|AUTH|LOGGED_IN|NONCE)_(?:KEY|SALT))(?P=q)[ \t]*,[ \t]*(?:\"(?P<dq>[^\"\n]+)\"|'(?P<sq>[^'\n]+)')",
         lambda match: _redact_group(match, "secret_assignment", ("dq", "sq")),
         hints=["define("],
     ),
@@ -767,7 +773,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # --dest-creds) (not a help text's <placeholder>)
         r"(?i:password|passwd|passphrase|token|secret|api[-_]?key|access[-_]?key"
         r"|storepass|keypass|authkey|creds)"
-        r"(?:=(?!>)|\s+(?![=:]\s|=>|:=|==))(?!<[\w-]+>)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
+        r"(?:=(?!>)|\s+(?![=:]\s|=>|:=|==))(?!<[\w-]+>|\[REDACTED:)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
         hints=[
             *("-passw", "-passphrase", "-token", "-secret", "-api", "-access"),
             *("-storepass", "-keypass", "-authkey", "-creds"),
@@ -840,7 +846,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
 
 DEFAULT_SECRET_KEYS: Final = (
     r"password|passwd|passphrase|secret|api_?key|apikey|access_?key|private_?key"
-    r"|(?:signing|encryption|master|hmac|jwt|subscription|application)_?key"
+    r"|(?:signing|encryption|master|hmac|jwt|subscription|application|account)_?key"
     r"(?![a-z]|_?(?:id|arn|path|file|length|size|bits|algorithm|version|name|type|alias|ref)"
     r"s?(?![a-z0-9]))|erlang_?cookie"
     r"|authori[sz]ation|cookie|credential|session_?token|(?:^|_)auth(?:$|_)|_pass$"
