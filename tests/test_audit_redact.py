@@ -481,7 +481,21 @@ SHAPES: list[tuple[str, str, str]] = [
         "define( 'AUTH_KEY', 'k9#Qz2@Lm7!Wn4Rb8^Vc1' );",
         "k9#Qz2@Lm7!Wn4Rb8^Vc1",
     ),
-    ("secret_assignment", '{"accountKey": "DictAzAccountKey9xQzLm=="}', "DictAzAccountKey9xQzLm"),
+    (
+        "secret_assignment",
+        '{"storageAccountKey": "DictAzAccountKey9xQzLm=="}',
+        "DictAzAccountKey9xQzLm",
+    ),
+    (
+        "secret_flag",
+        "az storage blob list --account-name st --account-key Yk3mQ9pL2x==",
+        "Yk3mQ9pL2x",
+    ),
+    (
+        "sql_password",
+        "CREATE USER 'app'@'%' IDENTIFIED WITH caching_sha2_password BY 'M8Pw9x';",
+        "M8Pw9x",
+    ),
     (
         "aws_ecr_token",
         "$ aws ecr get-login-password\neyJwYXlsb2FkIjoiOUp6V2c0bGRMQ0JpQnlhV2ZnZ0VtT2pBN3BQbkxzZlE3",
@@ -907,7 +921,8 @@ class TestKeys:
          "AccessKey", "private_key", "authorization", "Cookie", "credentials", "auth",
          "token", "refresh_token", "sessionToken", "db_pass", "ansible_become_pass",
          "signingKey", "JWT_SIGNING_KEY", "encryption_key", "primaryMasterKey", "hmac-key",
-         "Ocp-Apim-Subscription-Key", "DD_APPLICATION_KEY", "accountKey", "storage_account_key"],
+         "Ocp-Apim-Subscription-Key", "DD_APPLICATION_KEY", "storageAccountKey",
+         "AZURE_STORAGE_ACCOUNT_KEY"],
     )  # fmt: skip
     def test_secret_key_names(self, redactor: Redactor, key: str) -> None:
         assert redactor.is_secret_key(key)
@@ -917,7 +932,7 @@ class TestKeys:
         ["path", "author", "max_tokens", "tokenizer", "keyboard", "monkey", "oauth_url",
          "bypass", "pass_through", "pass", "primaryKey", "sortKey", "cacheKey", "key",
          "signing_algorithm", "jwt_audience", "KmsMasterKeyId", "hmac_key_length",
-         "subscriptionKeyParameterNames", "jwt_key_path", "accountKeyId"],
+         "subscriptionKeyParameterNames", "jwt_key_path", "account_key", "accountKey"],
     )  # fmt: skip
     def test_ordinary_key_names(self, redactor: Redactor, key: str) -> None:
         assert not redactor.is_secret_key(key)
@@ -942,6 +957,31 @@ class TestKeys:
         # No timing is asserted (a slow rule shows as a slow test).
         text = unit * (200_000 // len(unit))
         assert redactor.redact_text(text) == text
+
+    @pytest.mark.parametrize("part", ["A", "AB_C", "A1B"])
+    def test_an_attribute_chain_that_is_no_value_is_not_exponential(
+        self, redactor: Redactor, part: str
+    ) -> None:
+        # Each part read as UPPER_CASE and as CamelCase: 24 parts took 5 to 10 s, each one
+        # more twice as long (no timing is asserted: a blow-up shows as a test that hangs).
+        text = "token: " + ".".join([part] * 24) + "-"
+        assert redactor.redact_text(text) == "token: [REDACTED:secret_assignment]"
+
+    def test_a_secret_flag_keeps_the_marker_of_the_rule_that_redacted_its_value(
+        self, redactor: Redactor
+    ) -> None:
+        text = "gh auth login --token ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+        assert redactor.redact_text(text) == "gh auth login --token [REDACTED:github_token]"
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "FROM x AS build\n    ENV API_TOKEN Zq7Xk9Lm2Wn4",
+            "     2\t  ENV DB_PASSWORD Zq7Xk9Lm2Wn4",
+        ],
+    )
+    def test_an_indented_dockerfile_env_is_redacted(self, redactor: Redactor, text: str) -> None:
+        assert "Zq7Xk9Lm2Wn4" not in redactor.redact_text(text)
 
     def test_a_plain_word_after_a_flag_in_an_argument_list_is_not_learned(
         self, redactor: Redactor

@@ -181,7 +181,7 @@ _JSON_STRING = r"\\?\"((?:[^\"\\\n]|\\[^\"\n])+)\\?\""
 
 # Keys that are secrets by their kind: signingKey, ENCRYPTION_KEY, primaryMasterKey, an
 # HMAC's or a JWT's key, Azure's Ocp-Apim-Subscription-Key, Datadog's DD-APPLICATION-KEY.
-_KEY_KINDS = r"(?:signing|encryption|master|hmac|jwt|subscription|application|account)"
+_KEY_KINDS = r"(?:signing|encryption|master|hmac|jwt|subscription|application|storage[_-]?account)"
 # ... but not what names or describes such a key: KmsMasterKeyId, jwt_key_path, hmac_key_length
 _KEY_KIND_END = (
     r"(?![a-z]|[_-]?(?:id|arn|path|file|length|size|bits|algorithm|version|name|type|alias|ref)"
@@ -208,9 +208,11 @@ _SECRET_NAME = (
 # A part of an attribute chain in code: snake_case (digits too: api_v2), camelCase and
 # CamelCase whose digits end a hump before the next (OAuth2Token, getV2Token), UPPER_CASE.
 # Not a password's Summer2024.Fall nor a token's kUb3T0k3nV4lu3.xQz9Lm2Wn7.
+# (atomic, to a part's end: "A", "AB_C" and "A1B" read as UPPER_CASE and as CamelCase, and
+# a chain of such parts that is no value after all doubled the ways a search tried at each)
 _IDENTIFIER = (
-    r"(?:[a-z_][a-z0-9_]*(?:[A-Z][a-z_]*[0-9]*)*|[A-Z][A-Z0-9_]*"
-    r"|[A-Z][A-Za-z_]*(?:[0-9]+[A-Z][A-Za-z_]*)*)"
+    r"(?>(?:[a-z_][a-z0-9_]*(?:[A-Z][a-z_]*[0-9]*)*|[A-Z][A-Z0-9_]*"
+    r"|[A-Z][A-Za-z_]*(?:[0-9]+[A-Z][A-Za-z_]*)*)(?![A-Za-z0-9_]))"
 )
 # What is assigned is not a secret when it is code or a placeholder: a call,
 # an index, an attribute chain, a variable reference, a type, a literal.
@@ -302,7 +304,7 @@ _NAME_HINTS = (
     # (the kinds of key: _KEY_KINDS)
     "signing", "encryption", "masterkey", "master_key", "master-key", "hmac", "jwt",
     "subscription", "applicationkey", "application_key", "application-key", "erlang",
-    "accountkey", "account_key", "account-key",
+    "storageaccountkey", "storage_account_key", "storage-account-key",
 )  # fmt: skip
 
 DEFAULT_RULES: Final[tuple[Rule, ...]] = (
@@ -672,9 +674,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # 'try again' is Python, "identified by 'id'" prose)
         r"(?i:\b(?:user|role)\b)[^;]{0,120}?"
         r"(?:(?i:\bpassword)[ \t]+'(?P<sq>(?:[^'\r\n]|'')+)'"
-        r"|(?i:\bidentified[ \t]+by)[ \t]+(?:'(?P<by>(?:[^'\r\n]|'')+)'|\"(?P<dq>[^\"\r\n]+)\"))",
+        r"|(?i:\bidentified[ \t]+(?:with[ \t]+\w+[ \t]+)?by)[ \t]+(?:'(?P<by>(?:[^'\r\n]|'')+)'|\"(?P<dq>[^\"\r\n]+)\"))",
         lambda match: _redact_group(match, "sql_password", ("sq", "by", "dq")),
-        hints=["password '", "identified by"],
+        hints=["password '", "identified by", "identified with"],
     ),
     # Redis's own password settings, in redis.conf, `redis-server --requirepass ...` and
     # CONFIG SET: requirepass S3cret, masterauth S3cret.
@@ -737,11 +739,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"(?m:^)(?:[ \t]*\d+\t)?[ \t]*ENV[ \t]+"
         + _SECRET_NAME
         + r"[ \t]+(?!\$)(?P<secret>[^\s=][^\r\n]*)",
-        hints=[
-            "\nenv ",
-            "\nenv\t",
-            "\tenv ",
-        ],  # (a Dockerfile starts with FROM: its ENV lines follow a newline)
+        # (a Dockerfile starts with FROM: its ENV lines follow a newline, or the blanks
+        # that indent them, or a Read's number)
+        hints=["\nenv ", "\nenv\t", " env ", " env\t", "\tenv ", "\tenv\t"],
     ),
     # wpa_supplicant's psk="passphrase" (or its 64 hex digits)
     Rule(
@@ -772,11 +772,11 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # (and keytool's -storepass and -keypass, an --authkey, skopeo's --creds and
         # --dest-creds) (not a help text's <placeholder>)
         r"(?i:password|passwd|passphrase|token|secret|api[-_]?key|access[-_]?key"
-        r"|storepass|keypass|authkey|creds)"
+        r"|storepass|keypass|authkey|creds|account-key)"
         r"(?:=(?!>)|\s+(?![=:]\s|=>|:=|==))(?!<[\w-]+>|\[REDACTED:)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
         hints=[
             *("-passw", "-passphrase", "-token", "-secret", "-api", "-access"),
-            *("-storepass", "-keypass", "-authkey", "-creds"),
+            *("-storepass", "-keypass", "-authkey", "-creds", "-account-key"),
         ],
     ),
     # X=Y before a shell command, at the start of the text or of a command
@@ -846,7 +846,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
 
 DEFAULT_SECRET_KEYS: Final = (
     r"password|passwd|passphrase|secret|api_?key|apikey|access_?key|private_?key"
-    r"|(?:signing|encryption|master|hmac|jwt|subscription|application|account)_?key"
+    r"|(?:signing|encryption|master|hmac|jwt|subscription|application|storage_?account)_?key"
     r"(?![a-z]|_?(?:id|arn|path|file|length|size|bits|algorithm|version|name|type|alias|ref)"
     r"s?(?![a-z0-9]))|erlang_?cookie"
     r"|authori[sz]ation|cookie|credential|session_?token|(?:^|_)auth(?:$|_)|_pass$"
@@ -880,7 +880,7 @@ def is_secret_flag(item: str) -> bool:
         _SECRET_FLAG.append(
             re.compile(
                 r"--?(?:[A-Za-z0-9]+-)*(?i:password|passwd|passphrase|token|secret|api[-_]?key"
-                r"|access[-_]?key|storepass|keypass|authkey|creds)"
+                r"|access[-_]?key|storepass|keypass|authkey|creds|account-key)"
             )
         )
     return _SECRET_FLAG[0].fullmatch(item) is not None
