@@ -529,6 +529,11 @@ SHAPES: list[tuple[str, str, str]] = [
         '"admin": {"value": "TfSt4teAdm1n9", "type": "string", "sensitive": true}',
         "TfSt4teAdm1n9",
     ),
+    (
+        "sensitive_value",
+        '[\n  {\n    "keyName": "key1",\n    "permissions": "FULL",\n    "value": "Yk3mQ9pL2x=="\n  }\n]',
+        "Yk3mQ9pL2x",
+    ),
     # a second review's: Claude Code's Read numbers lines (cat -n), SQL spans lines, a tab
     ("redis_password", "     1\tbind 127.0.0.1\n     2\trequirepass Rd1sR3adPw9x", "Rd1sR3adPw9x"),
     (

@@ -179,6 +179,12 @@ def _redact_env_value(match: re.Match[str]) -> str:
 # them): "(...)"
 _JSON_STRING = r"\\?\"((?:[^\"\\\n]|\\[^\"\n])+)\\?\""
 
+# What says a JSON object's "value" is a secret: "sensitive": true, "keyName": "key1"
+_SENSITIVE = (
+    r"(?:\\?\"sensitive\\?\"[ \t]*:[ \t]*true"
+    r"|\\?\"keyName\\?\"[ \t]*:[ \t]*\\?\"key[0-9]\\?\")"
+)
+
 # Keys that are secrets by their kind: signingKey, ENCRYPTION_KEY, primaryMasterKey, an
 # HMAC's or a JWT's key, Azure's Ocp-Apim-Subscription-Key, Datadog's DD-APPLICATION-KEY.
 _KEY_KINDS = r"(?:signing|encryption|master|hmac|jwt|subscription|application|storage[_-]?account)"
@@ -751,15 +757,14 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         hints=["psk="],
     ),
     # Terraform's sensitive values in JSON (terraform output -json, a state file): the
-    # "value" of an object that says "sensitive": true, before or after it
+    # "value" of an object that says "sensitive": true, before or after it; and Azure's
+    # keys (az storage account keys list: {"keyName": "key1", ..., "value": "..."})
     Rule(
         "sensitive_value",
-        r"\\?\"value\\?\"[ \t]*:[ \t]*" + _JSON_STRING + r"(?=[^{}\[\]]{0,200}?"
-        r"\\?\"sensitive\\?\"[ \t]*:[ \t]*true)"
-        r"|\\?\"sensitive\\?\"[ \t]*:[ \t]*true[^{}\[\]]{0,200}?"
-        r"\\?\"value\\?\"[ \t]*:[ \t]*" + _JSON_STRING,
+        r"\\?\"value\\?\"[ \t]*:[ \t]*" + _JSON_STRING + r"(?=[^{}\[\]]{0,200}?" + _SENSITIVE + ")"
+        r"|" + _SENSITIVE + r"[^{}\[\]]{0,200}?\\?\"value\\?\"[ \t]*:[ \t]*" + _JSON_STRING,
         lambda match: _redact_group(match, "sensitive_value", (1, 2)),
-        hints=["sensitive"],
+        hints=["sensitive", "keyname"],
     ),
     Rule(
         "secret_flag",
