@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias, final
 import anyio
 
 from ._events import ExecutionEvent
-from ._results import stray_cancel
+from ._results import asyncio_task, stray_cancel
 
 if TYPE_CHECKING:
     from ._bus import EventBus
@@ -192,7 +192,7 @@ class AsyncQueue:
                     self.retire(exc)
                 if (
                     isinstance(exc, (KeyboardInterrupt, SystemExit))
-                    and _on_asyncio()
+                    and asyncio_task() is not None
                     and self.bus._crash(exc)
                 ):
                     # asyncio lets these two out of its event loop from whichever task
@@ -343,14 +343,3 @@ class AsyncQueue:
         self.bus._full.discard(self)
         self.bus.congested = bool(self.bus._full)
         self.bus._maybe_drained()
-
-
-def _on_asyncio() -> bool:
-    """Whether the current task runs on asyncio's event loop."""
-    asyncio = sys.modules.get("asyncio")  # not imported: not running on asyncio
-    if asyncio is None:
-        return False
-    try:
-        return asyncio.current_task() is not None
-    except RuntimeError:  # no running event loop
-        return False

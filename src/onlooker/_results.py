@@ -158,12 +158,17 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]
 _LEAVES_SHOWN: Final = 3
 
 
+def asyncio_task() -> asyncio.Task[object] | None:
+    """The asyncio task running this code, if an asyncio task runs it (as ``sniffio`` asks)."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no asyncio loop in this thread: trio
+        return None
+
+
 def cancel_requests() -> int:
     """How many cancellations of the running asyncio task are pending (0 on trio)."""
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # no asyncio loop: trio
-        return 0
+    task = asyncio_task()
     return 0 if task is None else task.cancelling()
 
 

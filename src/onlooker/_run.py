@@ -14,7 +14,13 @@ from pydantic import JsonValue
 from ._deadlines import PauseDeadlines
 from ._errors import ExecutionExpiredError, HookAbortError
 from ._events import InteractionMode
-from ._results import ElicitationHandler, ExecutionResult, InteractionResponse, PausedExecution
+from ._results import (
+    ElicitationHandler,
+    ExecutionResult,
+    InteractionResponse,
+    PausedExecution,
+    asyncio_task,
+)
 
 if TYPE_CHECKING:
     from trio.lowlevel import Abort, Task
@@ -218,7 +224,7 @@ class PendingAnswer:
         self.response: InteractionResponse | None = None
         self._woken = False
         self._signal: asyncio.Future[None] | Task | None = None  # trio: the parked task
-        task = _asyncio_task()
+        task = asyncio_task()
         if task is not None:
             self._signal = task.get_loop().create_future()
 
@@ -265,11 +271,3 @@ class PendingAnswer:
 
         self._signal = None
         return lowlevel.Abort.SUCCEEDED
-
-
-def _asyncio_task() -> asyncio.Task[object] | None:
-    """The asyncio task running this code, if an asyncio task runs it (as ``sniffio`` asks)."""
-    try:
-        return asyncio.current_task()
-    except RuntimeError:  # no asyncio loop in this thread
-        return None

@@ -291,6 +291,11 @@ def _redact_assignment(match: re.Match[str]) -> str:
     return _redact_group(match, "secret_assignment", groups)
 
 
+def _redact_quoted(match: re.Match[str]) -> str:
+    """A secret assignment with its quoted value (:data:`_QUOTED`) replaced inside its quotes."""
+    return _redact_group(match, "secret_assignment", ("dq", "sq", "edq"))
+
+
 def _redact_group(match: re.Match[str], rule: str, groups: tuple[str | int, ...]) -> str:
     """The match with the first of ``groups`` that took part replaced by ``rule``'s marker."""
     group = next(name for name in groups if match.group(name) is not None)
@@ -726,8 +731,10 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "secret_assignment",
         r"\bdefine\([ \t]*(?P<q>[\"'])(?:"
         + _SECRET_NAME
-        + r"|(?:SECURE_AUTH|AUTH|LOGGED_IN|NONCE)_(?:KEY|SALT))(?P=q)[ \t]*,[ \t]*(?:\"(?P<dq>[^\"\n]+)\"|'(?P<sq>[^'\n]+)')",
-        lambda match: _redact_group(match, "secret_assignment", ("dq", "sq")),
+        + r"|(?:SECURE_AUTH|AUTH|LOGGED_IN|NONCE)_(?:KEY|SALT))(?P=q)[ \t]*,[ \t]*(?:"
+        + _QUOTED
+        + ")",
+        _redact_quoted,
         hints=["define("],
     ),
     # Python's requests: auth=("user", "password"), the password second
@@ -735,8 +742,8 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "secret_assignment",
         # (over lines too, with a trailing comma)
         r"\bauth[ \t]*=[ \t]*\(\s*(?:\"[^\"\n]*\"|'[^'\n]*'|[\w.]+)\s*,\s*"
-        r"(?:\"(?P<dq>[^\"\n]+)\"|'(?P<sq>[^'\n]+)')\s*,?\s*\)",
-        lambda match: _redact_group(match, "secret_assignment", ("dq", "sq")),
+        r"(?:" + _QUOTED + r")\s*,?\s*\)",
+        _redact_quoted,
         hints=["auth=", "auth ="],
     ),
     # A Dockerfile's legacy ENV NAME value (ENV NAME=value is the env rule's)
@@ -851,9 +858,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
 
 DEFAULT_SECRET_KEYS: Final = (
     r"password|passwd|passphrase|secret|api_?key|apikey|access_?key|private_?key"
-    r"|(?:signing|encryption|master|hmac|jwt|subscription|application|storage_?account)_?key"
-    r"(?![a-z]|_?(?:id|arn|path|file|length|size|bits|algorithm|version|name|type|alias|ref)"
-    r"s?(?![a-z0-9]))|erlang_?cookie"
+    r"|" + _KEY_KINDS + r"[_-]?key" + _KEY_KIND_END + r"|erlang_?cookie"
     r"|authori[sz]ation|cookie|credential|session_?token|(?:^|_)auth(?:$|_)|_pass$"
     r"|token(?![a-z]|_(?:count|usage|limit|budget|type))"
 )
