@@ -304,6 +304,9 @@ def _redact_group(match: re.Match[str], rule: str, groups: tuple[str | int, ...]
     return whole[:start] + marker(rule) + whole[end:]
 
 
+# A line's start, after its number as Claude Code's Read and cat -n number lines, and blanks
+_LINE_START = r"(?m:^)(?:[ \t]*[0-9]+\t)?[ \t]*"
+
 # Where a token starts: not inside a word, but just after an escape (\n, \t, \r) of
 # text held in a JSON string ("...\nHRKU-...").
 _START = r"(?:(?<![A-Za-z0-9])|(?<=\\[ntr]))"
@@ -555,7 +558,8 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "npmrc_auth",
         # (not code, _password = kwargs.pop(...), nor npm's ${NPM_TOKEN}: an unquoted
         # value ends its line)
-        r"(?m:^)(?:[ \t]*\d+\t)?[ \t]*_(?:authToken|auth|password)[ \t]*=[ \t]*(?!\[REDACTED:)"
+        _LINE_START
+        + r"_(?:authToken|auth|password)[ \t]*=[ \t]*(?!\[REDACTED:)"
         + _NOT_A_VALUE
         + r"(?:\"(?P<dq>[^\"\r\n]+)\"|'(?P<sq>[^'\r\n]+)'|(?P<secret>[^\s\"']+)[ \t]*(?m:$))",
         lambda match: _redact_group(match, "npmrc_auth", ("dq", "sq", "secret")),
@@ -694,7 +698,8 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "redis_password",
         # (a setting: at a line's start, an option, or after CONFIG SET; not a placeholder)
-        r"(?:(?m:^)(?:[ \t]*\d+\t)?[ \t]*|(?<![\w-])--|(?i:config[ \t]+set)[ \t]+)(?i:requirepass|masterauth)"
+        r"(?:" + _LINE_START + r"|(?<![\w-])--|(?i:config[ \t]+set)[ \t]+)"
+        r"(?i:requirepass|masterauth)"
         r"[ \t]+(?!<)(?P<secret>\"[^\"\r\n]*\"|'[^'\r\n]*'|[^\s\"']+)",
         hints=["requirepass", "masterauth"],
     ),
@@ -749,9 +754,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     # A Dockerfile's legacy ENV NAME value (ENV NAME=value is the env rule's)
     Rule(
         "secret_assignment",
-        r"(?m:^)(?:[ \t]*\d+\t)?[ \t]*ENV[ \t]+"
-        + _SECRET_NAME
-        + r"[ \t]+(?!\$)(?P<secret>[^\s=][^\r\n]*)",
+        _LINE_START + r"ENV[ \t]+" + _SECRET_NAME + r"[ \t]+(?!\$)(?P<secret>[^\s=][^\r\n]*)",
         # (a Dockerfile starts with FROM: its ENV lines follow a newline, or the blanks
         # that indent them, or a Read's number)
         hints=["\nenv ", "\nenv\t", " env ", " env\t", "\tenv ", "\tenv\t"],
