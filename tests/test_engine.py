@@ -601,6 +601,30 @@ class TestCancellation:
         assert recorder.of(ExecutionFinished)[0].status == "cancelled"
         check_stream(recorder.events)
 
+    async def test_a_cancellations_message_holds_no_address_or_path(
+        self, anyio_backend: str
+    ) -> None:
+        """The runtime's cancel text names scopes and tasks by memory address and the
+        install's paths; the record keeps the reason only."""
+
+        async def program(ctx: ExecutionContext) -> None:
+            await ctx.elicit("wait for me")
+
+        recorder = RecordingObserver()
+        async with ExecutionEngine() as engine:
+            engine.bus.subscribe(recorder)
+            with anyio.move_on_after(0.02):
+                await engine.execute(program, on_elicitation=_never_answers)
+            paused = await engine.execute_with_pause(program)
+            assert isinstance(paused, onlooker.PausedExecution)
+            await engine.cancel(paused.execution_id)
+        messages = [e.error.message for e in recorder.of(ExecutionFinished) if e.error]
+        deadline, explicit = {
+            "asyncio": ("cancelled: deadline exceeded", "cancelled"),
+            "trio": ("cancelled due to deadline", "cancelled due to explicit"),
+        }[anyio_backend]
+        assert messages == [deadline, explicit]
+
     async def test_cancelled_inside_a_child(self, check_stream: Check) -> None:
         async def child(ctx: ExecutionContext) -> None:
             await ctx.call("hang")
@@ -755,6 +779,11 @@ class TestCancellation:
         assert result.status == "failed" and result.error is not None
         assert (result.error.type, result.error.cause) == (name, "defect")
         assert f"the program raised {name}, but nothing cancelled it" in result.error.message
+
+
+async def _never_answers(_: Elicitation) -> InteractionResponse:
+    await anyio.sleep_forever()
+    raise AssertionError
 
 
 async def _bystander(ctx: ExecutionContext) -> str:

@@ -128,7 +128,7 @@ def error_info(exc: BaseException) -> ErrorInfo:
         cause = "failure"
     else:
         cause = "defect"
-    message = _message(exc)
+    message = _message(exc) if cause != "interrupt" else _cancel_message(exc)
     if isinstance(exc, BaseExceptionGroup):  # what went wrong is inside: name it
         leaves = list(_leaves(exc))
         inner = "; ".join(f"{type(e).__name__}: {_message(e)}" for e in leaves[:_LEAVES_SHOWN])
@@ -142,6 +142,28 @@ def _message(exc: BaseException) -> str:
         return str(exc) or type(exc).__name__
     except Exception:  # a broken __str__ must not cost the closing event
         return type(exc).__name__
+
+
+def _cancel_message(exc: BaseException) -> str:
+    """A cancellation's message without the runtime's cancel scope ids and task reprs.
+
+    anyio on asyncio says ``Cancelled via cancel scope 7f1e… by <Task … coro=<…
+    running at /path/…>>; reason: deadline exceeded``, trio ``cancelled due to
+    deadline from task <Task '…' at 0x7f…>``: memory addresses and the paths of
+    the Python install, in every stored record. What is kept: the reason (``cancelled:
+    deadline exceeded``; trio's ``cancelled due to deadline``), or a message the
+    program gave its own cancellation.
+    """
+    message = _message(exc)
+    if isinstance(exc, asyncio.CancelledError) and message.startswith(_ANYIO_CANCEL):
+        _, _, reason = message.partition("; reason: ")
+        return f"cancelled: {reason}" if reason else "cancelled"
+    if type(exc).__module__.startswith("trio") and message.startswith("cancelled due to "):
+        return message.partition(" from task ")[0]
+    return message
+
+
+_ANYIO_CANCEL: Final = "Cancelled via cancel scope "
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
