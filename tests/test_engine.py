@@ -730,6 +730,58 @@ class TestCancellation:
             task = asyncio.current_task()
             assert task is not None and task.cancelling() == 0
 
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # asyncio.TaskGroup
+    async def test_an_asyncio_task_groups_failure_is_no_cancellation(self) -> None:
+        """A task group whose child fails after the group's body ended cancels its task and,
+        before Python 3.13, never takes the request back: the execution fails, and the caller
+        gets its result, not a CancelledError, with its task's count of cancellations
+        unchanged. So when a tool's group failed and the program failed later, or an async
+        pre-hook's group failed."""
+        import asyncio
+
+        async def fails_soon() -> None:
+            await asyncio.sleep(0)
+            raise TypeError("a child's own error")
+
+        async def with_a_group() -> None:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(fails_soon())
+
+        @onlooker.tool
+        async def fan_out() -> None:
+            await with_a_group()
+
+        async def program(ctx: ExecutionContext) -> None:
+            await with_a_group()
+
+        async def program_after_a_tool(ctx: ExecutionContext) -> None:
+            with contextlib.suppress(ExceptionGroup):
+                await ctx.call("fan_out")
+            raise Oops("later")
+
+        async def pre_hook(context: onlooker.ToolUseContext) -> None:
+            await with_a_group()
+
+        async def program_after_a_hook(ctx: ExecutionContext) -> None:
+            with contextlib.suppress(onlooker.ToolBlockedError):
+                await ctx.call("add", a=1, b=2)
+            raise Oops("later")
+
+        hooks = [onlooker.HookMatcher(pattern="add", pre=(pre_hook,))]
+        async with ExecutionEngine(tools=[*TOOLS, fan_out], hooks=hooks) as engine:
+            results = [
+                await engine.execute(program),
+                await engine.execute(program_after_a_tool),
+                await engine.execute(program_after_a_hook),
+            ]
+            task = asyncio.current_task()
+            assert task is not None and task.cancelling() == 0
+        assert [(r.status, r.error and r.error.type) for r in results] == [
+            ("failed", "ExceptionGroup"),
+            ("failed", "Oops"),
+            ("failed", "Oops"),
+        ]
+
     @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio's Cancelled is never stray
     async def test_a_stray_cancelled_error_fails_the_execution_and_stays_in(
         self, check_stream: Check

@@ -29,6 +29,7 @@ from ._results import (
     ExecutionResult,
     InteractionResponse,
     error_info,
+    undo_task_group_cancels,
 )
 from ._run import RunState
 from ._scope import _attribution
@@ -159,6 +160,7 @@ class ExecutionContext:
             else:
                 result = await spec.invoke(dict(call.input))
         except BaseException as exc:  # the tool's own error (even a ToolBlockedError) fails it
+            undo_task_group_cancels(exc)
             fail_call(call, exc)
             raise
         finally:
@@ -223,6 +225,7 @@ class ExecutionContext:
                         f"on_elicitation must return an InteractionResponse, not {type(response).__name__}"
                     )
         except BaseException as exc:
+            undo_task_group_cancels(exc)
             status: InteractionStatus
             if isinstance(exc, ExecutionExpiredError):
                 status = "expired"

@@ -26,6 +26,7 @@ from ._results import (
     cancelled_meanwhile,
     error_info,
     stray_cancel,
+    undo_task_group_cancels,
 )
 from ._run import RunState
 from ._scope import _attribution
@@ -72,6 +73,7 @@ async def run_execution(
                 await runtime.bus.wait_for_space()
             value = await program(ctx)
         except BaseException as exc:
+            undo_task_group_cancels(exc)
             stray = stray_cancel(exc)
             cancelled, failure = _cancelled_and_failure(exc)
             if failure is not None:

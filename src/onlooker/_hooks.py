@@ -23,7 +23,7 @@ from pydantic import JsonValue
 from ._bus import check_timeout
 from ._errors import HookAbortError, ToolBlockedError
 from ._events import Attribution
-from ._results import cancel_requests, cancelled_meanwhile
+from ._results import cancel_requests, cancelled_meanwhile, undo_task_group_cancels
 
 __all__ = [
     "HookAction",
@@ -466,8 +466,12 @@ async def _call_hook(hook: Callable[..., Any], timeout: float, is_async: bool, *
     began = perf_counter()
     if is_async:
         requests = cancel_requests()
-        with anyio.fail_after(timeout):
-            decision = await hook(*args)
+        try:
+            with anyio.fail_after(timeout):
+                decision = await hook(*args)
+        except BaseException as exc:
+            undo_task_group_cancels(exc)
+            raise
         await cancelled_meanwhile(requests, "cancelled while a hook ran")
     else:
         decision = hook(*args)
@@ -477,8 +481,12 @@ async def _call_hook(hook: Callable[..., Any], timeout: float, is_async: bool, *
             and inspect.isawaitable(decision)  # a sync callable that returned an awaitable
         ):
             requests = cancel_requests()
-            with anyio.fail_after(max(timeout - (perf_counter() - began), 0.0)):
-                decision = await decision
+            try:
+                with anyio.fail_after(max(timeout - (perf_counter() - began), 0.0)):
+                    decision = await decision
+            except BaseException as exc:
+                undo_task_group_cancels(exc)
+                raise
             await cancelled_meanwhile(requests, "cancelled while a hook ran")
     # Late all the same: a sync hook cannot be interrupted, and an async one may have
     # shielded itself from the cancellation, or caught it and returned.

@@ -7,7 +7,9 @@ import math
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import CodeType
 from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar, final
+from weakref import WeakSet
 
 from anyio.lowlevel import checkpoint_if_cancelled
 from pydantic import JsonValue
@@ -25,6 +27,7 @@ __all__ = [
     "cancelled_meanwhile",
     "error_info",
     "stray_cancel",
+    "undo_task_group_cancels",
 ]
 
 T = TypeVar("T")
@@ -186,6 +189,64 @@ def asyncio_task() -> asyncio.Task[object] | None:
         return asyncio.current_task()
     except RuntimeError:  # no asyncio loop in this thread: trio
         return None
+
+
+def undo_task_group_cancels(exc: BaseException) -> None:
+    """Take back the cancellation an ``asyncio.TaskGroup`` requested of this task and never
+    took back, for each such group ``exc`` came through (Python 3.11 and 3.12).
+
+    A group whose child fails after the group's body has ended cancels its task
+    to stop the body, but takes the request back only before it waits for its
+    children, not after: the task's ``cancelling()`` stays one higher, which
+    :func:`cancelled_meanwhile` would read as a caller's cancellation hidden by
+    the program's error (an ``execute`` whose program's task group failed
+    raised ``CancelledError``). Python 3.13 takes it back after the wait; so
+    does this, for the groups in ``exc``'s tracebacks, its causes and, in an
+    exception group, its members. A group whose body ended by an exception, or
+    that another task ran, is left alone.
+    """
+    task = asyncio_task()
+    if _TASK_GROUP_EXIT is None or task is None:
+        return
+    for group in _groups_left_cancelling(exc):
+        owner: object = getattr(group, "_parent_task", None)
+        if owner is task and group not in _TAKEN_BACK:
+            _TAKEN_BACK.add(group)
+            task.uncancel()
+
+
+def _groups_left_cancelling(exc: BaseException) -> Iterator[asyncio.TaskGroup]:
+    """The task groups ``exc`` came through whose body ended well and that cancelled their task."""
+    pending, seen = [exc], set()
+    while pending:
+        error = pending.pop()
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        trace = error.__traceback__
+        while trace is not None:
+            frame = trace.tb_frame
+            if frame.f_code is _TASK_GROUP_EXIT:
+                group, body_error = frame.f_locals["self"], frame.f_locals["et"]
+                if body_error is None and getattr(group, "_parent_cancel_requested", False):
+                    yield group
+            trace = trace.tb_next
+        if isinstance(error, BaseExceptionGroup):
+            pending.extend(error.exceptions)
+        pending.extend(e for e in (error.__cause__, error.__context__) if e is not None)
+
+
+def _leaky_task_group_exit() -> CodeType | None:
+    """``asyncio.TaskGroup.__aexit__``'s code where it leaves a cancellation behind.
+
+    The fixed ``__aexit__`` (3.13) reads ``cancelling()``; the leaky one does not.
+    """
+    code = asyncio.TaskGroup.__aexit__.__code__
+    return None if "cancelling" in code.co_names else code
+
+
+_TASK_GROUP_EXIT: Final = _leaky_task_group_exit()
+_TAKEN_BACK: Final[WeakSet[asyncio.TaskGroup]] = WeakSet()
 
 
 def cancel_requests() -> int:
