@@ -983,10 +983,14 @@ class TestKeys:
         [
             "FROM x AS build\n    ENV API_TOKEN Zq7Xk9Lm2Wn4",
             "     2\t  ENV DB_PASSWORD Zq7Xk9Lm2Wn4",
+            # the line alone, as an Edit's new_string or a grep of the Dockerfile gives it
+            "ENV DB_PASSWORD Zq7Xk9Lm2Wn4",
+            "ENV\tAPI_TOKEN Zq7Xk9Lm2Wn4\nRUN make",
         ],
     )
     def test_an_indented_dockerfile_env_is_redacted(self, redactor: Redactor, text: str) -> None:
         assert "Zq7Xk9Lm2Wn4" not in redactor.redact_text(text)
+        assert "Zq7Xk9Lm2Wn4" not in json.dumps(redactor.redact({"new_string": text}))
 
     def test_a_plain_word_after_a_flag_in_an_argument_list_is_not_learned(
         self, redactor: Redactor

@@ -309,13 +309,39 @@ class TestAttribution:
 
 
 def rules_by_lowered_hints(redactor: Redactor, text: str) -> str:
-    """``redact_text`` as it is for short texts: each rule whose hints the lower-cased text holds."""
-    lowered = text.lower()
+    """``redact_text`` as it is for short texts: each rule whose hints the lower-cased text holds
+    (a hint's leading newline matching the text's start too)."""
+    lowered = "\n" + text.lower()
     for rule, hints in redactor._rule_hints:
         if hints is None or any(hint in lowered for hint in hints):
             text = rule.apply(text)
     text = redactor._known.scrub(text)
     return redactor._paths.shorten_all(text) if redactor.shorten_paths else text
+
+
+class TestHintsAtTheStart:
+    """A hint's leading newline matches a text's start too: a Dockerfile's ENV line as an
+    Edit's new_string or grep's first line, short or long, alone or in an event."""
+
+    @pytest.mark.parametrize("tail", ["", "\nRUN make", "\nRUN make " + "y" * 300])
+    def test_an_env_line_starting_the_text(self, tail: str, tmp_path: Path) -> None:
+        text = "ENV MYSQL_ROOT_PASSWORD D0ckStart9xPw" + tail
+        redactor = Redactor(environ={})
+        assert "D0ckStart9xPw" not in redactor.redact_text(text)
+        assert redactor.redact_text(text) == rules_by_lowered_hints(redactor, text)
+        events: list[dict[str, Any]] = [
+            {"kind": "ToolCallStarted", "args": {"new_string": text}},
+            {"args": {"a": 1}},
+        ]
+        assert redactor.screen([json_bytes(e) for e in events], max_chars=2000) == [0]
+        with TrailWriter(tmp_path, "s", redactor=redactor) as writer:
+            writer.write(events)
+        assert "D0ckStart9xPw" not in (tmp_path / "s" / "events.jsonl").read_text()
+
+    def test_only_at_the_start(self) -> None:
+        redactor = Redactor(environ={})
+        for text in ("see ENV MYSQL_ROOT_PASSWORD word", "venv MYSQL_ROOT_PASSWORD word"):
+            assert redactor.redact_text(text) == text
 
 
 class TestLongTexts:

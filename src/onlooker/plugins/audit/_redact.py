@@ -41,6 +41,7 @@ from ._secrets import (
     ENVELOPE_FIELDS,
     KEY_WORDS,
     Rule,
+    holds_hint,
     is_secret_flag,
     marker,
     truncate,
@@ -155,6 +156,7 @@ class Redactor:
             for rule in self.rules
         )
         self._hints: Final = tuple(sorted({h for _, hs in self._rule_hints for h in hs or ()}))
+        self._start_hints: Final = tuple(h[1:] for h in self._hints if h[0] == "\n" and h[1:])
         self._always: Final = tuple(rule for rule in self.rules if rule.hints is None)
         self._short: re.Pattern[str] | None = None
         self._texts = 0
@@ -427,7 +429,7 @@ class Redactor:
             needed = [
                 rule
                 for rule, hints in self._rule_hints
-                if hints is None or any(hint in lowered for hint in hints)
+                if hints is None or any(holds_hint(lowered, hint) for hint in hints)
             ]
         return needed
 
@@ -450,16 +452,16 @@ class Redactor:
         if len(text) <= _SHORT:
             short = self._short
             if short is not None:
-                return short.search(lowered) is not None
+                return short.search(lowered) is not None or lowered.startswith(self._start_hints)
             self._texts += 1
             if self._texts > _COMPILE_AFTER and self._hints:
                 import re
 
                 self._short = re.compile("|".join(map(re.escape, self._hints)))
-        for hint in self._hints:  # noqa: SIM110  # a loop: any() over a generator is twice as slow
+        for hint in self._hints:  # a loop: any() over a generator is twice as slow
             if hint in lowered:
                 return True
-        return False
+        return lowered.startswith(self._start_hints)  # a hint's newline: the text's start too
 
     def _key(self, key: str) -> tuple[bool, str]:
         redacted = self.redact_text(key)

@@ -37,6 +37,7 @@ __all__ = ["Needles", "RuleHints", "Screen", "Squeeze"]
 
 _MAX_KNOWN: Final = 32  # more known secrets than this: every event goes to the redactor
 _SEPARATOR: Final = b"\n"  # never in compact JSON: escaped inside strings
+_HEAD: Final = 64  # a text's first characters, where a hint's leading newline matches too
 
 
 def _escaped(text: str) -> str:
@@ -97,12 +98,17 @@ class RuleHints:
         self._every: Final = Needles(every)
         self._always: Final = [rule for rule, words in self._rules if words is None]
         self._squeeze: Final = Squeeze(every)
+        # A hint's leading newline matches the text's start too (see Rule)
+        self._at_start: Final = tuple(word for word in every if word[:1] == b"\n" and word[1:])
 
     def needed(self, text: str) -> list[Rule] | None:
         """The rules whose hints ``text`` holds, in order; ``None`` if it is not ASCII."""
         if not text.isascii():
             return None
         found = self._every.found(self._squeeze(text.encode("ascii")))
+        if self._at_start:
+            head = text[:_HEAD].lower().encode("ascii")
+            found.update(word for word in self._at_start if head.startswith(word[1:]))
         if not found:
             return self._always
         return [rule for rule, words in self._rules if words is None or not words.isdisjoint(found)]
@@ -124,7 +130,10 @@ class Screen:
     ) -> None:
         self.everything: Final = hints is None or key_words is None
         words = [*(hints or ()), *(key_words or ()), *(["/"] if paths else [])]
-        self._words: Final = _fewest(_escaped(word.lower()) for word in words)
+        # A hint's leading newline matches a text's start too (see Rule): in JSON, after
+        # the opening quote of a string
+        at_start = ['"' + _escaped(word[1:].lower()) for word in hints or () if word[0] == "\n"]
+        self._words: Final = _fewest([*(_escaped(word.lower()) for word in words), *at_start])
         ascii_words = [word.encode("ascii") for word in self._words if word.isascii()]
         self._ascii: Final = Needles(ascii_words)
         self._squeeze: Final = Squeeze(ascii_words)

@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_SECRET_KEYS",
     "ENVELOPE_FIELDS",
     "Rule",
+    "holds_hint",
     "is_secret_flag",
     "is_secret_name",
     "is_secret_variable",
@@ -40,6 +41,11 @@ __all__ = [
 def marker(rule: str) -> str:
     """The text that replaces a secret: ``[REDACTED:<rule>]``."""
     return f"[REDACTED:{rule}]"
+
+
+def holds_hint(lowered: str, hint: str) -> bool:
+    """Whether ``lowered`` (a lower-cased text) holds ``hint``, a hint's newline matching its start."""
+    return hint in lowered or (hint[0] == "\n" and lowered.startswith(hint[1:]))
 
 
 @final
@@ -54,7 +60,9 @@ class Rule:
     ``hints``, optional, are literal substrings at least one of which occurs
     in any text the pattern matches, compared without regard to case; with
     them the rule's regular expression is compiled and run only on texts
-    that contain one (most texts contain none).
+    that contain one (most texts contain none). A hint that begins with a
+    newline also matches at the start of a text (``"\nENV "``: a line's
+    start).
     """
 
     __slots__ = ("_compiled", "_replace", "_source", "hints", "name")
@@ -755,8 +763,8 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "secret_assignment",
         _LINE_START + r"ENV[ \t]+" + _SECRET_NAME + r"[ \t]+(?!\$)(?P<secret>[^\s=][^\r\n]*)",
-        # (a Dockerfile starts with FROM: its ENV lines follow a newline, or the blanks
-        # that indent them, or a Read's number)
+        # (a Dockerfile's ENV lines follow a newline, the blanks that indent them or a
+        # Read's number, or start the text: an Edit's new_string, a grep of the file)
         hints=["\nenv ", "\nenv\t", " env ", " env\t", "\tenv ", "\tenv\t"],
     ),
     # wpa_supplicant's psk="passphrase" (or its 64 hex digits)
