@@ -15,8 +15,9 @@ import pytest
 
 import onlooker
 from onlooker.plugins import audit
-from onlooker.plugins.audit import Redactor, Rule
+from onlooker.plugins.audit import Redactor, Rule, TrailWriter
 from onlooker.plugins.audit._redact import cap_record
+from onlooker.testing import RecordingObserver
 
 pytestmark = pytest.mark.anyio
 
@@ -236,6 +237,8 @@ SHAPES: list[tuple[str, str, str]] = [
         )
     ),
     ("netrc", 'machine github.com login u password "Netrc Secret6"', "Secret6"),
+    # quoted, whatever words follow (a tool's output echoing the entry)
+    ("netrc", 'ran machine github.com login u password "Netrc Pw7q" with care', "Netrc Pw7q"),
     ("connection_string", "Server=x;Uid=sa;Pwd={Az;SqlPwd4};", "SqlPwd4"),
     # "}}" inside ODBC's braces is an escaped "}": the rest of the password after it
     ("connection_string", "Server=x;Uid=sa;Pwd={Sql}}Pw;Tail5};", "Pw;Tail5"),
@@ -1257,31 +1260,32 @@ def crash(detail: str) -> None:
     raise RuntimeError(f"crashed on {detail}")
 
 
+async def leak_program(ctx: onlooker.ExecutionContext) -> dict[str, str]:
+    """Every secret shape through careless tools: as arguments, results and errors."""
+    for _, text, _ in SHAPES:
+        await ctx.call("run_command", command=text, password="hunter2-by-key")
+        await ctx.call("fetch", url=text, headers={"Authorization": text, "note": text})
+        for failing in ("explode", "crash"):
+            with contextlib.suppress(onlooker.ToolError, RuntimeError):
+                await ctx.call(failing, detail=text)
+    await ctx.call("run_command", command="AWS_SECRET_ACCESS_KEY=env-secret-777 aws s3 ls")
+    await ctx.elicit(f"Deploy with {SHAPES[0][1]}?")
+    return {"last": SHAPES[2][1], "password": "hunter2-by-key"}
+
+
+async def leak_answer(_: onlooker.Elicitation) -> onlooker.InteractionResponse:
+    return onlooker.InteractionResponse.accept({"token": "hunter2-by-key", "note": SHAPES[1][1]})
+
+
+LEAK_TOOLS = [run_command, fetch, explode, crash]
+
+
 async def test_no_secret_reaches_any_byte_on_disk(tmp_path: Path) -> None:
     trail_plugin = audit.plugin(
         directory=tmp_path / "audit", session_id="leak", max_bytes=4096, keep=1000
     )
-
-    async def program(ctx: onlooker.ExecutionContext) -> dict[str, str]:
-        for _, text, _ in SHAPES:
-            await ctx.call("run_command", command=text, password="hunter2-by-key")
-            await ctx.call("fetch", url=text, headers={"Authorization": text, "note": text})
-            for failing in ("explode", "crash"):
-                with contextlib.suppress(onlooker.ToolError, RuntimeError):
-                    await ctx.call(failing, detail=text)
-        await ctx.call("run_command", command="AWS_SECRET_ACCESS_KEY=env-secret-777 aws s3 ls")
-        await ctx.elicit(f"Deploy with {SHAPES[0][1]}?")
-        return {"last": SHAPES[2][1], "password": "hunter2-by-key"}
-
-    async def answer(_: onlooker.Elicitation) -> onlooker.InteractionResponse:
-        return onlooker.InteractionResponse.accept(
-            {"token": "hunter2-by-key", "note": SHAPES[1][1]}
-        )
-
-    async with onlooker.ExecutionEngine(
-        tools=[run_command, fetch, explode, crash], plugins=[trail_plugin]
-    ) as engine:
-        result = await engine.execute(program, on_elicitation=answer, trigger="cli")
+    async with onlooker.ExecutionEngine(tools=LEAK_TOOLS, plugins=[trail_plugin]) as engine:
+        result = await engine.execute(leak_program, on_elicitation=leak_answer, trigger="cli")
         trail = engine.extension(trail_plugin)
     assert result.status == "completed"
     assert trail.statistics().errors == 0
@@ -1301,6 +1305,43 @@ async def test_no_secret_reaches_any_byte_on_disk(tmp_path: Path) -> None:
     assert b'"private":"/etc/shadow-backup"' in everything  # paths are evidence: kept
     for rule in {rule for rule, _, _ in SHAPES} | {"secret_field"}:
         assert f"[REDACTED:{rule}]".encode() in everything, rule
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 10_000])
+async def test_no_secret_reaches_disk_however_the_events_are_batched(
+    tmp_path: Path, batch: int
+) -> None:
+    """What the writer learns from one batch it cannot scrub from one written before: every
+    shape is redacted by its rule or by a value learned from an earlier event, whichever
+    events the plugin's writer thread happened to take together (a quoted .netrc password
+    echoed in a tool's result, after the words of its output, once leaked this way)."""
+    recorder = RecordingObserver()
+    async with onlooker.ExecutionEngine(tools=LEAK_TOOLS) as engine:
+        engine.bus.subscribe(recorder)
+        await engine.execute(leak_program, on_elicitation=leak_answer, trigger="cli")
+    events = [json.loads(event.model_dump_json()) for event in recorder.events]
+    with TrailWriter(tmp_path, "batches", redactor=Redactor(environ={})) as writer:
+        for start in range(0, len(events), batch):
+            writer.write(events[start : start + batch])
+    written = (tmp_path / "batches" / "events.jsonl").read_bytes()
+    for secret in SECRETS:
+        assert secret.encode() not in written, secret
+
+
+def test_a_secret_seen_again_is_the_last_forgotten() -> None:
+    """The redactor keeps the 256 values it saw last: a password under a secret key in every
+    call is kept however many other values came since it was first learned."""
+    redactor = Redactor(environ={})
+    redactor.redact({"password": "hunter2-by-key"})
+    for i in range(200):
+        redactor.redact({"token": f"one-off-{i:04d}"})
+    redactor.redact({"password": "hunter2-by-key"})  # in use
+    for i in range(200, 300):
+        redactor.redact({"token": f"one-off-{i:04d}"})
+    assert (
+        redactor.redact_text("ran it with hunter2-by-key") == "ran it with [REDACTED:secret_field]"
+    )
+    assert redactor.redact_text("one-off-0001") == "one-off-0001"  # seen once, long ago
 
 
 class TestLearnedFromRules:

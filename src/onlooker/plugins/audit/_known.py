@@ -79,7 +79,7 @@ def _split_at_markers(text: str) -> list[str]:
 
 @final
 class KnownSecrets:
-    """Values to scrub: the environment's secret ones, and those learned (the most recent 256).
+    """Values to scrub: the environment's secret ones, and those learned (the 256 seen last).
 
     ``environ`` gives the variables; those :func:`is_secret_variable` names are kept.
     """
@@ -160,15 +160,15 @@ class KnownSecrets:
         elif type(value) is list:
             for item in value:
                 self.learn(item)
-        elif (
-            type(value) is str
-            and len(value) >= 6
-            and value not in self._learned_values
-            and value not in self._environment
-        ):
-            self._learned_values[value] = None
-            if len(self._learned_values) > _MAX_LEARNED:
-                del self._learned_values[next(iter(self._learned_values))]
+        elif type(value) is str and len(value) >= 6 and value not in self._environment:
+            learned = self._learned_values
+            if value in learned:  # seen again: the last to be forgotten, as a secret in use
+                del learned[value]
+                learned[value] = None
+                return
+            learned[value] = None
+            if len(learned) > _MAX_LEARNED:
+                del learned[next(iter(learned))]
             self._recent.append(value)  # indexed when next needed: learning stays linear
             self._longest = max(self._longest, len(value))
             self.learned += 1

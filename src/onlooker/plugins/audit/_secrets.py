@@ -585,11 +585,12 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # from inside another, so the scan is linear)
         r"(?:" + _NETRC_BLANK + r"(?:login|account|port)[ \t]+(?!(?:machine|default)\b)"
         r"[^\s\"']+)*+" + _NETRC_BLANK + r"password[ \t]+"
-        r"(?P<secret>\"[^\"\n]*\"|[^\s\"']+)"
-        # (then the line ends, or another token, or the quote of an echo around it: in prose,
-        # "machine 10.0.0.5 password authentication failed", more words follow)
+        # (quoted, whatever follows: a quoted value is no word of prose)
+        r"(?P<secret>\"[^\"\n]*\"|[^\s\"']+"
+        # (unquoted, then the line ends, or another token, or the quote of an echo around it:
+        # in prose, "machine 10.0.0.5 password authentication failed", more words follow)
         # (or a shell's operator, a comment, a JSON-escaped line break: echo ... password x >> f)
-        r"(?=[ \t]*(?:\r?\n|$|[\"'`;&|<>)#]|\\[rn]|(?:machine|login|account|port|macdef|default)\b))",
+        r"(?=[ \t]*(?:\r?\n|$|[\"'`;&|<>)#]|\\[rn]|(?:machine|login|account|port|macdef|default)\b)))",
         hints=["password"],
     ),
     # Docker's config.json (and any JSON text) keeps a registry's "user:password" in base64
