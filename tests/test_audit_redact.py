@@ -1277,7 +1277,7 @@ async def leak_answer(_: onlooker.Elicitation) -> onlooker.InteractionResponse:
     return onlooker.InteractionResponse.accept({"token": "hunter2-by-key", "note": SHAPES[1][1]})
 
 
-LEAK_TOOLS = [run_command, fetch, explode, crash]
+LEAK_TOOLS: list[onlooker.Tool[..., Any]] = [run_command, fetch, explode, crash]
 
 
 async def test_no_secret_reaches_any_byte_on_disk(tmp_path: Path) -> None:
