@@ -553,6 +553,91 @@ SHAPES: list[tuple[str, str, str]] = [
         "D0ckRead9xPw",
     ),
     ("secret_assignment", "FROM x\nENV\tMYSQL_ROOT_PASSWORD\tD0ckTab9xPw", "D0ckTab9xPw"),
+    # secrets with no name around them, or a name no secret alone: a Discord bot token (its
+    # id in base64: ids of 19 digits, of 18 beside "token"), a token alone as a URL's user
+    (
+        "discord_token",
+        "client.run('MTA1MjM0NTY3ODkwMTIzNDU2Nw.GhJkLm.abcdefghijklmnopqrstuvwxyz0123456789AB')",
+        "abcdefghijklmnopqrstuvwxyz0123456789AB",
+    ),
+    (
+        "discord_token",
+        "bot token NzkyNzE1NDU0MTk2MDg4ODQy.X-hvzA.Ovy4MCQywSkoMRRclStW4xAYK7I rotated",
+        "Ovy4MCQywSkoMRRclStW4xAYK7I",
+    ),
+    (
+        "url_credentials",
+        "git clone https://0123456789abcdef0123456789abcdef01234567@github.com/org/repo.git",
+        "0123456789abcdef0123456789abcdef01234567",
+    ),
+    # "pass" beside a user, Kaggle's key beside its username, an Azure account's key beside
+    # its name, a kind of key's "Key"
+    (
+        "secret_assignment",
+        "[nas]\ntype = sftp\nuser = backup\npass = Rcl0neObscPw9xQz\n",
+        "Rcl0neObscPw9xQz",
+    ),
+    (
+        "secret_assignment",
+        "auth: { user: 'bot@example.com', pass: 'abcd-efgh-9x' },",
+        "abcd-efgh-9x",
+    ),
+    ("secret_assignment", '{"pass": "DictSmtpPass9x", "user": "bot"}', "DictSmtpPass9x"),
+    (
+        "secret_assignment",
+        '{"username":"alice","key":"7f3a9c1e5b2d8f4a6c0e9b7d3f1a5c8e"}',
+        "7f3a9c1e5b2d8f4a6c0e9b7d3f1a5c8e",
+    ),
+    (
+        "secret_assignment",
+        "BlockBlobService(account_name='acct', account_key='AzAcctKey0123456789abcXYZ==')",
+        "AzAcctKey0123456789abcXYZ",
+    ),
+    (
+        "secret_assignment",
+        '{\n  "Jwt": {\n    "Key": "ThisIsMyJwtSigningKey_9xQz2Lm7Wn4",\n    "Issuer": "acme"\n  }\n}',
+        "ThisIsMyJwtSigningKey_9xQz2Lm7Wn4",
+    ),
+    ("secret_assignment", "environment:\n  - Jwt__Key=Zq7Xk9Lm2Wn4abcd\n", "Zq7Xk9Lm2Wn4abcd"),
+    (
+        "seed_phrase",
+        "accounts: { mnemonic: 'legal winner thank year wave sausage worth useful legal winner"
+        " thank yellow' }",
+        "legal winner thank year",
+    ),
+    # aws configure's answers on its input; shell history's passwords; Vault's and Doppler's
+    # tables
+    (
+        "password_option",
+        "printf 'AKIAZ7Q3EXAMPLE4ABCD\\nq8Rk2LmN7vXw0pZs5TyU3iOa9bE1cF4gH6jK2lM\\nus-east-1\\n'"
+        " | aws configure",
+        "q8Rk2LmN7vXw0pZs5TyU3iOa9bE1cF4gH6jK2lM",
+    ),
+    (
+        "password_option",
+        "aws configure --profile ci <<EOF\nAKIAZ7Q3EXAMPLE4ABCD\nHdocS3cretKey9xQz\nus-east-1\nEOF",
+        "HdocS3cretKey9xQz",
+    ),
+    ("password_option", "aws configure <<< $'AKIA\\nHstrS3cret9xQz\\n'", "HstrS3cret9xQz"),
+    ("password_option", 'dotnet user-secrets set "Jwt:Key" "Zq7Xk9Lm2Wn4abcd"', "Zq7Xk9Lm2Wn4abcd"),
+    ("password_option", "ssh-keygen -t ed25519 -N 'SshPassPhr4se9' -f key", "SshPassPhr4se9"),
+    ("password_option", "ldapsearch -x -D cn=admin,dc=ex -w LdapPw9xQz -b dc=ex", "LdapPw9xQz"),
+    ("password_option", "smbclient //srv/share -U alice%SmbPw9xQz", "SmbPw9xQz"),
+    ("password_option", "rabbitmqctl add_user admin RabbitPw9xQz", "RabbitPw9xQz"),
+    ("password_option", "zip -r -P Z1pPassw0rd9 out.zip dir", "Z1pPassw0rd9"),
+    ("password_option", "7z a -pSevenZipPw9x archive.7z dir", "SevenZipPw9x"),
+    (
+        "name_value",
+        "====== Data ======\nKey         Value\n---         -----\npassword    V4ultDbPw9xQz\n"
+        "username    app",
+        "V4ultDbPw9xQz",
+    ),
+    (
+        "name_value",
+        "│ NAME        │ VALUE         │\n├─────────────┼───────────────┤\n"
+        "│ DB_PASSWORD │ Dopp1erPw9xQz │\n│ LOG_LEVEL   │ info          │",
+        "Dopp1erPw9xQz",
+    ),
 ]
 
 
@@ -1516,3 +1601,125 @@ class TestLearnedFromRules:
         assert "secret-value" not in str(redactor.redact(commands))
         assert redactor.redact_text("w03999-secret-value") == "[REDACTED:secret_field]"
         assert len(built) < 4000 / 16
+
+
+class TestSecretsByWhatStandsBeside:
+    """Secrets no name announces (a Discord token's shape, a URL's lone user) and names that
+    are no secret alone (``pass``, ``key``, ``accountKey``) but are beside a user or under a
+    kind of key; and what looks like them but is code, prose or a log."""
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            # a user in a URL, a Sentry DSN's public key (32 hex digits), tokens not a Discord one
+            "ssh://git@github.com/o/r.git https://alice@example.com/x https://ci-bot-2024@git.x/r",
+            "sentry_sdk.init(dsn='https://0123456789abcdef0123456789abcdef@o1.ingest.sentry.io/1')",
+            "token MTA1MjM0NTY3ODkwMTIzNDU2Nw.GhJkLm.short and mtime",
+            "token AbCdEfGhIjKlMnOpQrStUvWx.GhJkLm.abcdefghijklmnopqrstuvwxyz0123456789AB",
+            # pass as Python's statement, as code, as a number; a key that is no credential
+            "def check(user, password):\n    pass\n",
+            "auth: { user: process.env.SMTP_USER, pass: process.env.SMTP_PASS }",
+            "const { user, pass } = req.body;\nuser: bob\npass: 12\nfail: 0\n",
+            '{"user": "u1", "key": "theme", "value": "dark"}',
+            '{"username": "alice", "key": "user_profile_v2_cache"}',
+            '{"Jwt": {"Issuer": "acme", "Audience": "api"}}',
+            "account_key = row['account_key']\naccount_name = 'x'",
+            '{"mnemonic": "mov", "op_str": "eax, 1"}',
+            "Mnemonic: write these words down and keep them safe from anyone else who wants them.",
+            # options that are no password, and tables of no secret
+            "ssh-keygen -t ed25519 -N '' -f key\nldapsearch -x -W -D cn=admin\nsmbclient -L //s -U a",
+            "7z a -p archive.7z dir\nzip -P $ZIP_PASS out.zip f\nunzip -l f.zip\ngzip -P 5 f",
+            "rabbitmqctl list_users\nprintf 'a\\nb\\n' | sort; aws configure list",
+            'dotnet user-secrets set "Logging:LogLevel" "Debug"\ndotnet user-secrets list',
+            "Key    Value\n---    -----\nlease_duration    768h\npassword_min_length    12",
+            "│ NAME      │ VALUE │\n│ LOG_LEVEL │ info  │\n│ API_TOKEN │       │",
+        ],
+    )
+    def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:
+        assert redactor.redact_text(text) == text
+
+    def test_a_name_no_secret_alone_is_one_beside_its_user(self, redactor: Redactor) -> None:
+        value = {
+            "smtp": {"host": "smtp.example.com", "user": "bot", "pass": "DictSmtpPass9x"},
+            "kaggle": {"username": "alice", "key": "7f3a9c1e5b2d8f4a6c0e9b7d3f1a5c8e"},
+            "azure": {"accountName": "acct", "accountKey": "DictAzAccountKey9xQzLm=="},
+            "Jwt": {"Key": "ThisIsMyJwtSigningKey", "Issuer": "acme"},
+            "JwtSettings": {"key": "k1", "Audience": "api"},
+        }
+        assert redactor.redact(value) == {
+            "smtp": {"host": "smtp.example.com", "user": "bot", "pass": "[REDACTED:secret_field]"},
+            "kaggle": {"username": "alice", "key": "[REDACTED:secret_field]"},
+            "azure": {"accountName": "acct", "accountKey": "[REDACTED:secret_field]"},
+            "Jwt": {"Key": "[REDACTED:secret_field]", "Issuer": "acme"},
+            "JwtSettings": {"key": "[REDACTED:secret_field]", "Audience": "api"},
+        }
+        kept = [
+            {"name": "test_login", "pass": True, "user": "x"},
+            {"pass": "first", "passes": 3},
+            {"user": "u1", "key": "theme", "value": "dark"},
+            {"username": "alice", "key": "favorite_color"},
+            {"accountName": "a", "accountKey": "short"},
+            {"accountKey": "DictAzAccountKey9xQzLm=="},
+            {"cache": {"Key": "user:42", "ttl": 5}},
+            [{"user": "a"}, {"pass": "b"}],
+        ]
+        assert Redactor(environ={}).redact(kept) is kept  # (nothing learned from the above)
+        assert Redactor(environ={}, secret_keys="password").redact(value["smtp"]) == value["smtp"]
+
+    def test_a_quoted_netrc_password_followed_by_more_words(self, redactor: Redactor) -> None:
+        """A tool that echoes its .netrc line in a sentence: the quoted value is one whatever
+        follows (its leak was left to a value learned in the same batch, by chance)."""
+        text = 'ran machine github.com login u password "Netrc Secret6" with x'
+        assert redactor.redact_text(text) == (
+            "ran machine github.com login u password [REDACTED:netrc] with x"
+        )
+
+    def test_learn_reads_the_names_beside_their_users(self, redactor: Redactor) -> None:
+        redactor.learn(
+            {"smtp": {"user": "bot", "pass": "DictSmtpPass9x"}, "Jwt": {"Key": "Jwt9xQzKey"}}
+        )
+        assert redactor.redact_text("echo DictSmtpPass9x Jwt9xQzKey") == (
+            "echo [REDACTED:secret_field] [REDACTED:secret_field]"
+        )
+
+    @pytest.mark.parametrize("key", ["Jwt__Key", "SIGNING__KEY", "Encryption__Key"])
+    def test_a_kind_of_key_in_dotnet_s_environment_form(self, redactor: Redactor, key: str) -> None:
+        assert redactor.is_secret_key(key)
+
+    @pytest.mark.parametrize(
+        ("unit", "expected"),
+        [
+            ("MTA1", None),
+            ("MTA1MjM0NTY3ODkwMTIzNDU2Nw.GhJkLm.", None),
+            ("https://" + "a1" * 18, None),
+            ("user:pass:", None),
+            ("pass: 'a' ", None),
+            ("xuser: pass: 'a' ", None),
+            ("user: a pass: 'a' ", "user: a pass: '[REDACTED:secret_assignment]' "),
+            (
+                '"username": "key": "7f3a9c1e5b2d8f4a6c0e9b7d3f1a5c8e" ',
+                '"username": "key": "[REDACTED:secret_assignment]" ',
+            ),
+            ('"jwt": {', None),
+            ("mnemonic: " + "abc " * 30, None),
+            ("printf '", None),
+            ("echo -e '", None),
+            ("aws configure <<<'", None),
+            ("dotnet user-secrets set ", None),
+            ("Key Value\n--- -----\n", None),
+            ("│ password │ ", None),
+            ("ssh-keygen ", None),
+            ("ldapx ", None),
+            ("smbclient -U a", None),
+            ("zip ", None),
+            ("7z ", None),
+        ],
+    )
+    def test_the_new_patterns_on_100_kb(
+        self, redactor: Redactor, unit: str, expected: str | None
+    ) -> None:
+        """Each new pattern on its prefix repeated over 100 KB: linear (each under 0.1 s when
+        written; no timing is asserted, a pattern that backtracks makes this test hang)."""
+        count = 100_000 // len(unit)
+        text = unit * count
+        assert redactor.redact_text(text) == (text if expected is None else expected * count)

@@ -52,6 +52,15 @@ SHAPES: list[tuple[str, str]] = [
     ('{"auths": {"registry.example": {"auth": "Ym90OmQwY2tlci1wdw=="}}}', "Ym90OmQwY2tlci1wdw"),
     ("client-key-data: LS0tLS1CRUdJTiBFQyBQUklWQVRFIEtFWS0tLS0tCk1IY0NBUUVFSUtleUJvZHkK",
      "Ck1IY0NBUUVFSUtleUJvZHkK"),
+    ("bot.run('MTA1MjM0NTY3ODkwMTIzNDU2Nw.GhJkLm.abcdefghijklmnopqrstuvwxyz0123456789AB')",
+     "abcdefghijklmnopqrstuvwxyz0123456789AB"),
+    ("git push https://0123456789abcdef0123456789abcdef01234567@github.com/o/r.git",
+     "0123456789abcdef0123456789abcdef01234567"),
+    ("auth: { user: 'bot@example.com', pass: 'abcd-efgh-ijkl-mnop-9x' }", "abcd-efgh-ijkl-mnop-9x"),
+    ('{"username":"alice","key":"7f3a9c1e5b2d8f4a6c0e9b7d3f1a5c8e"}',
+     "7f3a9c1e5b2d8f4a6c0e9b7d3f1a5c8e"),
+    ("printf 'AKIAZ7Q3EXAMPLE4ABCD\\nq8Rk2LmN7vXw0pZs5TyU3iOa9bE1cF4gH6jK2lM\\n' | aws configure",
+     "q8Rk2LmN7vXw0pZs5TyU3iOa9bE1cF4gH6jK2lM"),
 ]  # fmt: skip
 
 

@@ -9,7 +9,10 @@ What a :class:`Redactor` does to every string (and dict key) of an event's
 payload:
 
 * a value under a key that names a secret (``password``, ``api_key``,
-  ``authorization``, ...) is replaced whole: ``[REDACTED:secret_field]``;
+  ``authorization``, ...) is replaced whole: ``[REDACTED:secret_field]``; so is
+  one under a key no secret alone that the keys beside it make one (a ``pass``
+  beside a ``user``, Kaggle's ``key`` beside its ``username``, a ``Key`` under
+  ``Jwt``: :func:`_paired`);
 * a secret *shape* anywhere in a string (the rules of
   :data:`DEFAULT_RULES`: cloud and API keys, tokens, JWTs, PEM private keys,
   ``user:pass@`` in a URL, ``X=Y`` before a shell command, ``--password=``
@@ -76,6 +79,12 @@ _SCALARS: Final = frozenset({int, float, bool})
 _FLAG_VALUE: Final = marker("secret_flag")
 _OPENSSL_PASS: Final = frozenset({"-passin", "-passout"})
 _PLAIN_KEY: Final = (False, "")  # the cached verdict of a key that is neither secret nor changed
+_PAIRED_KEY: Final = (False, "pass|key")  # ... of one secret only beside another (_paired)
+_PAIRED_NAMES: Final = frozenset({"pass", "key", "accountkey", "account_key"})
+_USERS: Final = frozenset({"user", "username", "login"})
+_ACCOUNT_NAMES: Final = frozenset({"accountname", "account_name"})
+_HEX: Final = frozenset("0123456789abcdef")
+_KEY_KINDS: Final = frozenset({"jwt", "signing", "encryption", "hmac"})
 _MARGIN: Final = 256  # characters scanned past max_chars in a string that is cut
 _RESERVE: Final = 128  # ... of which at least this many, after redaction, are dropped
 _LONG: Final = 256  # texts longer than this find the rules they need by a squeezed copy
@@ -221,22 +230,30 @@ class Redactor:
         if not self.learn_secrets:
             return
         keys = self._keys
-        stack = [value]
+        stack: list[tuple[Any, bool]] = [(value, False)]  # a value, and whether it is keyed
         while stack:
-            item = stack.pop()
+            item, keyed = stack.pop()
             if type(item) is dict:
+                paired: set[str] | None = None
                 for key, inner in item.items():
                     if inner is None or type(inner) in _SCALARS or type(key) is not str:
                         continue
                     found = keys.get(key)
                     if found is None:
                         found = self._key(key)
-                    if found is not _PLAIN_KEY and found[0]:
+                    if found is _PAIRED_KEY:
+                        if paired is None:
+                            paired = _paired(item, keyed)
+                        if key in paired:
+                            self._known.learn(inner)
+                    elif found is not _PLAIN_KEY and found[0]:
                         self._known.learn(inner)
-                    elif type(inner) is dict or type(inner) is list:
-                        stack.append(inner)
+                    elif type(inner) is dict:
+                        stack.append((inner, _names_key_kind(key)))
+                    elif type(inner) is list:
+                        stack.append((inner, False))
             elif type(item) is list:
-                stack.extend(x for x in item if type(x) is dict or type(x) is list)
+                stack.extend((x, False) for x in item if type(x) is dict or type(x) is list)
 
     @property
     def learned(self) -> int:
@@ -374,7 +391,9 @@ class Redactor:
                 return f"{head[:max_chars]}…[truncated {dropped} chars]"
             window *= 2
 
-    def _dict(self, value: dict[Any, Any], max_chars: int | None) -> dict[Any, Any]:
+    def _dict(
+        self, value: dict[Any, Any], max_chars: int | None, keyed: bool = False
+    ) -> dict[Any, Any]:
         keys = self._keys
         # Fast scan: most dicts hold plain keys and values that need nothing.
         for key, item in value.items():
@@ -388,17 +407,25 @@ class Redactor:
         else:
             return value
         out: dict[Any, Any] | None = None
+        paired: set[str] | None = None
         for index, (key, item) in enumerate(value.items()):
             found = keys.get(key) if type(key) is str else (False, key)
             if found is None:
                 found = self._key(key)
-            secret, new_key = (False, key) if found is _PLAIN_KEY else found
+            if found is _PAIRED_KEY:
+                if paired is None:
+                    paired = _paired(value, keyed)
+                secret, new_key = key in paired, key
+            else:
+                secret, new_key = (False, key) if found is _PLAIN_KEY else found
             if secret:
                 new: Any = LEARNED_MARKER
                 if self.learn_secrets and item is not None:
                     self._known.learn(item)
             elif item is None or type(item) in _SCALARS:
                 new = item
+            elif type(item) is dict and type(key) is str and _names_key_kind(key):
+                new = self._dict(item, max_chars, keyed=True)
             else:
                 new = self._value(item, max_chars)
             if out is None and (new is not item or new_key is not key):
@@ -467,7 +494,58 @@ class Redactor:
         redacted = self.redact_text(key)
         found = (self.is_secret_key(key), key if redacted == key else redacted)
         if found == (False, key):
-            found = _PLAIN_KEY
+            paired = self._default_keys and key.lower() in _PAIRED_NAMES
+            found = _PAIRED_KEY if paired else _PLAIN_KEY
         if len(self._keys) < 4096:
             self._keys[key] = found
         return found
+
+
+def _paired(value: dict[Any, Any], keyed: bool) -> set[str]:
+    """The keys of ``value`` secret by what stands beside them, their values strings: a
+    ``pass`` beside a ``user``, ``username`` or ``login`` (nodemailer's auth), a ``key``
+    of 32 hex digits beside a ``username`` (Kaggle's), an ``accountKey`` in base64 beside an
+    ``accountName`` (Azure storage's), a ``key`` in an object named for a kind of key
+    (``keyed``: ``{"Jwt": {"Key": ...}}``)."""
+    names = {key.lower() for key in value if type(key) is str}
+    paired = set()
+    for key, item in value.items():
+        if type(key) is not str or type(item) is not str:
+            continue
+        name = key.lower()
+        if name == "pass":
+            found = not names.isdisjoint(_USERS)
+        elif name == "key":
+            found = keyed or (
+                "username" in names and len(item) == 32 and all(c in _HEX for c in item)
+            )
+        elif name in ("accountkey", "account_key"):
+            found = not names.isdisjoint(_ACCOUNT_NAMES) and _base64_key(item)
+        else:
+            continue
+        if found:
+            paired.add(key)
+    return paired
+
+
+def _base64_key(value: str) -> bool:
+    """Whether ``value`` is 16 characters of base64 or more, a digit among them."""
+    body = value.rstrip("=")
+    return (
+        len(body) >= 16
+        and len(value) - len(body) <= 2
+        and body.isascii()
+        and all(c.isalnum() or c in "+/" for c in body)
+        and any(c.isdigit() for c in body)
+    )
+
+
+def _names_key_kind(key: str) -> bool:
+    """Whether an object under ``key`` holds a kind of key as its ``Key``: ``Jwt``,
+    ``JwtSettings``, ``Signing``, ``EncryptionOptions``, ``HmacConfig``."""
+    name = key.lower()
+    for suffix in ("settings", "options", "config"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return name in _KEY_KINDS

@@ -211,7 +211,7 @@ _SECRET_NAME = (
     r"(?=[A-Za-z0-9_.-]*?(?i:pass(?:word|wd|phrase)|secret|api[_-]?key|access[_-]?key"
     r"|private[_-]?key|"
     + _KEY_KINDS
-    + r"[_-]?key"
+    + r"[_-]{0,2}key"
     + _KEY_KIND_END
     + r"|credentials?|erlang[_-]?cookie"
     r"|token(?![a-z]|_(?:count|usage|limit|budget|type))"
@@ -242,6 +242,19 @@ _QUOTED = (
     r"|\\\"(?P<edq>(?:[^\"\\\n]|\\\\(?:\\\\|\\\"|[^\"\\\n]))+)\\\""
 )
 _BARE = _NOT_A_VALUE + r"(?!\\)[^\s,;'\"`(){}\[\]#]+(?![(\[.\w])"
+# A "pass" that a user beside it makes a password (see the rule): its value quoted (as in
+# _QUOTED, the groups unnamed), or bare to the line's end (INI, YAML) with a digit or a
+# symbol, not a number
+_PASS = (
+    # (the name first, then what stands before it: a search jumps to its first letter)
+    r"(?i:pass)(?<![\w.$-](?i:pass))(?:\\?[\"'])?[ \t]*(?:=>|[:=])[ \t]*"
+    r"(?:\"((?:[^\"\\\n]|\\.)+)\"|'((?:[^'\\\n]|\\.)+)'"
+    r"|\\\"((?:[^\"\\\n]|\\\\(?:\\\\|\\\"|[^\"\\\n]))+)\\\"|"
+    + _NOT_A_VALUE
+    # (bounded: in a long run of "user:pass:...", each "pass" read the rest again)
+    + r"(?![-+]?[0-9]+(?:\.[0-9]+)?[ \t]*(?:\r?\n|$))(?=[^\s,;'\"`]{0,255}[0-9/+=!@#$%^&*~-])"
+    r"([^\s,;'\"`(){}\[\]#]{1,256}+)(?=[ \t]*(?:\r?\n|$)))"
+)
 # After YAML's `: `, a value with round brackets in it (Xk9(2)aZ!, p@(ss)w0rd) is
 # one value, unless it is a call and nothing more (make_password(8)).
 _BRACKETED = (
@@ -279,7 +292,7 @@ _SECRET_ASSIGNMENT = (
 # api-token, ClearTextPassword (not max_tokens).
 _SECRET_VALUE_NAME = (
     r"(?=[\w./-]*?(?i:pass(?:word|wd|phrase)|secret|api[_-]?key|access[_-]?key"
-    r"|private[_-]?key|" + _KEY_KINDS + r"[_-]?key" + _KEY_KIND_END + r"|credentials?"
+    r"|private[_-]?key|" + _KEY_KINDS + r"[_-]{0,2}key" + _KEY_KIND_END + r"|credentials?"
     r"|token(?![a-z]|_(?:count|usage|limit|budget|type))))"
     r"[\w./-]++"
 )
@@ -312,12 +325,86 @@ def _redact_group(match: re.Match[str], rule: str, groups: tuple[str | int, ...]
     return whole[:start] + marker(rule) + whole[end:]
 
 
+# What makes a "pass" a password (_PASS), a "key" Kaggle's, an "accountKey" Azure's: a user's
+# name or the account's beside it (in the text lower-cased; a literal first, that a search
+# jumps to, the name's start checked behind it)
+_USER = (
+    r"(?:user(?<![\w.$-]user)(?:name)?|login(?<![\w.$-]login)|account(?<![\w.$-]account)_?name)"
+    r"(?:\\?[\"'])?[ \t]*(?:=>|[:=])"
+)
+_USER_PATTERN: list[re.Pattern[str]] = []  # compiled when first needed
+
+
+def _redact_paired(match: re.Match[str]) -> str:
+    """A "pass" (the groups of _PASS) redacted when a user's name (user, username, login)
+    stands beside it, Kaggle's "key" (the fifth group) when a quoted "username" does, an
+    "accountKey" (the sixth) when an "accountName" does: within 200 characters before or
+    after it, no bracket between (one object, one INI section); a kind of key's "Key" (the
+    last group) always. The text around is looked at here, one bounded search a value: a
+    pattern that reached back from every user's name read 200 characters again from each."""
+    if match.group(7) is None:
+        text, start, end = match.string, match.start(), match.end()
+        low, high = max(0, start - 200), min(len(text), end + 200)
+        for bracket in "{}[]":
+            low = max(low, text.rfind(bracket, low, start) + 1)
+            found = text.find(bracket, end, high)
+            high = high if found < 0 else found
+        around = text[max(0, low - 1) : start].lower() + "\n" + text[end:high].lower()
+        kaggle, account = match.group(5) is not None, match.group(6) is not None
+        if ("account" if account else "user") not in around and "login" not in around:
+            return match.group(0)
+        if not _USER_PATTERN:
+            import re
+
+            _USER_PATTERN.append(re.compile(_USER))
+        for name in _USER_PATTERN[0].finditer(around, 1 if low else 0):
+            at, word = name.start(), name.group(0)
+            if account != word.startswith("account") or (
+                kaggle and not word.startswith("username")
+            ):
+                continue
+            if around[at - 1 : at] in ('"', "'"):  # a quoted name: what stands before its quote
+                at -= 2 if around[at - 2 : at - 1] == "\\" else 1
+            elif kaggle:  # (Kaggle's is JSON)
+                continue
+            before = around[at - 1 : at]  # a name of its own: no word, dot or dash before it
+            if not before or not (before.isalnum() or before in "_.$-"):
+                break
+        else:
+            return match.group(0)
+    return _redact_group(match, "secret_assignment", (1, 2, 3, 4, 5, 6, 7))
+
+
+# A row of a table of names and values (Vault's) whose name holds a secret: its value replaced
+# (not a number: a setting's, password_min_length 12)
+_TABLE_ROW = (
+    r"(?m:^)([ \t]*" + _SECRET_VALUE_NAME + r"[ \t]+)(?![-+]?[0-9]+(?:\.[0-9]+)?[ \t]*$)\S[^\r\n]*"
+)
+
+
+def _redact_table(match: re.Match[str]) -> str:
+    """A table's secret values replaced: a row of Doppler's (the group ``row``), or those of
+    the rows of Vault's (the group ``rows``, each a name and its value, :data:`_TABLE_ROW`)."""
+    if match.group("row") is not None:
+        return _redact_group(match, "name_value", ("row",))
+    import re
+
+    start = match.start("rows") - match.start()
+    rows = re.sub(_TABLE_ROW, lambda row: row.group(1) + marker("name_value"), match.group("rows"))
+    return match.group(0)[:start] + rows
+
+
 # A line's start, after its number as Claude Code's Read and cat -n number lines, and blanks
 _LINE_START = r"(?m:^)(?:[ \t]*[0-9]+\t)?[ \t]*"
 
 # Where a token starts: not inside a word, but just after an escape (\n, \t, \r) of
 # text held in a JSON string ("...\nHRKU-...").
 _START = r"(?:(?<![A-Za-z0-9])|(?<=\\[ntr]))"
+
+# Decimal digits in base64: three of them are four characters, two are three (the first
+# part of a Discord bot token is its id so written)
+_DIGITS3 = r"(?:[MNO][DTjz][AEIMQUYcgk][w-z0-5])"
+_DIGITS2 = r"[MNO][DTjz][AEIMQUYcgk]"
 
 _NAME_HINTS = (
     "passw", "passphrase", "_pass", "secret", "token", "api_key", "api-key", "apikey",
@@ -412,6 +499,16 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         _START + r"(?:ya29\.[A-Za-z0-9_-]{20,}|GOCSPX-[A-Za-z0-9_-]{20,}|1//0[A-Za-z0-9_-]{40,})",
         hints=["ya29.", "gocspx-", "1//0"],
     ),
+    # A wallet's recovery phrase (BIP-39: 12 to 24 lower-case words) after a name that says
+    # so: mnemonic: '...' (hardhat.config.js), MNEMONIC="...", seed_phrase = "...",
+    # fromMnemonic('...'): the whole value (a disassembler's {"mnemonic": "mov"} stays)
+    Rule(
+        "seed_phrase",
+        r"(?i:mnemonic|(?:seed|recovery)[_ -]?phrase)[\"']?[ \t]*(?:=>|[:=(])[ \t]*[\"'`]?"
+        # (the whole value: to its quote or the line's end; prose goes on, or ends in a ".")
+        r"(?P<secret>[a-z]{3,8}(?: [a-z]{3,8}){11,23})(?=[\"'`]|[ \t]*(?:\r?\n|$))",
+        hints=["mnemonic", "phrase"],
+    ),
     # Webhook URLs whose path is the credential: Slack's, Discord's, a Telegram bot's.
     Rule(
         "webhook_url",
@@ -424,6 +521,28 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "telegram_bot_token",
         _START + r"(?:bot)?[0-9]{6,12}:(?P<secret>AA[A-Za-z0-9_-]{33})(?![A-Za-z0-9_-])",
         hints=[":aa"],
+    ),
+    # A Discord bot token: the bot's id (a snowflake of 17 to 20 digits) in base64url, then
+    # a timestamp and an HMAC, "." between. Digits in base64 fall in a fixed pattern, four
+    # characters for three digits: the first part is told by its shape, not by a prefix.
+    # (hints: the ids of 19 digits, "1..." in base64, every bot made since 2022; an older
+    # token is found beside the word "discord" or "token")
+    Rule(
+        "discord_token",
+        # (17 digits, 18, 19 or 20: five groups of three, then two, or a sixth, then none,
+        # one or two)
+        # (its first letter first, then what stands before it: a search jumps to the letter)
+        r"[MNO](?:(?<![A-Za-z0-9_-].)|(?<=\\[ntr].))[DTjz][AEIMQUYcgk][w-z0-5]"
+        + _DIGITS3
+        + "{4}(?:"
+        + _DIGITS2
+        + "|"
+        + _DIGITS3
+        + "(?:"
+        + _DIGITS2
+        + r"|[MNO][AQgw])?)\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,}+",
+        # ("mt" alone: ten hints "mta" ... "mtk" made the screen of every event 5% dearer)
+        hints=["discord", "token", "mt"],
     ),
     # The body of a private key whose BEGIN line was not read (a read from line 2 on), its
     # lines numbered or not (cat -n, Claude Code's Read). A body starts a line that does not
@@ -478,6 +597,14 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"(?P<p>\"[^\"]*\"|'[^']*'|[^\s\"']+)"
         r"|aws[ \t]+configure[ \t]+set[ \t]+(?=\S*?(?i:secret|key|token|password))\S++[ \t]+"
         r"(?P<aws>[^\s\"']+)"
+        # aws configure's answers given on its input, the secret key second: printf 'AKIA...
+        # \nSECRET\n...' | aws configure (echo -e too), aws configure <<EOF (a here-document's
+        # second line), aws configure <<< $'AKIA...\nSECRET'
+        r"|(?:(?:printf|echo(?:[ \t]+-[neE]+)*)[ \t]+(?P<q>[\"'])"
+        r"(?=[^\"']*(?P=q)[ \t]*\|[ \t]*aws[ \t]+configure\b)"
+        r"|aws[ \t]+configure\b[^\n;&|<]*<<<[ \t]*\$?[\"'])[^\"'\\\n]*\\n(?P<aws_input>[^\s\"'\\]+)"
+        r"|aws[ \t]+configure\b[^\n;&|<]*<<-?[ \t]*[\"']?\w+[\"']?[ \t]*\r?\n[^\r\n]*\r?\n[ \t]*"
+        r"(?P<aws_heredoc>[^\s\"']+)"
         # redis-cli -a PASS (--pass), mongosh/mongo -p PASS (a value, not the next option)
         r"|(?:redis-cli\b(?:(?!\bredis-cli\b)[^\n;&|])*?[ \t](?:-a|--pass)"
         r"|mongo(?:sh)?\b(?<![\w/.-]mongo)(?<![\w/.-]mongosh)"
@@ -499,7 +626,17 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         lambda match: _redact_group(
             match,
             "password_option",
-            ("curl", "mysql", "p", "aws", "option", "htpasswd", "poetry"),
+            (
+                "curl",
+                "mysql",
+                "p",
+                "aws",
+                "aws_input",
+                "aws_heredoc",
+                "option",
+                "htpasswd",
+                "poetry",
+            ),
         ),
         hints=[
             *("curl", "mysql", "sshpass", "docker", "configure"),
@@ -548,7 +685,11 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # (not an IPv6 host, "[::1]"; a password holds no "?" or "#", a query's marks)
         # An "@" left unescaped in a password (p@ss) is the password's when another follows
         # before a blank or a "/": the last one ends it.
-        r"(?P<secret>[^/\s:@\"'\[]*:(?![0-9]+/)(?:[^\s@\"':/?#]|/|:(?!//)|@(?=[^\s/\"'@]*@))+)@",
+        r"(?P<secret>[^/\s:@\"'\[]*:(?![0-9]+/)(?:[^\s@\"':/?#]|/|:(?!//)|@(?=[^\s/\"'@]*@))+"
+        # ... or a token alone as the user (git's https://TOKEN@github.com/...): 36 letters and
+        # digits or more, both (a user name is shorter: git@, alice@; a Sentry DSN's public
+        # key, 32 hex digits, stays)
+        r"|(?=[A-Za-z_-]*[0-9])(?=[0-9_-]*[A-Za-z])[A-Za-z0-9_-]{36,}+)@",
         hints=["://"],
     ),
     # npm's per-registry credentials: //registry.example/:_authToken=...
@@ -655,6 +796,18 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         lambda match: _redact_group(match, "name_value", ("dq", "sq", "edq", "bare")),
         hints=_NAME_HINTS,
     ),
+    # A CLI's table of names and values: vault kv get and vault read print "Key  Value", a
+    # line of dashes, then a row a name (rows to a blank line); doppler secrets draws one,
+    # "│ DB_PASSWORD │ value │"
+    Rule(
+        "name_value",
+        # (its header's "Key" first, then the line's start before it: a search jumps to it)
+        r"Key(?<![^\n]Key)[ \t]+Value[ \t]*\r?\n---[ \t]+-----[ \t]*\r?\n"
+        r"(?P<rows>(?:[^\r\n]++(?:\r?\n|$))++)"
+        r"|│[ \t]*" + _SECRET_VALUE_NAME + r"[ \t]*│[ \t]*(?P<row>[^│\s](?:[^│\r\n]*[^│\s])?)",
+        _redact_table,
+        hints=["-----", "│"],
+    ),
     # An XML element named for a secret: Maven's <password>...</password>, <apiToken>.
     Rule(
         "xml_secret",
@@ -731,12 +884,26 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         + _SECRET_NAME
         + r"[ \t]+"
         r"|ngrok[ \t]+(?:config[ \t]+add-)?authtoken[ \t]+"
+        # .NET's dotnet user-secrets set "Jwt:Key" VALUE ("Smtp:Password", "Stripe:SecretKey")
+        r"|dotnet[ \t]+user-secrets[ \t]+set[ \t]+[\"']?(?=[\w.:-]*?(?i:pass(?:word|wd|phrase)?"
+        r"|secret(?:[_-]?key)?|token|api[_-]?key|access[_-]?key|(?:jwt|signing|encryption|hmac):key)"
+        r"(?![A-Za-z]))[\w.:-]++[\"']?[ \t]+"
+        # shell history's passwords: ssh-keygen -N (-P), ldapsearch -w (ldapadd, ldapmodify,
+        # ...), smbclient -U user%..., rabbitmqctl add_user USER ..., zip -P (unzip), 7z -p...
+        r"|ssh-keygen\b(?:(?!\bssh-keygen\b)[^\n;&|])*?[ \t]-[NP][ \t]*"
+        r"|ldap[a-z]+\b(?:(?!\bldap[a-z]+\b)[^\n;&|])*?[ \t]-w[ \t]*"
+        r"|smbclient\b(?:(?!\bsmbclient\b)[^\n;&|])*?[ \t](?:-U|--user)(?:[ \t]+|=)[\"']?[^\s%\"']+%"
+        r"|rabbitmqctl[ \t]+(?:add_user|change_password)[ \t]+[^\s;&|]+[ \t]+"
+        r"|(?<![\w.-])(?:un)?zip\b(?:(?!\b(?:un)?zip\b)[^\n;&|])*?[ \t]-P[ \t]*"
+        r"|(?<![\w.-])7za?\b(?:(?!\b7za?\b)[^\n;&|])*?[ \t]-p"
         r"|(?i:aws[ \t]+secret[ \t]+access[ \t]+key)[ \t]*\[[^\[\]\n]{0,64}\]:[ \t]*)"
         # (a $VARIABLE given, or a help text's <placeholder>, is no value)
-        r"(?!\[REDACTED:|[\"']?\$|<)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
+        # (nor an empty one: ssh-keygen -N '')
+        r"(?!\[REDACTED:|[\"']?\$|<|''|\"\")(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
         hints=[
             *("secret set", "put-parameter", "sqlcmd", "twine", "-passin", "-passout"),
-            *("config set", "authtoken", "secret access key"),
+            *("config set", "authtoken", "secret access key", "user-secrets"),
+            *("ssh-keygen", "ldap", "smbclient", "rabbitmqctl", "zip ", "7z "),
         ],
     ),
     # PHP's define('DB_PASSWORD', '...') (wp-config.php): a secret name, then its value;
@@ -784,6 +951,26 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"|" + _SENSITIVE + r"[^{}\[\]]{0,200}?\\?\"value\\?\"[ \t]*:[ \t]*" + _JSON_STRING,
         lambda match: _redact_group(match, "sensitive_value", (1, 2)),
         hints=["sensitive", "keyname"],
+    ),
+    # Names no secret alone, one beside its user: a "pass" beside a "user", "username" or
+    # "login" (nodemailer's auth: {user: ..., pass: '...'}, rclone.conf's user = ... then
+    # pass = ..., {"user": ..., "pass": ...}); Kaggle's {"username": ..., "key": "..."} (its
+    # 32 hex digits); an Azure storage account's key beside its name (accountName and
+    # accountKey, account_name='...', account_key='...': base64); and the "Key" of a JSON
+    # object named for a kind of key ("Jwt": {"Key": "..."}, .NET's appsettings.json)
+    Rule(
+        "secret_assignment",
+        _PASS + r"|\"key\\?\"[ \t]*:[ \t]*\\?\"([0-9a-f]{32})\\?\""
+        r"|(?i:account_?key)(?<![\w.$-](?i:accountkey))(?<![\w.$-](?i:account_key))"
+        r"(?:\\?[\"'])?[ \t]*(?:=>|[:=])[ \t]*\\?[\"']"
+        r"(?=[A-Za-z+/]*[0-9])([A-Za-z0-9+/]{16,}+={0,2})\\?[\"']"
+        + r"|\"(?i:jwt|signing|encryption|hmac)(?i:settings|options|config)?\\?\"[ \t]*:[ \t]*\{"
+        r"[^{}\[\]]{0,200}?\\?\"(?i:key)\\?\"[ \t]*:[ \t]*" + _JSON_STRING,
+        _redact_paired,
+        hints=[
+            *("pass", "username", "accountkey", "account_key"),
+            *("jwt", "signing", "encryption", "hmac"),
+        ],
     ),
     Rule(
         "secret_flag",
@@ -870,7 +1057,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
 
 DEFAULT_SECRET_KEYS: Final = (
     r"password|passwd|passphrase|secret|api_?key|apikey|access_?key|private_?key"
-    r"|" + _KEY_KINDS + r"[_-]?key" + _KEY_KIND_END + r"|erlang_?cookie"
+    r"|" + _KEY_KINDS + r"[_-]{0,2}key" + _KEY_KIND_END + r"|erlang_?cookie"
     r"|authori[sz]ation|cookie|credential|session_?token|(?:^|_)auth(?:$|_)|_pass$"
     r"|token(?![a-z]|_(?:count|usage|limit|budget|type))"
 )
