@@ -1051,6 +1051,12 @@ class TestKeys:
         text = unit * (200_000 // len(unit))
         assert redactor.redact_text(text) == text
 
+    def test_many_aws_configure_on_a_line_are_read_once(self, redactor: Redactor) -> None:
+        # From each "aws configure" the search for its "<<" read the rest of the line: 13 s
+        # at 200 KB (a blow-up shows as a test that hangs; no timing asserted)
+        text = "aws configure " * (200_000 // 14)
+        assert redactor.redact_text(text) == text
+
     @pytest.mark.parametrize("part", ["A", "AB_C", "A1B"])
     def test_an_attribute_chain_that_is_no_value_is_not_exponential(
         self, redactor: Redactor, part: str
@@ -1632,6 +1638,17 @@ class TestSecretsByWhatStandsBeside:
             "rabbitmqctl list_users\nprintf 'a\\nb\\n' | sort; aws configure list",
             'dotnet user-secrets set "Logging:LogLevel" "Debug"\ndotnet user-secrets list',
             "Key    Value\n---    -----\nlease_duration    768h\npassword_min_length    12",
+            # Vault's settings (vault read auth/approle/role/x), a box table's endpoint
+            "Key    Value\n---    -----\ntoken_ttl    1h\ntoken_policies    [root]\n"
+            "secret_id_ttl    10m\nbind_secret_id    true\ntoken_file    /etc/app/token.path",
+            "│ token_endpoint │ https://auth.example.com/oauth/token │\n│ password_min_length │ 12 │",
+            # long user names in URLs; input piped to aws configure's other commands
+            "https://deploy-bot-for-the-payments-service-01@github.com/org/repo",
+            "printf 'hello\\nworld\\n' | aws configure list",
+            'echo -e "region\\nus-east-1" | aws configure get region',
+            # a test's count and a path beside a user
+            "username: runner\ntests pass: 245/245",
+            "user = ci\npass = /var/run/pipeline/stage-2",
             "│ NAME      │ VALUE │\n│ LOG_LEVEL │ info  │\n│ API_TOKEN │       │",
         ],
     )
@@ -1644,7 +1661,7 @@ class TestSecretsByWhatStandsBeside:
             "kaggle": {"username": "alice", "key": "7f3a9c1e5b2d8f4a6c0e9b7d3f1a5c8e"},
             "azure": {"accountName": "acct", "accountKey": "DictAzAccountKey9xQzLm=="},
             "Jwt": {"Key": "ThisIsMyJwtSigningKey", "Issuer": "acme"},
-            "JwtSettings": {"key": "k1", "Audience": "api"},
+            "JwtSettings": {"key": "Zk8-signing-key-2024", "Audience": "api"},
         }
         assert redactor.redact(value) == {
             "smtp": {"host": "smtp.example.com", "user": "bot", "pass": "[REDACTED:secret_field]"},
@@ -1662,6 +1679,12 @@ class TestSecretsByWhatStandsBeside:
             {"accountKey": "DictAzAccountKey9xQzLm=="},
             {"cache": {"Key": "user:42", "ttl": 5}},
             [{"user": "a"}, {"pass": "b"}],
+            # counts, yes and no, placeholders, an id beside more than Kaggle's two keys
+            {"user": "alice", "pass": "3/5"},
+            {"login": "ci", "pass": "true"},
+            {"username": "bob", "key": "900150983cd24fb0d6963f7d28e17f72", "hits": 4},
+            {"Jwt": {"Key": "${JWT_KEY}"}},
+            {"Encryption": {"Key": "AES256"}},
         ]
         assert Redactor(environ={}).redact(kept) is kept  # (nothing learned from the above)
         assert Redactor(environ={}, secret_keys="password").redact(value["smtp"]) == value["smtp"]
@@ -1681,6 +1704,15 @@ class TestSecretsByWhatStandsBeside:
         assert redactor.redact_text("echo DictSmtpPass9x Jwt9xQzKey") == (
             "echo [REDACTED:secret_field] [REDACTED:secret_field]"
         )
+
+    @pytest.mark.parametrize("key", ["mnemonic", "seed_phrase", "seedPhrase", "recovery-phrase"])
+    def test_a_seed_phrase_under_its_name_in_a_value(self, redactor: Redactor, key: str) -> None:
+        """A tool's arguments hold it as a value of its own, not as text after its name."""
+        phrase = "abandon ability able about above absent absorb abstract absurd abuse access act"
+        out = redactor.redact({"args": {key: phrase, "network": "mainnet"}})
+        assert out == {"args": {key: "[REDACTED:secret_field]", "network": "mainnet"}}
+        kept = {"mnemonic": "mov", "seed_phrase": "Not A Phrase", "recovery_phrase": "x y z"}
+        assert redactor.redact(kept) == kept
 
     @pytest.mark.parametrize("key", ["Jwt__Key", "SIGNING__KEY", "Encryption__Key"])
     def test_a_kind_of_key_in_dotnet_s_environment_form(self, redactor: Redactor, key: str) -> None:
@@ -1705,6 +1737,8 @@ class TestSecretsByWhatStandsBeside:
             ("printf '", None),
             ("echo -e '", None),
             ("aws configure <<<'", None),
+            ("aws configure ", None),
+            ("aws configure x ", None),
             ("dotnet user-secrets set ", None),
             ("Key Value\n--- -----\n", None),
             ("│ password │ ", None),

@@ -80,10 +80,15 @@ _FLAG_VALUE: Final = marker("secret_flag")
 _OPENSSL_PASS: Final = frozenset({"-passin", "-passout"})
 _PLAIN_KEY: Final = (False, "")  # the cached verdict of a key that is neither secret nor changed
 _PAIRED_KEY: Final = (False, "pass|key")  # ... of one secret only beside another (_paired)
-_PAIRED_NAMES: Final = frozenset({"pass", "key", "accountkey", "account_key"})
+_PHRASE_NAMES: Final = frozenset(
+    {"mnemonic", *(f"{kind}{sep}phrase" for kind in ("seed", "recovery") for sep in ("", "_", "-"))}
+)
+_PAIRED_NAMES: Final = frozenset({"pass", "key", "accountkey", "account_key", *_PHRASE_NAMES})
 _USERS: Final = frozenset({"user", "username", "login"})
 _ACCOUNT_NAMES: Final = frozenset({"accountname", "account_name"})
 _HEX: Final = frozenset("0123456789abcdef")
+_KAGGLE: Final = frozenset({"username", "key"})
+_NOT_PASSWORDS: Final = frozenset({"true", "false", "none", "null", "pass", "fail", "passed"})
 _KEY_KINDS: Final = frozenset({"jwt", "signing", "encryption", "hmac"})
 _MARGIN: Final = 256  # characters scanned past max_chars in a string that is cut
 _RESERVE: Final = 128  # ... of which at least this many, after redaction, are dropped
@@ -514,18 +519,43 @@ def _paired(value: dict[Any, Any], keyed: bool) -> set[str]:
             continue
         name = key.lower()
         if name == "pass":
-            found = not names.isdisjoint(_USERS)
+            found = not names.isdisjoint(_USERS) and _may_be_password(item)
         elif name == "key":
-            found = keyed or (
-                "username" in names and len(item) == 32 and all(c in _HEX for c in item)
-            )
+            if keyed:
+                found = _may_be_password(item) and len(item) >= 8
+            else:  # kaggle.json holds these two and nothing else
+                found = names == _KAGGLE and len(item) == 32 and all(c in _HEX for c in item)
         elif name in ("accountkey", "account_key"):
             found = not names.isdisjoint(_ACCOUNT_NAMES) and _base64_key(item)
+        elif name in _PHRASE_NAMES:  # as the seed_phrase rule reads it in a text
+            found = _seed_phrase(item)
         else:
             continue
         if found:
             paired.add(key)
     return paired
+
+
+def _seed_phrase(value: str) -> bool:
+    """Whether ``value`` is a wallet's recovery phrase: 12 to 24 lower-case words of 3 to 8
+    letters, one blank between (BIP-39's; a disassembler's ``{"mnemonic": "mov"}`` is none)."""
+    words = value.split(" ")
+    return 12 <= len(words) <= 24 and all(
+        3 <= len(word) <= 8 and word.isascii() and word.isalpha() and word.islower()
+        for word in words
+    )
+
+
+def _may_be_password(value: str) -> bool:
+    """Whether ``value`` may be a password: not a count, a fraction, a yes or no, a path or a
+    placeholder (a test's ``"pass": "3/5"``, ``"pass": "true"``, ``"Key": "${JWT_KEY}"``)."""
+    stripped = value.strip()
+    return (
+        len(stripped) >= 4
+        and stripped.lower() not in _NOT_PASSWORDS
+        and not all(c.isdigit() or c in "./% " for c in stripped)
+        and stripped[0] not in "/$<{%"
+    )
 
 
 def _base64_key(value: str) -> bool:

@@ -252,7 +252,7 @@ _PASS = (
     r"|\\\"((?:[^\"\\\n]|\\\\(?:\\\\|\\\"|[^\"\\\n]))+)\\\"|"
     + _NOT_A_VALUE
     # (bounded: in a long run of "user:pass:...", each "pass" read the rest again)
-    + r"(?![-+]?[0-9]+(?:\.[0-9]+)?[ \t]*(?:\r?\n|$))(?=[^\s,;'\"`]{0,255}[0-9/+=!@#$%^&*~-])"
+    + r"(?![-+]?[0-9]+(?:[./][0-9]+)?%?[ \t]*(?:\r?\n|$)|/)(?=[^\s,;'\"`]{0,255}[0-9/+=!@#$%^&*~-])"
     r"([^\s,;'\"`(){}\[\]#]{1,256}+)(?=[ \t]*(?:\r?\n|$)))"
 )
 # After YAML's `: `, a value with round brackets in it (Xk9(2)aZ!, p@(ss)w0rd) is
@@ -375,10 +375,19 @@ def _redact_paired(match: re.Match[str]) -> str:
     return _redact_group(match, "secret_assignment", (1, 2, 3, 4, 5, 6, 7))
 
 
+# A table's row names a secret when its name ends with the word (DB_PASSWORD, client_token,
+# secret_id, STRIPE_SECRET_KEY; not Vault's settings, token_ttl, token_policies, nor its header's
+# Key), and holds one
+# when its value is no setting's (a number, a duration, true, <nil>, a list)
+_TABLE_NAME = (
+    r"(?=[\w./-]*?(?i:pass(?:word|wd|phrase)|secret(?:[_-]?id)?|token|[_.-]key|apikey|credentials?)"
+    r"(?![\w./-]))[\w./-]++"
+)
+_SETTING = r"(?:[-+]?[0-9]+(?:\.[0-9]+)?[smhd]?|(?i:true|false|null|none|n/a)|<nil>|-|(?:map)?\[[^\]\n]*\])"
 # A row of a table of names and values (Vault's) whose name holds a secret: its value replaced
 # (not a number: a setting's, password_min_length 12)
 _TABLE_ROW = (
-    r"(?m:^)([ \t]*" + _SECRET_VALUE_NAME + r"[ \t]+)(?![-+]?[0-9]+(?:\.[0-9]+)?[ \t]*$)\S[^\r\n]*"
+    r"(?m:^)([ \t]*" + _TABLE_NAME + r"[ \t]+)(?!" + _SETTING + r"[ \t]*(?:\r?\n|$))\S[^\r\n]*"
 )
 
 
@@ -599,11 +608,14 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"(?P<aws>[^\s\"']+)"
         # aws configure's answers given on its input, the secret key second: printf 'AKIA...
         # \nSECRET\n...' | aws configure (echo -e too), aws configure <<EOF (a here-document's
-        # second line), aws configure <<< $'AKIA...\nSECRET'
+        # second line), aws configure <<< $'AKIA...\nSECRET' (the scan to "<<" stops at the next
+        # "aws configure": from each of a line's many, it read the rest of the line again)
         r"|(?:(?:printf|echo(?:[ \t]+-[neE]+)*)[ \t]+(?P<q>[\"'])"
-        r"(?=[^\"']*(?P=q)[ \t]*\|[ \t]*aws[ \t]+configure\b)"
-        r"|aws[ \t]+configure\b[^\n;&|<]*<<<[ \t]*\$?[\"'])[^\"'\\\n]*\\n(?P<aws_input>[^\s\"'\\]+)"
-        r"|aws[ \t]+configure\b[^\n;&|<]*<<-?[ \t]*[\"']?\w+[\"']?[ \t]*\r?\n[^\r\n]*\r?\n[ \t]*"
+        r"(?=[^\"']*(?P=q)[ \t]*\|[ \t]*aws[ \t]+configure\b(?![ \t]+[a-z]))"
+        r"|aws[ \t]+configure\b(?:(?!aws[ \t]+configure\b)[^\n;&|<])*+<<<[ \t]*\$?[\"'])"
+        r"[^\"'\\\n]*\\n(?P<aws_input>[^\s\"'\\]+)"
+        r"|aws[ \t]+configure\b(?:(?!aws[ \t]+configure\b)[^\n;&|<])*+<<-?[ \t]*"
+        r"[\"']?\w+[\"']?[ \t]*\r?\n[^\r\n]*\r?\n[ \t]*"
         r"(?P<aws_heredoc>[^\s\"']+)"
         # redis-cli -a PASS (--pass), mongosh/mongo -p PASS (a value, not the next option)
         r"|(?:redis-cli\b(?:(?!\bredis-cli\b)[^\n;&|])*?[ \t](?:-a|--pass)"
@@ -689,7 +701,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # ... or a token alone as the user (git's https://TOKEN@github.com/...): 36 letters and
         # digits or more, both (a user name is shorter: git@, alice@; a Sentry DSN's public
         # key, 32 hex digits, stays)
-        r"|(?=[A-Za-z_-]*[0-9])(?=[0-9_-]*[A-Za-z])[A-Za-z0-9_-]{36,}+)@",
+        r"|(?=[A-Za-z_-]*[0-9])(?=[0-9_-]*[A-Za-z])(?:[A-Za-z0-9]{1,12}[_-][A-Za-z0-9]{32,}+|[A-Za-z0-9]{36,}+))@",
         hints=["://"],
     ),
     # npm's per-registry credentials: //registry.example/:_authToken=...
@@ -804,7 +816,8 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # (its header's "Key" first, then the line's start before it: a search jumps to it)
         r"Key(?<![^\n]Key)[ \t]+Value[ \t]*\r?\n---[ \t]+-----[ \t]*\r?\n"
         r"(?P<rows>(?:[^\r\n]++(?:\r?\n|$))++)"
-        r"|│[ \t]*" + _SECRET_VALUE_NAME + r"[ \t]*│[ \t]*(?P<row>[^│\s](?:[^│\r\n]*[^│\s])?)",
+        r"|│[ \t]*" + _TABLE_NAME + r"[ \t]*│[ \t]*(?!" + _SETTING + r"[ \t]*│)"
+        r"(?P<row>[^│\s](?:[^│\r\n]*[^│\s])?)",
         _redact_table,
         hints=["-----", "│"],
     ),
