@@ -464,6 +464,20 @@ class TestErrorInfo:
             **envelope(), tool_call_id="c", tool="t", status="failed", error=info, duration_ms=0
         )
 
+    def test_a_cancellation_inside_a_group_keeps_its_reason_only(self) -> None:
+        import asyncio
+
+        from onlooker._results import error_info
+
+        cancelled = asyncio.CancelledError(
+            "Cancelled via cancel scope 7f1ea2c494e0 by <Task pending name='main' coro=<main() "
+            "running at /usr/lib/python3.11/x.py:1>>; reason: deadline exceeded"
+        )
+        info = error_info(BaseExceptionGroup("group", [cancelled, ValueError("v")]))
+        assert info.message == (
+            "group (2 sub-exceptions): CancelledError: cancelled: deadline exceeded; ValueError: v"
+        )
+
     def test_bad_cause_is_rejected(self) -> None:
         with pytest.raises(pydantic.ValidationError):
             ErrorInfo(type="X", message="m", cause="oops")  # type: ignore[arg-type]

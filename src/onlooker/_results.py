@@ -134,7 +134,10 @@ def error_info(exc: BaseException) -> ErrorInfo:
     message = _message(exc) if cause != "interrupt" else _cancel_message(exc)
     if isinstance(exc, BaseExceptionGroup):  # what went wrong is inside: name it
         leaves = list(_leaves(exc))
-        inner = "; ".join(f"{type(e).__name__}: {_message(e)}" for e in leaves[:_LEAVES_SHOWN])
+        inner = "; ".join(
+            f"{type(e).__name__}: {_message(e) if isinstance(e, Exception) else _cancel_message(e)}"
+            for e in leaves[:_LEAVES_SHOWN]
+        )
         more = len(leaves) - _LEAVES_SHOWN
         message += f": {inner}" + (f"; and {more} more" if more > 0 else "")
     return _build(ErrorInfo, {"type": type(exc).__name__, "message": message, "cause": cause})
@@ -203,7 +206,10 @@ def undo_task_group_cancels(exc: BaseException) -> None:
     raised ``CancelledError``). Python 3.13 takes it back after the wait; so
     does this, for the groups in ``exc``'s tracebacks, its causes and, in an
     exception group, its members. A group whose body ended by an exception, or
-    that another task ran, is left alone.
+    that another task ran, is left alone. (A group whose body swallowed the
+    cancellation it sent, and ended well, took its request back already: the
+    one taken back here may then be a caller's, arriving in the same moment.
+    Swallowing a cancellation is the program's bug; the window is that narrow.)
     """
     task = asyncio_task()
     if _TASK_GROUP_EXIT is None or task is None:
