@@ -980,9 +980,12 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         + r"|\"(?i:jwt|signing|encryption|hmac)(?i:settings|options|config)?\\?\"[ \t]*:[ \t]*\{"
         r"[^{}\[\]]{0,200}?\\?\"(?i:key)\\?\"[ \t]*:[ \t]*" + _JSON_STRING,
         _redact_paired,
+        # (what each alternative's match holds: "pass" then a quote, a blank or its sign, not
+        # "4 passed" or "tests pass.", which every test run prints; a quoted name)
         hints=[
-            *("pass", "username", "accountkey", "account_key"),
-            *("jwt", "signing", "encryption", "hmac"),
+            *("pass:", "pass=", "pass ", "pass\t", 'pass"', "pass'", "pass\\"),
+            *('"username', "'username", "accountkey", "account_key"),
+            *('"jwt', '"signing', '"encryption', '"hmac'),
         ],
     ),
     Rule(
