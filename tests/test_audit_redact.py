@@ -626,6 +626,24 @@ SHAPES: list[tuple[str, str, str]] = [
     ("password_option", "rabbitmqctl add_user admin RabbitPw9xQz", "RabbitPw9xQz"),
     ("password_option", "zip -r -P Z1pPassw0rd9 out.zip dir", "Z1pPassw0rd9"),
     ("password_option", "7z a -pSevenZipPw9x archive.7z dir", "SevenZipPw9x"),
+    # the user attached to -U; a quoted -p after an archive's name (a.7z is no 7z command)
+    ("password_option", "smbclient //fs/share -Ubob%SmbAttPw9xQz", "SmbAttPw9xQz"),
+    ("password_option", '7z x backup.7z -p"Seven Zip Pw9x"', "Seven Zip Pw9x"),
+    # a kind of key's object named jwt_settings or JwtBearer; .NET's settings in YAML
+    ("secret_assignment", '{"jwt_settings": {"key": "JwtSnakeKey9xQz2Lm"}}', "JwtSnakeKey9xQz2Lm"),
+    (
+        "secret_assignment",
+        '{"JwtBearer": {"Issuer": "acme", "Key": "JwtBearerKey9xQz2Lm"}}',
+        "JwtBearerKey9xQz2Lm",
+    ),
+    ("secret_assignment", "Jwt:\n  Issuer: acme\n  Key: JwtYamlKey9xQz2Lm\n", "JwtYamlKey9xQz2Lm"),
+    # a recovery phrase as a YAML block scalar
+    (
+        "seed_phrase",
+        "mnemonic: >\n  legal winner thank year wave sausage\n  worth useful legal winner thank"
+        " yellow\nnetwork: mainnet",
+        "worth useful legal",
+    ),
     (
         "name_value",
         "====== Data ======\nKey         Value\n---         -----\npassword    V4ultDbPw9xQz\n"
@@ -1651,6 +1669,13 @@ class TestSecretsByWhatStandsBeside:
             "username: runner\ntests pass: 245/245",
             "user = ci\npass = /var/run/pipeline/stage-2",
             "│ NAME      │ VALUE │\n│ LOG_LEVEL │ info  │\n│ API_TOKEN │       │",
+            # smbclient's user alone, 7z's other options, a Jwt's placeholder, prose
+            "smbclient -L //fs -Ualice\n7z l backup.7z -slt\n7z x backup.7z -o/tmp/out",
+            '{"JwtBearer": {"Authority": "https://login.example.com", "Audience": "api"}}',
+            "Jwt:\n  Key: ${JWT_KEY}\n  Issuer: acme\ncache:\n  key: user-profile-v2-cache\n",
+            "auth:\n  jwt:\n    issuer: acme\n  cache:\n    key: session-cache-prefix\n",
+            "mnemonic: >\n  write these words down and keep them safe from anyone else who"
+            " wants\n  them.\n",
         ],
     )
     def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:
@@ -1685,10 +1710,35 @@ class TestSecretsByWhatStandsBeside:
             {"login": "ci", "pass": "true"},
             {"username": "bob", "key": "900150983cd24fb0d6963f7d28e17f72", "hits": 4},
             {"Jwt": {"Key": "${JWT_KEY}"}},
+            {"Jwt": {"Key": "<your signing key>"}},
             {"Encryption": {"Key": "AES256"}},
         ]
         assert Redactor(environ={}).redact(kept) is kept  # (nothing learned from the above)
         assert Redactor(environ={}, secret_keys="password").redact(value["smtp"]) == value["smtp"]
+
+    def test_what_the_narrowing_of_names_beside_a_user_still_redacts(
+        self, redactor: Redactor
+    ) -> None:
+        """A first narrowing took a password starting with $ or % for a placeholder, a row
+        named SECRET_KEY_BASE for a setting's, and a numeric password in a box table for a
+        number."""
+        assert redactor.redact({"user": "me", "pass": "$uperS3cret!"})["pass"] == (
+            "[REDACTED:secret_field]"
+        )
+        assert redactor.redact({"login": "me", "pass": "%Tg7&kLm"})["pass"] == (
+            "[REDACTED:secret_field]"
+        )
+        table = (
+            "Key    Value\n---    -----\nSECRET_KEY_BASE    Zq8baseK3y\nDB_PASSWORD_PROD    Zq8prodPw\n"
+            "secret_id_num_uses    0\n"
+        )
+        assert redactor.redact_text(table) == (
+            "Key    Value\n---    -----\nSECRET_KEY_BASE    [REDACTED:name_value]\n"
+            "DB_PASSWORD_PROD    [REDACTED:name_value]\nsecret_id_num_uses    0\n"
+        )
+        assert redactor.redact_text("│ ADMIN_PASSWORD │ 83920174 │") == (
+            "│ ADMIN_PASSWORD │ [REDACTED:name_value] │"
+        )
 
     def test_a_quoted_netrc_password_followed_by_more_words(self, redactor: Redactor) -> None:
         """A tool that echoes its .netrc line in a sentence: the quoted value is one whatever
@@ -1705,6 +1755,15 @@ class TestSecretsByWhatStandsBeside:
         assert redactor.redact_text("echo DictSmtpPass9x Jwt9xQzKey") == (
             "echo [REDACTED:secret_field] [REDACTED:secret_field]"
         )
+
+    @pytest.mark.parametrize("name", ["jwt_settings", "JwtBearer", "signing-options"])
+    def test_a_kind_of_key_s_object_spelled_otherwise(self, redactor: Redactor, name: str) -> None:
+        value = {name: {"Key": "Zk8-signing-key-2024", "Audience": "api"}}
+        assert redactor.redact(value) == {
+            name: {"Key": "[REDACTED:secret_field]", "Audience": "api"}
+        }
+        kept = {name: {"Key": "${JWT_KEY}", "Authority": "https://login.example.com"}}
+        assert redactor.redact(kept) == kept
 
     @pytest.mark.parametrize("key", ["mnemonic", "seed_phrase", "seedPhrase", "recovery-phrase"])
     def test_a_seed_phrase_under_its_name_in_a_value(self, redactor: Redactor, key: str) -> None:
@@ -1748,6 +1807,17 @@ class TestSecretsByWhatStandsBeside:
             ("smbclient -U a", None),
             ("zip ", None),
             ("7z ", None),
+            ("smbclient -Ua", None),
+            ("7z a.7z ", None),
+            ("x.7z -q ", None),
+            ("jwt:\n", None),
+            ("Jwt:\n  a: b\n", None),
+            ("jwt_settings:\n key: $", None),
+            ("hmac: # c\n  key: a #", None),
+            (" key: ", None),
+            ("mnemonic: >\n ", None),
+            ("mnemonic: >\n  abc\n", None),
+            ("mnemonic: |\n  " + "abc " * 11 + "\n", None),
         ],
     )
     def test_the_new_patterns_on_100_kb(

@@ -547,14 +547,30 @@ def _seed_phrase(value: str) -> bool:
 
 
 def _may_be_password(value: str) -> bool:
-    """Whether ``value`` may be a password: not a count, a fraction, a yes or no, a path or a
-    placeholder (a test's ``"pass": "3/5"``, ``"pass": "true"``, ``"Key": "${JWT_KEY}"``)."""
+    """Whether ``value`` may be a password: not a fraction or a share, a yes or no, a path or a
+    placeholder (a test's ``"pass": "3/5"``, ``"pass": "true"``, ``"Key": "${JWT_KEY}"``,
+    ``<key>``, ``{{ key }}``, ``%(key)s``; ``$uperS3cret!`` is one)."""
     stripped = value.strip()
     return (
         len(stripped) >= 4
         and stripped.lower() not in _NOT_PASSWORDS
-        and not all(c.isdigit() or c in "./% " for c in stripped)
-        and stripped[0] not in "/$<{%"
+        and not (all(c.isdigit() or c in "./% " for c in stripped) and not stripped.isdigit())
+        and stripped[0] != "/"
+        and not _placeholder(stripped)
+    )
+
+
+def _placeholder(value: str) -> bool:
+    """``${JWT_KEY}``, ``$JWT_KEY``, ``<key>``, ``{{ key }}``, ``%(key)s``."""
+    if value[0] == "$":
+        rest = value[1:]
+        return (rest[:1] == "{" and rest[-1:] == "}") or (
+            rest.replace("_", "").isalnum() and rest.isupper()
+        )
+    return (
+        (value[0] == "<" and value[-1] == ">")
+        or (value[:2] == "{{" and value[-2:] == "}}")
+        or (value[:2] == "%(" and value[-2:] == ")s")
     )
 
 
@@ -572,10 +588,13 @@ def _base64_key(value: str) -> bool:
 
 def _names_key_kind(key: str) -> bool:
     """Whether an object under ``key`` holds a kind of key as its ``Key``: ``Jwt``,
-    ``JwtSettings``, ``Signing``, ``EncryptionOptions``, ``HmacConfig``."""
+    ``JwtSettings`` (``jwt_settings``), ``JwtBearer``, ``Signing``, ``EncryptionOptions``,
+    ``HmacConfig``."""
     name = key.lower()
-    for suffix in ("settings", "options", "config"):
+    for suffix in ("settings", "options", "config", "bearer"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
+            if name[-1:] in ("_", "-"):  # jwt_settings, jwt-bearer
+                name = name[:-1]
             break
     return name in _KEY_KINDS

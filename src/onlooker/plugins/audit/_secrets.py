@@ -202,6 +202,10 @@ _KEY_KIND_END = (
     r"s?(?![a-z0-9]))"
 )
 
+# What may follow a kind of key's name in the name of the object that holds its Key: JwtSettings,
+# jwt_settings, JwtBearer, HmacOptions
+_KEY_KIND_SUFFIX = r"(?:[_-]?(?i:settings|options|config|bearer))?"
+
 # A name that holds a secret, inside an assignment: password, db_password,
 # "api_key", clientSecret, accessToken ... (not max_tokens, token_count).
 # The whole run of name characters, holding a secret word somewhere: looked for
@@ -342,7 +346,7 @@ def _redact_paired(match: re.Match[str]) -> str:
     after it, no bracket between (one object, one INI section); a kind of key's "Key" (the
     last group) always. The text around is looked at here, one bounded search a value: a
     pattern that reached back from every user's name read 200 characters again from each."""
-    if match.group(7) is None:
+    if all(match.group(group) is None for group in (7, 8, 9, 10)):
         text, start, end = match.string, match.start(), match.end()
         low, high = max(0, start - 200), min(len(text), end + 200)
         for bracket in "{}[]":
@@ -372,16 +376,17 @@ def _redact_paired(match: re.Match[str]) -> str:
                 break
         else:
             return match.group(0)
-    return _redact_group(match, "secret_assignment", (1, 2, 3, 4, 5, 6, 7))
+    return _redact_group(match, "secret_assignment", (1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
 
 
-# A table's row names a secret when its name ends with the word (DB_PASSWORD, client_token,
-# secret_id, STRIPE_SECRET_KEY; not Vault's settings, token_ttl, token_policies, nor its header's
-# Key), and holds one
-# when its value is no setting's (a number, a duration, true, <nil>, a list)
+# A table's row names a secret when its name holds the word (DB_PASSWORD, SECRET_KEY_BASE,
+# GITHUB_TOKEN_2, secret_id), but not when it ends with what names a setting (Vault's
+# token_ttl, token_policies, secret_id_num_uses; password_min_length, token_endpoint); and
+# holds one, in Vault's tables, when its value is no setting's (a number, a duration, true,
+# <nil>, a list: bind_secret_id true)
 _TABLE_NAME = (
-    r"(?=[\w./-]*?(?i:pass(?:word|wd|phrase)|secret(?:[_-]?id)?|token|[_.-]key|apikey|credentials?)"
-    r"(?![\w./-]))[\w./-]++"
+    r"(?![\w./-]*?[_.-](?i:ttl|policies|accessor|uses|period|type|cidrs|duration|renewable"
+    r"|endpoint|url|uri|file|path|length|count|enabled|version)(?![\w./-]))" + _SECRET_VALUE_NAME
 )
 _SETTING = r"(?:[-+]?[0-9]+(?:\.[0-9]+)?[smhd]?|(?i:true|false|null|none|n/a)|<nil>|-|(?:map)?\[[^\]\n]*\])"
 # A row of a table of names and values (Vault's) whose name holds a secret: its value replaced
@@ -515,7 +520,13 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "seed_phrase",
         r"(?i:mnemonic|(?:seed|recovery)[_ -]?phrase)[\"']?[ \t]*(?:=>|[:=(])[ \t]*[\"'`]?"
         # (the whole value: to its quote or the line's end; prose goes on, or ends in a ".")
-        r"(?P<secret>[a-z]{3,8}(?: [a-z]{3,8}){11,23})(?=[\"'`]|[ \t]*(?:\r?\n|$))",
+        r"(?:(?P<secret>[a-z]{3,8}(?: [a-z]{3,8}){11,23})(?=[\"'`]|[ \t]*(?:\r?\n|$))"
+        # ... or a YAML block scalar's indented lines (mnemonic: > then the words)
+        r"|[|>][-+]?[ \t]*\r?\n[ \t]+"
+        r"(?P<block>[a-z]{3,8}(?:(?:[ \t]+|[ \t]*\r?\n[ \t]+)[a-z]{3,8}){11,23})"
+        # (its lines all: prose that goes on, a next line's "them.", is none; a key may follow)
+        r"[ \t]*(?=$|\r?\n(?![ \t]+[a-z]+(?![\w:-]))))",
+        lambda match: _redact_group(match, "seed_phrase", ("secret", "block")),
         hints=["mnemonic", "phrase"],
     ),
     # Webhook URLs whose path is the credential: Slack's, Discord's, a Telegram bot's.
@@ -816,7 +827,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # (its header's "Key" first, then the line's start before it: a search jumps to it)
         r"Key(?<![^\n]Key)[ \t]+Value[ \t]*\r?\n---[ \t]+-----[ \t]*\r?\n"
         r"(?P<rows>(?:[^\r\n]++(?:\r?\n|$))++)"
-        r"|│[ \t]*" + _TABLE_NAME + r"[ \t]*│[ \t]*(?!" + _SETTING + r"[ \t]*│)"
+        r"|│[ \t]*" + _TABLE_NAME + r"[ \t]*│[ \t]*"
         r"(?P<row>[^│\s](?:[^│\r\n]*[^│\s])?)",
         _redact_table,
         hints=["-----", "│"],
@@ -905,10 +916,13 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # ...), smbclient -U user%..., rabbitmqctl add_user USER ..., zip -P (unzip), 7z -p...
         r"|ssh-keygen\b(?:(?!\bssh-keygen\b)[^\n;&|])*?[ \t]-[NP][ \t]*"
         r"|ldap[a-z]+\b(?:(?!\bldap[a-z]+\b)[^\n;&|])*?[ \t]-w[ \t]*"
-        r"|smbclient\b(?:(?!\bsmbclient\b)[^\n;&|])*?[ \t](?:-U|--user)(?:[ \t]+|=)[\"']?[^\s%\"']+%"
+        # (-U's user attached too: -Ubob%...)
+        r"|smbclient\b(?:(?!\bsmbclient\b)[^\n;&|])*?[ \t](?:-U(?:[ \t]+|=)?|--user(?:[ \t]+|=))"
+        r"[\"']?[^\s%\"']+%"
         r"|rabbitmqctl[ \t]+(?:add_user|change_password)[ \t]+[^\s;&|]+[ \t]+"
         r"|(?<![\w.-])(?:un)?zip\b(?:(?!\b(?:un)?zip\b)[^\n;&|])*?[ \t]-P[ \t]*"
-        r"|(?<![\w.-])7za?\b(?:(?!\b7za?\b)[^\n;&|])*?[ \t]-p"
+        # (the scan stops at the next 7z command, not at an archive's name: x a.7z -p...)
+        r"|(?<![\w.-])7za?\b(?:(?!(?<![\w.-])7za?\b)[^\n;&|])*?[ \t]-p"
         r"|(?i:aws[ \t]+secret[ \t]+access[ \t]+key)[ \t]*\[[^\[\]\n]{0,64}\]:[ \t]*)"
         # (a $VARIABLE given, or a help text's <placeholder>, is no value)
         # (nor an empty one: ssh-keygen -N '')
@@ -977,8 +991,21 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"|(?i:account_?key)(?<![\w.$-](?i:accountkey))(?<![\w.$-](?i:account_key))"
         r"(?:\\?[\"'])?[ \t]*(?:=>|[:=])[ \t]*\\?[\"']"
         r"(?=[A-Za-z+/]*[0-9])([A-Za-z0-9+/]{16,}+={0,2})\\?[\"']"
-        + r"|\"(?i:jwt|signing|encryption|hmac)(?i:settings|options|config)?\\?\"[ \t]*:[ \t]*\{"
-        r"[^{}\[\]]{0,200}?\\?\"(?i:key)\\?\"[ \t]*:[ \t]*" + _JSON_STRING,
+        + r"|\"(?i:jwt|signing|encryption|hmac)"
+        + _KEY_KIND_SUFFIX
+        + r"\\?\"[ \t]*:[ \t]*\{"
+        r"[^{}\[\]]{0,200}?\\?\"(?i:key)\\?\"[ \t]*:[ \t]*"
+        + _JSON_STRING
+        # ... and in YAML (appsettings.yaml, a chart's values): Jwt: then its indented lines,
+        # up to eight before its Key, each with its value (a next object's "cache:" ends it; a
+        # name of its own: no word, dot or dash before it)
+        + r"|(?i:jwt(?<![\w.$-]jwt)|signing(?<![\w.$-]signing)|encryption(?<![\w.$-]encryption)"
+        r"|hmac(?<![\w.$-]hmac))"
+        + _KEY_KIND_SUFFIX
+        + r"[ \t]*:[ \t]*(?:#[^\r\n]*)?\r?\n(?:[ \t]+[\w-]+[ \t]*:[ \t]+[^\s#][^\r\n]*\r?\n){0,8}"
+        # (8 characters or more, as a Key in an object: not a placeholder, ${JWT_KEY}, <key>)
+        r"[ \t]+(?i:key):[ \t]+(?:\"(?![$%<{])([^\"\r\n]{8,})\"|'(?![$%<{])([^'\r\n]{8,})'"
+        r"|(?![\"'|>$%<{])([^\s#][^\r\n#]{6,}[^\s#]))[ \t]*(?:#[^\r\n]*)?(?=\r?\n|$)",
         _redact_paired,
         # (what each alternative's match holds: "pass" then a quote, a blank or its sign, not
         # "4 passed" or "tests pass.", which every test run prints; a quoted name)
@@ -986,6 +1013,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
             *("pass:", "pass=", "pass ", "pass\t", 'pass"', "pass'", "pass\\"),
             *('"username', "'username", "accountkey", "account_key"),
             *('"jwt', '"signing', '"encryption', '"hmac'),
+            *(" key:", "\tkey:"),  # (YAML's Key, under its Jwt:)
         ],
     ),
     Rule(
