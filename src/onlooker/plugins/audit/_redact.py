@@ -89,7 +89,7 @@ _ACCOUNT_NAMES: Final = frozenset({"accountname", "account_name"})
 _HEX: Final = frozenset("0123456789abcdef")
 _KAGGLE: Final = frozenset({"username", "key"})
 _NOT_PASSWORDS: Final = frozenset({"true", "false", "none", "null", "pass", "fail", "passed"})
-_KEY_KINDS: Final = frozenset({"jwt", "signing", "encryption", "hmac"})
+_KEY_KIND_NAMES: Final = frozenset({"jwt", "signing", "encryption", "hmac"})
 _MARGIN: Final = 256  # characters scanned past max_chars in a string that is cut
 _RESERVE: Final = 128  # ... of which at least this many, after redaction, are dropped
 _LONG: Final = 256  # texts longer than this find the rules they need by a squeezed copy
@@ -509,9 +509,10 @@ class Redactor:
 def _paired(value: dict[Any, Any], keyed: bool) -> set[str]:
     """The keys of ``value`` secret by what stands beside them, their values strings: a
     ``pass`` beside a ``user``, ``username`` or ``login`` (nodemailer's auth), a ``key``
-    of 32 hex digits beside a ``username`` (Kaggle's), an ``accountKey`` in base64 beside an
-    ``accountName`` (Azure storage's), a ``key`` in an object named for a kind of key
-    (``keyed``: ``{"Jwt": {"Key": ...}}``)."""
+    of 32 hex digits beside a ``username``, the two alone (Kaggle's), an ``accountKey`` in
+    base64 beside an ``accountName`` (Azure storage's), a ``key`` in an object named for a
+    kind of key (``keyed``: ``{"Jwt": {"Key": ...}}``), a recovery phrase under its name;
+    none of them a placeholder, a count or a path (:func:`_may_be_password`)."""
     names = {key.lower() for key in value if type(key) is str}
     paired = set()
     for key, item in value.items():
@@ -597,4 +598,4 @@ def _names_key_kind(key: str) -> bool:
             if name[-1:] in ("_", "-"):  # jwt_settings, jwt-bearer
                 name = name[:-1]
             break
-    return name in _KEY_KINDS
+    return name in _KEY_KIND_NAMES

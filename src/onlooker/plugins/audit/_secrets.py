@@ -344,7 +344,7 @@ def _redact_paired(match: re.Match[str]) -> str:
     stands beside it, Kaggle's "key" (the fifth group) when a quoted "username" does, an
     "accountKey" (the sixth) when an "accountName" does: within 200 characters before or
     after it, no bracket between (one object, one INI section); a kind of key's "Key" (the
-    last group) always. The text around is looked at here, one bounded search a value: a
+    groups 7 to 10: its JSON and YAML forms) always. The text around is looked at here, one bounded search a value: a
     pattern that reached back from every user's name read 200 characters again from each."""
     if all(match.group(group) is None for group in (7, 8, 9, 10)):
         text, start, end = match.string, match.start(), match.end()
