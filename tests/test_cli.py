@@ -282,6 +282,16 @@ def statuses(directory: Path, table: str = "executions") -> list[str]:
         return [status for (status,) in db.execute(f"SELECT status FROM {table}")]
 
 
+def onlooker_bound_by_modes(*args: str) -> subprocess.CompletedProcess[str]:
+    """``onlooker ARGS`` in a process that file modes bind: as root, without the capabilities
+    that read any directory (a user's 0700 directory is then closed to it)."""
+    as_user = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+    command = [*(as_user if os.geteuid() == 0 else []), sys.executable, "-m", "onlooker"]
+    return subprocess.run(
+        [*command, *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
 def invoke(*args: str, input: str | None = None) -> Any:
     return runner.invoke(app, list(args), input=input)
 
@@ -871,18 +881,11 @@ class TestAudit:
             with TrailWriter(root, session) as writer:
                 writer.write([{"kind": "x", "n": n} for n in range(3)])
         (root / "s2").chmod(0)
-        # As root, drop the capabilities that read any directory, so its mode binds.
-        as_user = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"]
-        command = [*(as_user if os.geteuid() == 0 else []), sys.executable, "-m", "onlooker"]
         try:
-            verified = subprocess.run(
-                [*command, "audit", "verify", str(root), "--json"],
-                capture_output=True, text=True, timeout=60, check=False,
-            )  # fmt: skip
-            replayed = subprocess.run(
-                [*command, "audit", "replay", str(root), "--db", str(tmp_path / "h.db")],
-                capture_output=True, text=True, timeout=60, check=False,
-            )  # fmt: skip
+            verified = onlooker_bound_by_modes("audit", "verify", str(root), "--json")
+            replayed = onlooker_bound_by_modes(
+                "audit", "replay", str(root), "--db", str(tmp_path / "h.db")
+            )
         finally:
             (root / "s2").chmod(0o700)
         assert verified.returncode == 1, verified.stderr
@@ -900,13 +903,8 @@ class TestAudit:
         with TrailWriter(root, "s1") as writer:
             writer.write([{"kind": "x", "n": 0}])
         (root / "s1").chmod(0)
-        as_user = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"]
-        command = [*(as_user if os.geteuid() == 0 else []), sys.executable, "-m", "onlooker"]
         try:
-            verified = subprocess.run(
-                [*command, "audit", "verify", str(root), "--json"],
-                capture_output=True, text=True, timeout=60, check=False,
-            )  # fmt: skip
+            verified = onlooker_bound_by_modes("audit", "verify", str(root), "--json")
         finally:
             (root / "s1").chmod(0o700)
         assert verified.returncode == 1, verified.stderr

@@ -39,6 +39,7 @@ from ._cap import cap_record
 from ._known import LEARNED_MARKER, KnownSecrets
 from ._paths import PathShortener, clean_dir, working_dir
 from ._secrets import (
+    _PLACEHOLDER_WORDS,
     DEFAULT_RULES,
     DEFAULT_SECRET_KEYS,
     ENVELOPE_FIELDS,
@@ -88,7 +89,9 @@ _USERS: Final = frozenset({"user", "username", "login"})
 _ACCOUNT_NAMES: Final = frozenset({"accountname", "account_name"})
 _HEX: Final = frozenset("0123456789abcdef")
 _KAGGLE: Final = frozenset({"username", "key"})
-_NOT_PASSWORDS: Final = frozenset({"true", "false", "none", "null", "pass", "fail", "passed"})
+_NOT_PASSWORDS: Final = frozenset(  # the placeholders the rules know, and a test's verdicts
+    {*(word.lower() for word in _PLACEHOLDER_WORDS), "pass", "passed", "fail"}
+)
 _KEY_KIND_NAMES: Final = frozenset({"jwt", "signing", "encryption", "hmac"})
 _MARGIN: Final = 256  # characters scanned past max_chars in a string that is cut
 _RESERVE: Final = 128  # ... of which at least this many, after redaction, are dropped
