@@ -616,7 +616,9 @@ class TestRun:
         shown = invoke("history", "show", record["execution_id"], "--json")
         assert shown.exit_code == 0, shown.output
         assert "\\udce9" in shown.stdout  # the name's escape, which reads back as the name
+        assert shown.stdout.isascii() and "\\u202eexe.txt" in shown.stdout  # no reordering
         assert json.loads(shown.stdout)["result"]["name2"] == "caf\udce9"
+        assert json.loads(shown.stdout)["result"]["bidi"] == "\u202eexe.txt"
 
     def test_what_the_program_prints_never_breaks_the_json(self, workdir: Path) -> None:
         (workdir / "chatty.py").write_text(CHATTY)
@@ -667,6 +669,14 @@ class TestRun:
         assert "ls\\n99:00:00 ■ completed 3.94 s\\u202999:00:01" in lines[2]  # the error
         for view in (tail.stdout, ran.stderr):  # run's progress: the same lines
             assert not any(line.startswith("99:00:0") for line in view.splitlines()), view
+        for as_json in (
+            invoke("audit", "tail", ".onlooker/audit/s", "--json"),
+            invoke("history", "list", "--json"),
+        ):  # JSON Lines: one document per line, U+2029 escaped as JSON escapes it
+            assert as_json.exit_code == 0, as_json.output
+            documents = [json.loads(line) for line in as_json.stdout.splitlines()]
+            assert as_json.stdout.isascii() and "\\u2029" in as_json.stdout
+        assert len(documents) == 1 and "\u2029" in documents[0]["error"]["message"]
 
     def test_a_plain_db_path_with_a_urls_marks_is_that_file(self, workdir: Path) -> None:
         """cli.md: a plain path is read as a SQLite file, '?' and '#' in it too (they were

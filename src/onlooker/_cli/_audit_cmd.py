@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import typer
 
-from ._common import db_url, escape, flag, stderr, stdout
+from ._common import db_url, escape, flag, json_text, stderr, stdout
 
 if TYPE_CHECKING:
     from onlooker import ExecutionEvent
@@ -186,7 +186,7 @@ def tail(
     try:
         for event in audit.tail(path, follow=follow):
             if as_json:
-                typer.echo(event.model_dump_json())
+                typer.echo(json_text(event))
             else:
                 stdout.print(event_line(event), soft_wrap=True)  # one line, however long
     except KeyboardInterrupt:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -16,6 +17,8 @@ from rich.markup import escape as markup_escape
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from onlooker.plugins.history import HistoryStore
 
 __all__ = [
@@ -27,6 +30,7 @@ __all__ = [
     "existing_db",
     "flag",
     "is_loopback",
+    "json_text",
     "ms",
     "parse_time",
     "printable",
@@ -74,6 +78,16 @@ def escape(text: str) -> str:
     characters written out (``\\x1b``). Recorded values are untrusted: an ESC would start
     a terminal escape sequence, and one can move the cursor and erase the lines above it."""
     return markup_escape(printable(text))
+
+
+def json_text(record: BaseModel, *, indent: int | None = None) -> str:
+    """``record`` as every ``--json`` output writes it: ASCII JSON, its other characters
+    escaped (``\\u2028``), so that no line separator splits a line (``str.splitlines``
+    breaks at U+2028) and no bidirectional override reorders it; one line unless ``indent``."""
+    data = record.model_dump(mode="json")
+    if indent is None:
+        return json.dumps(data, separators=(",", ":"))
+    return json.dumps(data, indent=indent)
 
 
 def _written_out(match: re.Match[str]) -> str:

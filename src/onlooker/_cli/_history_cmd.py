@@ -17,6 +17,7 @@ from ._common import (
     escape,
     existing_db,
     flag,
+    json_text,
     ms,
     parse_time,
     printable,
@@ -107,7 +108,7 @@ def list_(
     page = _call(read)
     if as_json:
         for record in page:
-            typer.echo(record.model_dump_json())
+            typer.echo(json_text(record))
         if page.next_cursor is not None:
             typer.echo(json.dumps({"next_cursor": page.next_cursor}))
         return
@@ -196,7 +197,7 @@ def show(
         stderr.print(f"[red]error[/]: no execution {escape(repr(execution_id))} in the history")
         raise typer.Exit(1)
     if as_json:
-        typer.echo(tree.model_dump_json(indent=2))
+        typer.echo(json_text(tree, indent=2))
     else:
         from ._render import execution_tree
 
@@ -223,7 +224,7 @@ def stats(
 
     result = _call(read)
     if as_json:
-        typer.echo(result.model_dump_json(indent=2))
+        typer.echo(json_text(result, indent=2))
         return
     by_status = ", ".join(f"{k} {v}" for k, v in sorted(result.executions_by_status.items()))
     stdout.print(f"executions: {result.executions}" + (f" ({by_status})" if by_status else ""))
