@@ -943,7 +943,8 @@ class TestAudit:
         value would start a line of its own, one that can pass for another event's."""
         from onlooker.plugins import audit
 
-        forged = "refused:by:policy:" + "-" * 25 + " 12:00:01 \u25a0 completed 0.9 ms"
+        # 99:00:01, a time no event has ("12:00:01" is a real one's, once a day, in UTC)
+        forged = "refused:by:policy:" + "-" * 25 + " 99:00:01 \u25a0 completed 0.9 ms"
 
         @onlooker.tool
         def deploy(target: str) -> None:
@@ -962,7 +963,7 @@ class TestAudit:
         assert result.exit_code == 0
         lines = result.stdout.splitlines()
         assert len(lines) == 4  # started, call started, call failed, finished
-        assert not any(line.startswith("12:00:01") for line in lines)
+        assert not any(line.startswith("99:00:01") for line in lines)
         assert forged in lines[2]
 
     def test_tail_of_the_audit_directory_names_a_session_to_tail(

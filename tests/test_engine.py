@@ -1258,27 +1258,47 @@ class TestProgramOwnScopes:
         check_stream(recorder.events)
 
 
-def slow_recording(
-    delay: float,
-) -> tuple[RecordingObserver, Callable[[ExecutionEvent], Awaitable[None]]]:
+class SlowObserver:
+    """An async observer feeding ``seen`` each event ``delay`` seconds late; while held, it
+    takes none (see :func:`queue_for`)."""
+
+    def __init__(self, delay: float, seen: RecordingObserver) -> None:
+        self.delay = delay
+        self.seen = seen
+        self._released: anyio.Event | None = None
+
+    def hold(self) -> None:
+        self._released = anyio.Event()
+
+    def release(self) -> None:
+        if self._released is not None:
+            self._released.set()
+
+    async def __call__(self, event: ExecutionEvent) -> None:
+        if self._released is not None:
+            await self._released.wait()
+        await anyio.sleep(self.delay)
+        self.seen.handle(event)
+
+
+def slow_recording(delay: float) -> tuple[RecordingObserver, SlowObserver]:
     """A recorder, and an async observer feeding it each event ``delay`` seconds late."""
     seen = RecordingObserver()
-
-    async def slow(event: ExecutionEvent) -> None:
-        await anyio.sleep(delay)
-        seen.handle(event)
-
-    return seen, slow
+    return seen, SlowObserver(delay, seen)
 
 
-async def queue_for(
-    engine: ExecutionEngine, slow: Callable[[ExecutionEvent], Awaitable[None]]
-) -> None:
+async def queue_for(engine: ExecutionEngine, slow: SlowObserver) -> None:
     """Subscribe ``slow`` and run four executions: 16 events wait for it (at 20 ms each, a
-    flush of 0.3 s for the close)."""
+    flush of 0.3 s for the close). It is held while they run, so that all 16 still wait
+    when this returns however long the executions took (on a loaded machine they took
+    longer than its flush, which was over before the cancellations the tests send)."""
+    slow.hold()
     engine.bus.subscribe(slow, name="slow")
-    for _ in range(4):
-        await engine.execute(fetch_page_program)
+    try:
+        for _ in range(4):
+            await engine.execute(fetch_page_program)
+    finally:
+        slow.release()
 
 
 async def cleans_up_slowly(ctx: ExecutionContext) -> None:
@@ -1488,15 +1508,23 @@ class TestShutdownTimeout:
 
         task = asyncio.current_task()
         assert task is not None
+
+        async def cleans_up_slowly_through_a_ctrl_c(ctx: ExecutionContext) -> None:
+            try:
+                await anyio.sleep_forever()
+            finally:  # the close cancelled it and waits for it: the Ctrl-C comes now
+                asyncio.get_running_loop().call_soon(task.cancel)
+                with anyio.CancelScope(shield=True):
+                    await anyio.sleep(0.3)
+
         went_on = False
         with anyio.move_on_after(10) as guard, pytest.raises(asyncio.CancelledError):
             async with (
                 anyio.create_task_group() as group,
                 ExecutionEngine(tools=TOOLS, shutdown_timeout=0.1) as engine,
             ):
-                group.start_soon(engine.execute, cleans_up_slowly)  # 0.3 s to clean up
+                group.start_soon(engine.execute, cleans_up_slowly_through_a_ctrl_c)  # 0.3 s
                 await anyio.sleep(0.05)
-                asyncio.get_running_loop().call_later(0.05, task.cancel)
             went_on = True
         assert not guard.cancel_called, "the close hung"
         assert not went_on

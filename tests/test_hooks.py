@@ -777,16 +777,28 @@ class TestArgsOfRefusedCalls:
         assert ran == []
 
 
-async def slow_for_echo(use: ToolUseContext) -> None:
-    if use.tool_name == "echo":
-        await anyio.sleep(0.2)
+class Deciding:
+    """An ``echo`` pre-hook that decides only once released: the abort comes while it is
+    pending, however slow the machine (a 0.2 s sleep raced a 0.05 s one: flaky)."""
+
+    def __init__(self) -> None:
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+
+    async def __call__(self, use: ToolUseContext) -> None:
+        if use.tool_name == "echo":
+            self.entered.set()
+            with anyio.fail_after(10):
+                await self.release.wait()
 
 
 def abort_writes(use: ToolUseContext) -> PreHookResult | None:
     return PreHookResult(HookAction.ABORT, reason="stop") if use.mutating else None
 
 
-def echo_while_a_write_aborts(outcomes: list[str]) -> Callable[[ExecutionContext], Any]:
+def echo_while_a_write_aborts(
+    outcomes: list[str], deciding: Deciding
+) -> Callable[[ExecutionContext], Any]:
     """A program calling ``echo`` in a task, and ``write`` (which aborts) while echo's hooks
     decide; ``outcomes`` gets what the echo call returned, or the refusal it raised."""
 
@@ -799,9 +811,12 @@ def echo_while_a_write_aborts(outcomes: list[str]) -> Callable[[ExecutionContext
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(in_flight)
-            await anyio.sleep(0.05)
-            with contextlib.suppress(HookAbortError):
-                await ctx.call("write", path="x")
+            await deciding.entered.wait()  # echo's hooks are deciding
+            try:
+                with contextlib.suppress(HookAbortError):
+                    await ctx.call("write", path="x")
+            finally:
+                deciding.release.set()  # and decide only after the abort
 
     return program
 
@@ -811,8 +826,10 @@ class TestAbortWhileHooksDecide:
 
     async def test_a_call_pending_its_pre_hooks_is_refused_by_an_abort_meanwhile(self) -> None:
         refusals: list[str] = []
-        hooks = [HookMatcher(pre=[abort_writes, slow_for_echo])]
-        result, recorder = await run(echo_while_a_write_aborts(refusals), tools=TOOLS, hooks=hooks)
+        deciding = Deciding()
+        hooks = [HookMatcher(pre=[abort_writes, deciding])]
+        program = echo_while_a_write_aborts(refusals, deciding)
+        result, recorder = await run(program, tools=TOOLS, hooks=hooks)
         assert ran == [] and result.status == "failed"
         assert [(e.tool, e.status) for e in finished(recorder)] == [
             ("write", "blocked"),
@@ -828,8 +845,10 @@ class TestAbortWhileHooksDecide:
             return PreHookResult(HookAction.SKIP) if use.tool_name == "echo" else None
 
         outcomes: list[str] = []
-        hooks = [HookMatcher(pre=[abort_writes, slow_for_echo, skip_echo])]
-        _, recorder = await run(echo_while_a_write_aborts(outcomes), tools=TOOLS, hooks=hooks)
+        deciding = Deciding()
+        hooks = [HookMatcher(pre=[abort_writes, deciding, skip_echo])]
+        program = echo_while_a_write_aborts(outcomes, deciding)
+        _, recorder = await run(program, tools=TOOLS, hooks=hooks)
         assert later == [] and len(outcomes) == 1
         assert "the execution was aborted" in outcomes[0]  # a HookAbortError, not a skip's None
         assert [(e.tool, e.status) for e in finished(recorder)] == [
@@ -840,9 +859,13 @@ class TestAbortWhileHooksDecide:
     async def test_a_tracked_call_pending_its_pre_hooks_is_not_allowed_after_an_abort(
         self,
     ) -> None:
+        entered, release = anyio.Event(), anyio.Event()
+
         async def slow_for_search(use: ToolUseContext) -> None:
             if use.tool_name == "search":
-                await anyio.sleep(0.2)
+                entered.set()
+                with anyio.fail_after(10):
+                    await release.wait()  # decides only after the abort below
 
         def abort_deletes(use: ToolUseContext) -> PreHookResult | None:
             return PreHookResult(HookAction.ABORT) if use.tool_name == "delete" else None
@@ -859,8 +882,11 @@ class TestAbortWhileHooksDecide:
 
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(start, "search")
-                        await anyio.sleep(0.05)
-                        await start("delete")
+                        await entered.wait()  # search's hooks are deciding
+                        try:
+                            await start("delete")
+                        finally:
+                            release.set()
         assert verdicts == {"delete": HookAction.ABORT, "search": HookAction.ABORT}
         assert [e.status for e in finished(recorder)] == ["blocked", "blocked"]
         assert recorder.of(onlooker.ExecutionFinished)[0].status == "failed"
