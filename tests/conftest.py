@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from onlooker import (
     ExecutionEvent,
@@ -16,6 +17,11 @@ from onlooker import (
     ToolCallFinished,
     ToolCallStarted,
 )
+
+# No per-example deadline: a loaded CI machine (2 cores, PostgreSQL and Chromium beside the
+# tests) can take 200 ms for one example, and Hypothesis then fails the test as flaky.
+settings.register_profile("onlooker", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("onlooker")
 
 
 @pytest.fixture(params=["asyncio", "trio"])
