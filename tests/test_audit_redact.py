@@ -657,6 +657,115 @@ SHAPES: list[tuple[str, str, str]] = [
         "│ DB_PASSWORD │ Dopp1erPw9xQz │\n│ LOG_LEVEL   │ info          │",
         "Dopp1erPw9xQz",
     ),
+    # Kaggle's credentials printed as a Python dict; smbclient's quoted user%password with a
+    # blank; gcloud's secret printed under its command; a Key Vault secret with its tags
+    (
+        "secret_assignment",
+        "{'username': 'alice', 'key': '9f3b2c7d1e8a4f6b0c5d2e7f8a1b3c4d'}",
+        "9f3b2c7d1e8a4f6b0c5d2e7f8a1b3c4d",
+    ),
+    ("password_option", 'smbclient //srv/share -U"bob%pw with space"', "with space"),
+    ("password_option", "smbclient //srv/share -U 'bob%Smb Pw9 with space' -c ls", "with space"),
+    (
+        "secret_output",
+        "$ gcloud secrets versions access latest --secret=db-pass\nGcl0udS3cretPayload9x\n$ ls",
+        "Gcl0udS3cretPayload9x",
+    ),
+    (
+        "name_value",
+        '{\n  "id": "https://v.vault.azure.net/secrets/db-password/0a1b",\n  "name": "db-password",'
+        '\n  "tags": {},\n  "value": "AzKv5ecretV4lue9x"\n}',
+        "AzKv5ecretV4lue9x",
+    ),
+    (
+        "name_value",
+        '{"name": "api-token", "tags": {"env": "prod", "team": "core"}, "value": "AzKvTagged9xQz"}',
+        "AzKvTagged9xQz",
+    ),
+    # openssl enc's -k, MinIO's mc alias set, rclone config create's pass, MongoDB's pwd
+    (
+        "password_option",
+        "openssl enc -aes-256-cbc -salt -in a.txt -out a.enc -k Ossl3ncPw9x",
+        "Ossl3ncPw9x",
+    ),
+    (
+        "password_option",
+        "openssl aes-256-cbc -d -in a.enc -k 'ossl pass phrase'",
+        "ossl pass phrase",
+    ),
+    (
+        "password_option",
+        "mc alias set myminio https://minio.example:9000 minioadmin M1n10S3cretKey9xQzLm",
+        "M1n10S3cretKey9xQzLm",
+    ),
+    (
+        "password_option",
+        "mc config host add s3 https://s3.amazonaws.com AKIAEXAMPLE M1nHostS3cret9xQz --api S3v4",
+        "M1nHostS3cret9xQz",
+    ),
+    (
+        "password_option",
+        "rclone config create mysftp sftp host=example.com user=bob pass Rcl0neSftpPw9 --obscure",
+        "Rcl0neSftpPw9",
+    ),
+    (
+        "password_option",
+        "rclone config create remote s3 provider Minio access_key_id AK1 secret_access_key"
+        " Rcl0neS3cret9xQz endpoint http://minio:9000",
+        "Rcl0neS3cret9xQz",
+    ),
+    (
+        "secret_assignment",
+        'db.createUser({user: "appuser", pwd: "M0ngoUserPw9x", roles: ["readWrite"]})',
+        "M0ngoUserPw9x",
+    ),
+    (
+        "secret_assignment",
+        "db.createUser({ user: 'admin', pwd: 'M0ngoAdm1n!', roles: [ 'root' ] })",
+        "M0ngoAdm1n!",
+    ),
+    ("secret_assignment", "mongodb:\n  user: app\n  pwd: M0ngoYamlPw9x\n", "M0ngoYamlPw9x"),
+    # ~/.pgpass on other ports; npm's _auth in JSON text; Twilio's auth token beside its
+    # account SID; Rails' master key printed under its file's name
+    ("pgpass", "warehouse.example:15432:dw:loader:PgpPort15432pw", "PgpPort15432pw"),
+    ("pgpass", "redshift.example:5439:analytics:etl:PgpRedsh1ftPw", "PgpRedsh1ftPw"),
+    ("pgpass", "pooler.supabase.com:6543:postgres:postgres.abc:PgpSupab4sePw", "PgpSupab4sePw"),
+    (
+        "npmrc_auth",
+        '{"registry": "https://r.example/", "_auth": "YWxpY2U6TnBtSnNvbkF1dGg5", "email": "a@x"}',
+        "YWxpY2U6TnBtSnNvbkF1dGg5",
+    ),
+    (
+        "npmrc_auth",
+        '{"//r.example/:_auth": "YWxpY2U6TnBtUmVnQXV0aDk="}',
+        "YWxpY2U6TnBtUmVnQXV0aDk=",
+    ),
+    (
+        "twilio_token",
+        "from twilio.rest import Client\nclient = Client('ACa1b2c3d4e5f60718293a4b5c6d7e8f90',"
+        " '5f4dcc3b5aa765d61d8327deb882cf99')",
+        "5f4dcc3b5aa765d61d8327deb882cf99",
+    ),
+    (
+        "twilio_token",
+        "twilio: sid ACa1b2c3d4e5f60718293a4b5c6d7e8f90 auth 7e1a2b3c4d5e6f708192a3b4c5d6e7f8",
+        "7e1a2b3c4d5e6f708192a3b4c5d6e7f8",
+    ),
+    (
+        "rails_master_key",
+        "$ cat config/master.key\n6d0f2a1b3c4e5f6a7b8c9d0e1f2a3b4c\n$ ",
+        "6d0f2a1b3c4e5f6a7b8c9d0e1f2a3b4c",
+    ),
+    (
+        "rails_master_key",
+        "==> config/credentials/production.key <==\n0a9b8c7d6e5f40312a3b4c5d6e7f8091",
+        "0a9b8c7d6e5f40312a3b4c5d6e7f8091",
+    ),
+    (
+        "rails_master_key",
+        "config/master.key:1f2e3d4c5b6a79880a1b2c3d4e5f6a7b",
+        "1f2e3d4c5b6a79880a1b2c3d4e5f6a7b",
+    ),
 ]
 
 
@@ -1686,6 +1795,30 @@ class TestSecretsByWhatStandsBeside:
             "auth:\n  jwt:\n    issuer: acme\n  cache:\n    key: session-cache-prefix\n",
             "mnemonic: >\n  write these words down and keep them safe from anyone else who"
             " wants\n  them.\n",
+            # a process's directory beside its user, Kaggle's key that is no hex, a user alone
+            '{"user": "root", "pwd": "/srv/app", "pid": 42}\nuser: app\npwd: ~/work\n',
+            "{'username': 'alice', 'key': 'theme'}\nsmbclient //fs/share -U\"bob\" -c ls",
+            # openssl without -k, curl's -k, mc and rclone without secrets
+            "openssl x509 -in cert.pem -noout -text\nopenssl genrsa -out key.pem 2048\n"
+            "curl -k https://x.example",
+            "mc alias set myminio https://minio.example:9000\nmc alias list\n"
+            "rclone config create remote s3 provider AWS env_auth true\nrclone config show",
+            # an object between a name and no value, a value inside another object
+            '{"name": "db-password", "tags": {"env": "prod"}, "enabled": true}',
+            '{"name": "db-password", "properties": {"value": "NotThisOne9x"}}',
+            # five fields on another port, a time; Rails' key file named in prose
+            "12:30:45:123:abc and db:5439:analytics",
+            "add config/master.key to .gitignore\nconfig/master.key\nnot a key",
+            # a Twilio SID alone, two SIDs; gcloud's error, its --out-file, prose
+            "twilio account ACa1b2c3d4e5f60718293a4b5c6d7e8f90 created\n"
+            "twilio ACa1b2c3d4e5f60718293a4b5c6d7e8f90, ACb2c3d4e5f60718293a4b5c6d7e8f90a1",
+            "$ gcloud secrets versions access projects/p/secrets/db/versions/1\n"
+            "ERROR: (gcloud.secrets.versions.access) NOT_FOUND",
+            "$ gcloud secrets versions access 1 --out-file=/tmp/x\n$ ls",
+            "see gcloud secrets versions access in the docs",
+            "Fetch it with `gcloud secrets versions access latest`\nthen restart it.",
+            # npm's _auth given as a variable
+            '{"_auth": "${NPM_AUTH}"}',
         ],
     )
     def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:
@@ -1828,6 +1961,21 @@ class TestSecretsByWhatStandsBeside:
             ("mnemonic: >\n ", None),
             ("mnemonic: >\n  abc\n", None),
             ("mnemonic: |\n  " + "abc " * 11 + "\n", None),
+            ('user pwd:"', None),
+            ("user: a pwd: 'a' ", "user: a pwd: '[REDACTED:secret_assignment]' "),
+            ('smbclient -U"a ', None),
+            ("openssl -k", None),
+            ("mc alias set --api ", None),
+            ("rclone config create ", None),
+            ("$ gcloud secrets versions access\n", None),
+            ("gcloud secrets versions access --out-file=x\n", None),
+            ('"data": "', None),
+            ('"name": "password", "tags": {', None),
+            ('"name": "password", "x": [', None),
+            ("a:15432:b:c:d ", "a:15432:b:c:[REDACTED:pgpass] "),
+            ("credentials/a.key <==\n", None),
+            ("AC9f3b2c7d1e8a4f6b0c5d2e7f8a1b3c4d ", None),
+            ('"_auth": "', None),
         ],
     )
     def test_the_new_patterns_on_100_kb(

@@ -246,18 +246,26 @@ _QUOTED = (
     r"|\\\"(?P<edq>(?:[^\"\\\n]|\\\\(?:\\\\|\\\"|[^\"\\\n]))+)\\\""
 )
 _BARE = _NOT_A_VALUE + r"(?!\\)[^\s,;'\"`(){}\[\]#]+(?![(\[.\w])"
-# A "pass" that a user beside it makes a password (see the rule): its value quoted (as in
-# _QUOTED, the groups unnamed), or bare to the line's end (INI, YAML) with a digit or a
-# symbol, not a number
-_PASS = (
-    # (the name first, then what stands before it: a search jumps to its first letter)
-    r"(?i:pass)(?<![\w.$-](?i:pass))(?:\\?[\"'])?[ \t]*(?:=>|[:=])[ \t]*"
+# The value of a "pass" (or a "pwd") that a user beside it makes a password (see the rule):
+# quoted (as in _QUOTED, the groups unnamed), or bare to the line's end (INI, YAML) with a
+# digit or a symbol, not a number
+_PAIRED_VALUE = (
     r"(?:\"((?:[^\"\\\n]|\\.)+)\"|'((?:[^'\\\n]|\\.)+)'"
     r"|\\\"((?:[^\"\\\n]|\\\\(?:\\\\|\\\"|[^\"\\\n]))+)\\\"|"
     + _NOT_A_VALUE
     # (bounded: in a long run of "user:pass:...", each "pass" read the rest again)
     + r"(?![-+]?[0-9]+(?:[./][0-9]+)?%?[ \t]*(?:\r?\n|$)|/)(?=[^\s,;'\"`]{0,255}[0-9/+=!@#$%^&*~-])"
     r"([^\s,;'\"`(){}\[\]#]{1,256}+)(?=[ \t]*(?:\r?\n|$)))"
+)
+_PASS = (
+    # (the name first, then what stands before it: a search jumps to its first letter)
+    r"(?i:pass)(?<![\w.$-](?i:pass))(?:\\?[\"'])?[ \t]*(?:=>|[:=])[ \t]*" + _PAIRED_VALUE
+)
+# MongoDB's pwd beside its user (db.createUser({user: "app", pwd: "..."}), YAML's pwd:): a
+# colon only, and not a directory (a process's {"user": "root", "pwd": "/srv"})
+_PWD = (
+    r"(?i:pwd)(?<![\w.$-](?i:pwd))(?:\\?[\"'])?[ \t]*:[ \t]*"
+    r"(?!(?:\\?[\"'])?(?:[/~.]|[A-Za-z]:[\\/]))" + _PAIRED_VALUE
 )
 # After YAML's `: `, a value with round brackets in it (Xk9(2)aZ!, p@(ss)w0rd) is
 # one value, unless it is a call and nothing more (make_password(8)).
@@ -340,11 +348,11 @@ _USER_PATTERN: list[re.Pattern[str]] = []  # compiled when first needed
 
 
 def _redact_paired(match: re.Match[str]) -> str:
-    """A "pass" (the groups of _PASS) redacted when a user's name (user, username, login)
-    stands beside it, Kaggle's "key" (the fifth group) when a quoted "username" does, an
-    "accountKey" (the sixth) when an "accountName" does: within 200 characters before or
-    after it, no bracket between (one object, one INI section); a kind of key's "Key" (the
-    groups 7 to 10: its JSON and YAML forms) always. The text around is looked at here, one bounded search a value: a
+    """A "pass" (the groups of _PASS) or MongoDB's "pwd" (11 to 14) redacted when a user's
+    name (user, username, login) stands beside it, Kaggle's "key" (the fifth group) when a
+    quoted "username" does, an "accountKey" (the sixth) when an "accountName" does: within
+    200 characters before or after it, no bracket between (one object, one INI section); a
+    kind of key's "Key" (the groups 7 to 10: its JSON and YAML forms) always. The text around is looked at here, one bounded search a value: a
     pattern that reached back from every user's name read 200 characters again from each."""
     if all(match.group(group) is None for group in (7, 8, 9, 10)):
         text, start, end = match.string, match.start(), match.end()
@@ -376,7 +384,7 @@ def _redact_paired(match: re.Match[str]) -> str:
                 break
         else:
             return match.group(0)
-    return _redact_group(match, "secret_assignment", (1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
+    return _redact_group(match, "secret_assignment", tuple(range(1, 15)))
 
 
 # A table's row names a secret when its name holds the word (DB_PASSWORD, SECRET_KEY_BASE,
@@ -406,6 +414,26 @@ def _redact_table(match: re.Match[str]) -> str:
     start = match.start("rows") - match.start()
     rows = re.sub(_TABLE_ROW, lambda row: row.group(1) + marker("name_value"), match.group("rows"))
     return match.group(0)[:start] + rows
+
+
+# The secret keys of rclone config create's KEY VALUE pairs (key=value too)
+_RCLONE_PAIR = (
+    r"(?<![^ \t])(?:pass(?:word2?)?|[\w-]*secret[\w-]*|token|key|sas_url)(?:[ \t]+|=)"
+    r"(?!-|\[REDACTED:|[\"']?\$)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)"
+)
+
+
+def _redact_rclone(match: re.Match[str]) -> str:
+    """rclone config create's pairs (the group ``rest``) with each secret key's value replaced."""
+    import re
+
+    start = match.start("rest") - match.start()
+    rest = re.sub(
+        _RCLONE_PAIR,
+        lambda pair: _redact_group(pair, "password_option", ("secret",)),
+        match["rest"],
+    )
+    return match.group(0)[:start] + rest
 
 
 # A line's start, after its number as Claude Code's Read and cat -n number lines, and blanks
@@ -563,6 +591,16 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         + r"|[MNO][AQgw])?)\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,}+",
         # ("mt" alone: ten hints "mta" ... "mtk" made the screen of every event 5% dearer)
         hints=["discord", "token", "mt"],
+    ),
+    # A Twilio auth token (32 hex digits) after its account's SID (AC and 32 hex digits) on
+    # the same line: Client('AC...', '...'), AC...:... (hint: the word "twilio"; "ac" is in
+    # every text)
+    Rule(
+        "twilio_token",
+        # (the token bounded by no hex digit, nor a letter: not the SID's own digits)
+        r"AC(?<![A-Za-z0-9]AC)[0-9a-f]{32}(?![0-9A-Za-z])[^\r\n]{0,80}?"
+        r"(?<![0-9A-Za-z])(?P<secret>[0-9a-f]{32})(?![0-9A-Za-z])",
+        hints=["twilio"],
     ),
     # The body of a private key whose BEGIN line was not read (a read from line 2 on), its
     # lines numbered or not (cat -n, Claude Code's Read). A body starts a line that does not
@@ -737,6 +775,15 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         lambda match: _redact_group(match, "npmrc_auth", ("dq", "sq", "secret")),
         hints=["_auth", "_password"],
     ),
+    # ... and an "_auth" in JSON text (npm config list --json, a registry's settings printed):
+    # "_auth": "...", "//registry.example/:_auth": "..." (JSON held in a JSON string too; an
+    # "_authToken" and a "_password" are secret_assignment's, by their names)
+    Rule(
+        "npmrc_auth",
+        r"(?:(?<![\w\\])|(?<=\\[ntr]))(\\?)\"(?:[^\"\s\\:]*:)?_auth\1\""
+        r"[ \t]*:[ \t]*\1\"(?!\[REDACTED:|\$\{)(?P<secret>[^\"\\\s]+)\1\"",
+        hints=['"_auth', ":_auth"],
+    ),
     # .netrc: "password VALUE" in an entry that starts "machine HOST" (or "default"), its
     # tokens on one line or many, numbered as Claude Code's Read numbers lines or not. A
     # host without a dot, and "default", need a login first: "the machine root password
@@ -811,7 +858,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"(?<![\w-])(?i:name|key)(?:\\?[\"'])?[ \t]*[:=][ \t]*(?:\\?[\"'])?"
         + _SECRET_VALUE_NAME
         + r"(?:\\?[\"'])?(?:(?!(?<![\w-])(?:\\?[\"'])?(?i:name|key)(?:\\?[\"'])?[ \t]*[:=])"
-        r"[^{}\[\]<>]){0,160}?"
+        # (an object or a list with no bracket inside is passed whole: az keyvault secret
+        # show's "tags": {} or {"env": "prod"} between "name" and "value")
+        r"(?:[^{}\[\]<>]|\{[^{}\[\]<>]{0,200}+\}|\[[^{}\[\]<>]{0,200}+\])){0,160}?"
         r"(?<![\w-])(?:\\?[\"'])?(?i:value)(?:\\?[\"'])?[ \t]*[:=][ \t]*"
         # (a bare number is a setting's: {"key": "password_min_length", "value": 12})
         r"(?:" + _QUOTED + r"|(?![-+]?[0-9]+(?:\.[0-9]+)?[\s,;}\]]|[-+]?[0-9]+(?:\.[0-9]+)?$)"
@@ -861,9 +910,43 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "pgpass",
         # (the port is one of the hints': with any number, a text that named one port
         # anywhere had every five-field word redacted, a log's 12:30:45:123:abc too)
-        r"(?<!\S)[^\s:#][^\s:]*:(?:5432|5433|6432|25060|\*):[^\s:]+:[^\s:]+:"
-        r"(?P<secret>(?:[^\s:\\]|\\\S)+)(?!\S)",
-        hints=[":5432:", ":5433:", ":6432:", ":25060:", ":*:"],
+        # (and the ports of PostgreSQL's kin: Redshift's 5439, Supabase's pooler 6543 and local
+        # 54322, CockroachDB's 26257, a second or third server's 5434, 5435, a tunnel's 15432)
+        r"(?<!\S)[^\s:#][^\s:]*:(?:543[2-59]|6432|6543|15432|25060|26257|54322|\*)"
+        r":[^\s:]+:[^\s:]+:(?P<secret>(?:[^\s:\\]|\\\S)+)(?!\S)",
+        hints=[
+            *(":5432:", ":5433:", ":5434:", ":5435:", ":5439:", ":6432:", ":6543:"),
+            *(":15432:", ":25060:", ":26257:", ":54322:", ":*:"),
+        ],
+    ),
+    # Rails' master key (32 hex digits) printed under its file's name: cat config/master.key
+    # in a terminal's transcript, head's "==> config/master.key <==", grep's "FILE:" (and a
+    # credentials file's key, config/credentials/production.key); a line of its own
+    Rule(
+        "rails_master_key",
+        r"(?:master(?<![\w-]master)|credentials/[\w-]++)\.key(?:[ \t]*<==)?"
+        r"(?:[ \t]*\r?\n(?:[ \t]*[0-9]+\t)?[ \t]*|:)(?P<secret>[0-9a-f]{32})(?![0-9A-Za-z])",
+        hints=["master.key", "credentials/"],
+    ),
+    # What a command prints that is the secret alone: gcloud secrets versions access (its
+    # line's command), the lines after it in a terminal's transcript up to a blank line or a
+    # prompt (not an error;
+    # nothing with --out-file; --format's JSON or YAML is below); and the payload's data in
+    # that JSON or YAML, beside its checksum
+    Rule(
+        "secret_output",
+        # (the command starts its line, after a prompt or none: a text that names it in a
+        # sentence, "fetch it with `gcloud secrets versions access ...`", goes on in prose)
+        r"(?m:^)[ \t]*(?:PS [^\s>]*>[ \t]*|[^\s`'\"]{0,64}[$#%>+][ \t]+)?"
+        r"gcloud[ \t]+secrets[ \t]+versions[ \t]+access\b(?![^\r\n]*(?:--(?:out-file|format)|`))"
+        r"[^\r\n]*+\r?\n(?![ \t]*(?:ERROR:|WARNING:))"
+        r"(?P<secret>(?![ \t]*(?:[$%>#+][ \t]|PS ))[^\r\n]+"
+        r"(?:\r?\n(?![ \t]*(?:[$%>#+][ \t]|PS ))[^\r\n]+){0,99}+)"
+        r"|(?P<esc>\\?)\"?data(?P=esc)\"?[ \t]*:[ \t]*(?:(?P=esc)\")?"
+        r"(?P<data>[A-Za-z0-9+/_-]+=*)(?:(?P=esc)\")?"
+        r"(?=,?[ \t]*(?:\\[rn]|\r?\n)?[ \t]*(?:(?P=esc)\")?dataCrc32c)",
+        lambda match: _redact_group(match, "secret_output", ("secret", "data")),
+        hints=["versions access", "datacrc32c"],
     ),
     # SQL that sets a password: CREATE USER ... WITH PASSWORD '...', ALTER ROLE ... PASSWORD
     # '...' (PostgreSQL), IDENTIFIED BY '...' (MySQL, Oracle); the value inside its quotes
@@ -899,8 +982,15 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"|aws[ \t]+ssm[ \t]+put-parameter(?=(?:(?!\baws\b)[^\n;&|])*?SecureString))"
         r"\b(?:(?!\b(?:gh|az|aws)\b)[^\n;&|])*?[ \t](?:-b|--body|--value)(?:[ \t]+|=)(?![\"']?\$)"
         r"|sqlcmd\b(?:(?!\bsqlcmd\b)[^\n;&|])*?[ \t]-P[ \t]*"
-        # openssl's -passin/-passout pass:VALUE (file:PATH and env:NAME say where it is)
-        r"|(?<=-)pass(?:in|out)[ \t]+[\"']?pass:"
+        # openssl's -passin/-passout pass:VALUE (file:PATH and env:NAME say where it is),
+        # enc's -pass pass:VALUE, and enc's password or raw key: -k VALUE, -K HEX
+        r"|(?<=-)pass(?:in|out)?[ \t]+[\"']?pass:"
+        r"|openssl\b(?:(?!\bopenssl\b)[^\n;&|])*?[ \t]-[kK][ \t]+"
+        # MinIO's client: mc alias set ALIAS URL ACCESS_KEY SECRET_KEY (mc config host add,
+        # its older name; --api and --path take a value)
+        r"|(?<![\w.-])mc[ \t]+(?:alias[ \t]+set|config[ \t]+host[ \t]+add)"
+        r"(?:[ \t]+--?(?:api|path)(?:[ \t]+|=)[^\s;&|]+|[ \t]+--?[\w-]+)*+"
+        r"(?:[ \t]+[^\s;&|-][^\s;&|]*){3}[ \t]+"
         # twine upload -p, yarn/npm/pnpm config set <secret name> VALUE, ngrok's authtoken,
         # and the aws configure prompt's answer: AWS Secret Access Key [None]: VALUE
         r"|twine[ \t]+upload\b(?:(?!\btwine\b)[^\n;&|])*?[ \t]-p[ \t]+"
@@ -917,8 +1007,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"|ssh-keygen\b(?:(?!\bssh-keygen\b)[^\n;&|])*?[ \t]-[NP][ \t]*"
         r"|ldap[a-z]+\b(?:(?!\bldap[a-z]+\b)[^\n;&|])*?[ \t]-w[ \t]*"
         # (-U's user attached too: -Ubob%...)
+        # (quoted, user and password: the password to the quote, blanks in it: -U"bob%a b")
         r"|smbclient\b(?:(?!\bsmbclient\b)[^\n;&|])*?[ \t](?:-U(?:[ \t]+|=)?|--user(?:[ \t]+|=))"
-        r"[\"']?[^\s%\"']+%"
+        r"(?P<smb_quote>[\"'])?[^\s%\"']+%"
         r"|rabbitmqctl[ \t]+(?:add_user|change_password)[ \t]+[^\s;&|]+[ \t]+"
         r"|(?<![\w.-])(?:un)?zip\b(?:(?!\b(?:un)?zip\b)[^\n;&|])*?[ \t]-P[ \t]*"
         # (the scan stops at the next 7z command, not at an archive's name: x a.7z -p...)
@@ -926,12 +1017,23 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"|(?i:aws[ \t]+secret[ \t]+access[ \t]+key)[ \t]*\[[^\[\]\n]{0,64}\]:[ \t]*)"
         # (a $VARIABLE given, or a help text's <placeholder>, is no value)
         # (nor an empty one: ssh-keygen -N '')
-        r"(?!\[REDACTED:|[\"']?\$|<|''|\"\")(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)",
+        r"(?!\[REDACTED:|[\"']?\$|<|''|\"\")"
+        r"(?P<secret>\"[^\"]*\"|'[^']*'|(?(smb_quote)[^\"'\r\n]{1,256}+|[^\s\"']+))",
         hints=[
             *("secret set", "put-parameter", "sqlcmd", "twine", "-passin", "-passout"),
             *("config set", "authtoken", "secret access key", "user-secrets"),
             *("ssh-keygen", "ldap", "smbclient", "rabbitmqctl", "zip ", "7z "),
+            *("-pass ", "openssl", "alias set", "host add"),
         ],
+    ),
+    # rclone config create NAME TYPE KEY VALUE ... (update NAME, password NAME): the value
+    # of each secret key (pass, password, password2, *secret*, token, key, sas_url)
+    Rule(
+        "password_option",
+        r"rclone[ \t]+config[ \t]+(?:create[ \t]+[^\s;&|]+|update|password)[ \t]+[^\s;&|]+"
+        r"(?P<rest>[^\n;&|]*)",
+        _redact_rclone,
+        hints=["rclone config"],
     ),
     # PHP's define('DB_PASSWORD', '...') (wp-config.php): a secret name, then its value;
     # WordPress's keys and salts too (AUTH_KEY, SECURE_AUTH_SALT, LOGGED_IN_KEY, NONCE_SALT)
@@ -987,7 +1089,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     # object named for a kind of key ("Jwt": {"Key": "..."}, .NET's appsettings.json)
     Rule(
         "secret_assignment",
-        _PASS + r"|\"key\\?\"[ \t]*:[ \t]*\\?\"([0-9a-f]{32})\\?\""
+        _PASS + r"|[\"']key\\?[\"'][ \t]*:[ \t]*\\?[\"']([0-9a-f]{32})\\?[\"']"
         r"|(?i:account_?key)(?<![\w.$-](?i:accountkey))(?<![\w.$-](?i:account_key))"
         r"(?:\\?[\"'])?[ \t]*(?:=>|[:=])[ \t]*\\?[\"']"
         r"(?=[A-Za-z+/]*[0-9])([A-Za-z0-9+/]{16,}+={0,2})\\?[\"']"
@@ -1005,7 +1107,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         + r"[ \t]*:[ \t]*(?:#[^\r\n]*)?\r?\n(?:[ \t]+[\w-]+[ \t]*:[ \t]+[^\s#][^\r\n]*\r?\n){0,8}"
         # (8 characters or more, as a Key in an object: not a placeholder, ${JWT_KEY}, <key>)
         r"[ \t]+(?i:key):[ \t]+(?:\"(?![$%<{])([^\"\r\n]{8,})\"|'(?![$%<{])([^'\r\n]{8,})'"
-        r"|(?![\"'|>$%<{])([^\s#][^\r\n#]{6,}[^\s#]))[ \t]*(?:#[^\r\n]*)?(?=\r?\n|$)",
+        r"|(?![\"'|>$%<{])([^\s#][^\r\n#]{6,}[^\s#]))[ \t]*(?:#[^\r\n]*)?(?=\r?\n|$)"
+        # ... and MongoDB's pwd beside its user (the groups 11 to 14)
+         + r"|" + _PWD,
         _redact_paired,
         # (what each alternative's match holds: "pass" then a quote, a blank or its sign, not
         # "4 passed" or "tests pass.", which every test run prints; a quoted name)
@@ -1014,6 +1118,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
             *('"username', "'username", "accountkey", "account_key"),
             *('"jwt', '"signing', '"encryption', '"hmac'),
             *(" key:", "\tkey:"),  # (YAML's Key, under its Jwt:)
+            *("pwd:", 'pwd"', "pwd'", "pwd\\"),  # (MongoDB's pwd, then its colon)
         ],
     ),
     Rule(
