@@ -620,6 +620,24 @@ class TestRun:
         assert json.loads(shown.stdout)["result"]["name2"] == "caf\udce9"
         assert json.loads(shown.stdout)["result"]["bidi"] == "\u202eexe.txt"
 
+    def test_json_keeps_a_key_that_holds_an_undecodable_name(self, workdir: Path) -> None:
+        """A key holding a lone surrogate (a dict keyed by os.listdir's names) reads back as
+        itself from every --json output: pydantic's JSON mode wrote it as U+FFFD."""
+        (workdir / "keyed.py").write_text(
+            "async def main(ctx):\n    return {'caf\\udce9.txt': 1, 'caf\\u00e9': 2}\n"
+        )
+        assert invoke("run", "keyed.py", "--quiet", "--session", "k").exit_code == 0
+        listed = invoke("history", "list", "--json")
+        (record,) = [json.loads(line) for line in listed.stdout.splitlines()]
+        shown = invoke("history", "show", record["execution_id"], "--json")
+        tail = invoke("audit", "tail", ".onlooker/audit/k", "--json")
+        (finished,) = [
+            json.loads(line) for line in tail.stdout.splitlines() if "ExecutionFinished" in line
+        ]
+        for result in (record["result"], json.loads(shown.stdout)["result"], finished["result"]):
+            assert result == {"caf\udce9.txt": 1, "caf\u00e9": 2}
+        assert listed.stdout.isascii() and shown.stdout.isascii() and tail.stdout.isascii()
+
     def test_what_the_program_prints_never_breaks_the_json(self, workdir: Path) -> None:
         (workdir / "chatty.py").write_text(CHATTY)
         result = invoke("run", "chatty.py", "--no-audit", "--json")

@@ -84,10 +84,14 @@ def json_text(record: BaseModel, *, indent: int | None = None) -> str:
     """``record`` as every ``--json`` output writes it: ASCII JSON, its other characters
     escaped (``\\u2028``), so that no line separator splits a line (``str.splitlines``
     breaks at U+2028) and no bidirectional override reorders it; one line unless ``indent``."""
-    data = record.model_dump(mode="json")
-    if indent is None:
-        return json.dumps(data, separators=(",", ":"))
-    return json.dumps(data, indent=indent)
+    # The model's own JSON (a key holding a lone surrogate written as its escape, NaN as
+    # null, a long int noted: JsonModel), then each character outside ASCII escaped as JSON
+    # escapes it: outside a string JSON text holds none, so the document reads back the same.
+    text = record.model_dump_json(indent=indent)
+    return _NOT_ASCII.sub(lambda match: json.dumps(match[0])[1:-1], text)
+
+
+_NOT_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
 def _written_out(match: re.Match[str]) -> str:
