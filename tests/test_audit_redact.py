@@ -671,6 +671,24 @@ SHAPES: list[tuple[str, str, str]] = [
         "$ gcloud secrets versions access latest --secret=db-pass\nGcl0udS3cretPayload9x\n$ ls",
         "Gcl0udS3cretPayload9x",
     ),
+    # gcloud's --format value()/get() print the secret alone; beta's command; Rails' key in
+    # a transcript held in JSON text (its line breaks escaped)
+    (
+        "secret_output",
+        "$ gcloud secrets versions access latest --secret=db --format='get(payload.data)'"
+        " | tr '_-' '/+' | base64 -d\nGcl0udFormatGet9x\n$ ls",
+        "Gcl0udFormatGet9x",
+    ),
+    (
+        "secret_output",
+        "$ gcloud beta secrets versions access latest --secret=db\nGcl0udBetaPayload9x\n$ ls",
+        "Gcl0udBetaPayload9x",
+    ),
+    (
+        "rails_master_key",
+        '{"output": "$ cat config/master.key\\n5f0c2e8d1a7b3c9e4f6a2d8b0c1e3f5a\\n"}',
+        "5f0c2e8d1a7b3c9e4f6a2d8b0c1e3f5a",
+    ),
     (
         "name_value",
         '{\n  "id": "https://v.vault.azure.net/secrets/db-password/0a1b",\n  "name": "db-password",'
@@ -1819,6 +1837,16 @@ class TestSecretsByWhatStandsBeside:
             "Fetch it with `gcloud secrets versions access latest`\nthen restart it.",
             # npm's _auth given as a variable
             '{"_auth": "${NPM_AUTH}"}',
+            # -k of another command on a line naming openssl (a path, a config file)
+            "curl --cacert /usr/local/etc/openssl/cert.pem -k https://localhost:8443/health",
+            "python -m pytest tests/openssl -k test_roundtrip -q",
+            "make -C vendor/openssl -k check",
+            # md5sum's digests after a key file's name; gcloud's secret sent to a file
+            "$ md5sum config/master.key Gemfile.lock\n9e107d9d372bb6826bd81d3542a419d6"
+            "  config/master.key\ne4d909c290d0fb1ca068ffaddf22cbd0  Gemfile.lock",
+            "#!/bin/sh\ngcloud secrets versions access projects/p/secrets/db/versions/latest"
+            " > /run/db.txt\n"
+            "chmod 600 /run/db.txt\nexec ./server --config=config.yaml\n",
         ],
     )
     def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:
@@ -1920,6 +1948,12 @@ class TestSecretsByWhatStandsBeside:
     @pytest.mark.parametrize("key", ["Jwt__Key", "SIGNING__KEY", "Encryption__Key"])
     def test_a_kind_of_key_in_dotnet_s_environment_form(self, redactor: Redactor, key: str) -> None:
         assert redactor.is_secret_key(key)
+
+    def test_an_rclone_key_of_many_secrets_is_read_once(self, redactor: Redactor) -> None:
+        # [\w-]*secret[\w-]* tried each "secret" of one long word, then each end: 69 s at
+        # 200 KB (no timing asserted: a pattern that backtracks makes this test hang)
+        text = "rclone config create r s3 " + "secret" * (100_000 // 6)
+        assert redactor.redact_text(text) == text
 
     @pytest.mark.parametrize(
         ("unit", "expected"),

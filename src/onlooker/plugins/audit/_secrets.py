@@ -418,7 +418,7 @@ def _redact_table(match: re.Match[str]) -> str:
 
 # The secret keys of rclone config create's KEY VALUE pairs (key=value too)
 _RCLONE_PAIR = (
-    r"(?<![^ \t])(?:pass(?:word2?)?|[\w-]*secret[\w-]*|token|key|sas_url)(?:[ \t]+|=)"
+    r"(?<![^ \t])(?:pass(?:word2?)?|(?=[\w-]*?secret)[\w-]++|token|key|sas_url)(?:[ \t]+|=)"
     r"(?!-|\[REDACTED:|[\"']?\$)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\"']+)"
 )
 
@@ -925,7 +925,8 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "rails_master_key",
         r"(?:master(?<![\w-]master)|credentials/[\w-]++)\.key(?:[ \t]*<==)?"
-        r"(?:[ \t]*\r?\n(?:[ \t]*[0-9]+\t)?[ \t]*|:)(?P<secret>[0-9a-f]{32})(?![0-9A-Za-z])",
+        r"(?:[ \t]*(?:\r?\n|(?:\\r)?\\n)(?:[ \t]*[0-9]+\t)?[ \t]*|:)(?P<secret>[0-9a-f]{32})"
+        r"(?=[ \t]*(?:\r?\n|\\[rn\"]|\"|$))",
         hints=["master.key", "credentials/"],
     ),
     # What a command prints that is the secret alone: gcloud secrets versions access (its
@@ -938,7 +939,8 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # (the command starts its line, after a prompt or none: a text that names it in a
         # sentence, "fetch it with `gcloud secrets versions access ...`", goes on in prose)
         r"(?m:^)[ \t]*(?:PS [^\s>]*>[ \t]*|[^\s`'\"]{0,64}[$#%>+][ \t]+)?"
-        r"gcloud[ \t]+secrets[ \t]+versions[ \t]+access\b(?![^\r\n]*(?:--(?:out-file|format)|`))"
+        r"gcloud[ \t]+(?:(?:alpha|beta)[ \t]+)?secrets[ \t]+versions[ \t]+access\b"
+        r"(?![^\r\n]*(?:--out-file|--format[ \t=]+[\"']?(?:json|yaml)|`|(?<![0-9&>])>(?!&)))"
         r"[^\r\n]*+\r?\n(?![ \t]*(?:ERROR:|WARNING:))"
         r"(?P<secret>(?![ \t]*(?:[$%>#+][ \t]|PS ))[^\r\n]+"
         r"(?:\r?\n(?![ \t]*(?:[$%>#+][ \t]|PS ))[^\r\n]+){0,99}+)"
@@ -985,7 +987,8 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         # openssl's -passin/-passout pass:VALUE (file:PATH and env:NAME say where it is),
         # enc's -pass pass:VALUE, and enc's password or raw key: -k VALUE, -K HEX
         r"|(?<=-)pass(?:in|out)?[ \t]+[\"']?pass:"
-        r"|openssl\b(?:(?!\bopenssl\b)[^\n;&|])*?[ \t]-[kK][ \t]+"
+        r"|openssl(?<![\w.-]openssl)[ \t]+(?:enc|(?:aes|aria|bf|camellia|cast|chacha|des|idea|rc[245]|seed|sm4)[\w-]*)(?![\w.-])"
+        r"(?:(?!\bopenssl\b)[^\n;&|])*?[ \t]-[kK][ \t]+"
         # MinIO's client: mc alias set ALIAS URL ACCESS_KEY SECRET_KEY (mc config host add,
         # its older name; --api and --path take a value)
         r"|(?<![\w.-])mc[ \t]+(?:alias[ \t]+set|config[ \t]+host[ \t]+add)"
