@@ -1847,6 +1847,12 @@ class TestSecretsByWhatStandsBeside:
             "#!/bin/sh\ngcloud secrets versions access projects/p/secrets/db/versions/latest"
             " > /run/db.txt\n"
             "chmod 600 /run/db.txt\nexec ./server --config=config.yaml\n",
+            # gcloud's command in a README's code block, the prose after it
+            "```bash\ngcloud secrets versions access projects/p/secrets/db/versions/2\n```\n"
+            "That prints the secret.\n",
+            # npm's _auth as a setting's word; a process's directory as a variable
+            '{"_auth": "false", "registry": "https://registry.npmjs.org/"}',
+            '{"user": "root", "pid": 42, "pwd": "$HOME"}',
         ],
     )
     def test_ordinary_text_is_left_alone(self, redactor: Redactor, text: str) -> None:

@@ -262,10 +262,10 @@ _PASS = (
     r"(?i:pass)(?<![\w.$-](?i:pass))(?:\\?[\"'])?[ \t]*(?:=>|[:=])[ \t]*" + _PAIRED_VALUE
 )
 # MongoDB's pwd beside its user (db.createUser({user: "app", pwd: "..."}), YAML's pwd:): a
-# colon only, and not a directory (a process's {"user": "root", "pwd": "/srv"})
+# colon only, and not a directory (a process's {"user": "root", "pwd": "/srv"}, "$HOME")
 _PWD = (
     r"(?i:pwd)(?<![\w.$-](?i:pwd))(?:\\?[\"'])?[ \t]*:[ \t]*"
-    r"(?!(?:\\?[\"'])?(?:[/~.]|[A-Za-z]:[\\/]))" + _PAIRED_VALUE
+    r"(?!(?:\\?[\"'])?(?:[/~.$]|[A-Za-z]:[\\/]))" + _PAIRED_VALUE
 )
 # After YAML's `: `, a value with round brackets in it (Xk9(2)aZ!, p@(ss)w0rd) is
 # one value, unless it is a call and nothing more (make_password(8)).
@@ -781,7 +781,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "npmrc_auth",
         r"(?:(?<![\w\\])|(?<=\\[ntr]))(\\?)\"(?:[^\"\s\\:]*:)?_auth\1\""
-        r"[ \t]*:[ \t]*\1\"(?!\[REDACTED:|\$\{)(?P<secret>[^\"\\\s]+)\1\"",
+        # (a placeholder word is no value: "_auth": "false")
+        r"[ \t]*:[ \t]*\1\"(?!\[REDACTED:|\$\{|(?:true|false|null|none)\1\")"
+        r"(?P<secret>[^\"\\\s]+)\1\"",
         hints=['"_auth', ":_auth"],
     ),
     # .netrc: "password VALUE" in an entry that starts "machine HOST" (or "default"), its
@@ -942,8 +944,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"gcloud[ \t]+(?:(?:alpha|beta)[ \t]+)?secrets[ \t]+versions[ \t]+access\b"
         r"(?![^\r\n]*(?:--out-file|--format[ \t=]+[\"']?(?:json|yaml)|`|(?<![0-9&>])>(?!&)))"
         r"[^\r\n]*+\r?\n(?![ \t]*(?:ERROR:|WARNING:))"
-        r"(?P<secret>(?![ \t]*(?:[$%>#+][ \t]|PS ))[^\r\n]+"
-        r"(?:\r?\n(?![ \t]*(?:[$%>#+][ \t]|PS ))[^\r\n]+){0,99}+)"
+        # (nor a code fence: the command in a README's code block, then the prose after it)
+        r"(?P<secret>(?![ \t]*(?:[$%>#+][ \t]|PS |```|~~~))[^\r\n]+"
+        r"(?:\r?\n(?![ \t]*(?:[$%>#+][ \t]|PS |```|~~~))[^\r\n]+){0,99}+)"
         r"|(?P<esc>\\?)\"?data(?P=esc)\"?[ \t]*:[ \t]*(?:(?P=esc)\")?"
         r"(?P<data>[A-Za-z0-9+/_-]+=*)(?:(?P=esc)\")?"
         r"(?=,?[ \t]*(?:\\[rn]|\r?\n)?[ \t]*(?:(?P=esc)\")?dataCrc32c)",
