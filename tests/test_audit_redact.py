@@ -743,6 +743,7 @@ SHAPES: list[tuple[str, str, str]] = [
         "M0ngoAdm1n!",
     ),
     ("secret_assignment", "mongodb:\n  user: app\n  pwd: M0ngoYamlPw9x\n", "M0ngoYamlPw9x"),
+    ("secret_assignment", 'db.createUser({user: "app", pwd: "$uperM0ngo9x"})', "$uperM0ngo9x"),
     # ~/.pgpass on other ports; npm's _auth in JSON text; Twilio's auth token beside its
     # account SID; Rails' master key printed under its file's name
     ("pgpass", "warehouse.example:15432:dw:loader:PgpPort15432pw", "PgpPort15432pw"),

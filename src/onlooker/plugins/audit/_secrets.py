@@ -262,10 +262,12 @@ _PASS = (
     r"(?i:pass)(?<![\w.$-](?i:pass))(?:\\?[\"'])?[ \t]*(?:=>|[:=])[ \t]*" + _PAIRED_VALUE
 )
 # MongoDB's pwd beside its user (db.createUser({user: "app", pwd: "..."}), YAML's pwd:): a
-# colon only, and not a directory (a process's {"user": "root", "pwd": "/srv"}, "$HOME")
+# colon only, and not a directory (a process's {"user": "root", "pwd": "/srv"}, "$HOME"; a
+# password may start with a "$": $uperS3cret!)
 _PWD = (
     r"(?i:pwd)(?<![\w.$-](?i:pwd))(?:\\?[\"'])?[ \t]*:[ \t]*"
-    r"(?!(?:\\?[\"'])?(?:[/~.$]|[A-Za-z]:[\\/]))" + _PAIRED_VALUE
+    r"(?!(?:\\?[\"'])?(?:[/~.]|[A-Za-z]:[\\/]|\$(?:\{|[A-Z_][A-Z0-9_]*+(?![a-z0-9]))))"
+    + _PAIRED_VALUE
 )
 # After YAML's `: `, a value with round brackets in it (Xk9(2)aZ!, p@(ss)w0rd) is
 # one value, unless it is a call and nothing more (make_password(8)).
