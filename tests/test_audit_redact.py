@@ -744,6 +744,20 @@ SHAPES: list[tuple[str, str, str]] = [
     ),
     ("secret_assignment", "mongodb:\n  user: app\n  pwd: M0ngoYamlPw9x\n", "M0ngoYamlPw9x"),
     ("secret_assignment", 'db.createUser({user: "app", pwd: "$uperM0ngo9x"})', "$uperM0ngo9x"),
+    # a command continued on the next line, as scripts and docs break a long one
+    ("password_option", "docker login reg.example \\\n  -u ci -p Dk9xContPw", "Dk9xContPw"),
+    ("password_option", "sshpass \\\n  -p Ss9xContPw ssh host", "Ss9xContPw"),
+    (
+        "password_option",
+        "mc alias set prod https://s3.example \\\n  AKIAX Mc9xContPw",
+        "Mc9xContPw",
+    ),
+    (
+        "password_option",
+        "rclone config create prod s3 provider AWS \\\n  secret_access_key Rc9xContPw",
+        "Rc9xContPw",
+    ),
+    ("password_option", "openssl enc -aes-256-cbc -in a \\\r\n  -k Os9xContPw", "Os9xContPw"),
     # ~/.pgpass on other ports; npm's _auth in JSON text; Twilio's auth token beside its
     # account SID; Rails' master key printed under its file's name
     ("pgpass", "warehouse.example:15432:dw:loader:PgpPort15432pw", "PgpPort15432pw"),
@@ -1191,7 +1205,10 @@ class TestKeys:
         kept = ["--no-verify", "--password", "--verbose", "--token", 5, "x", "--secret"]
         assert redactor.redact(kept) == kept  # a flag next, a number, nothing after
 
-    @pytest.mark.parametrize("unit", ["aws secret access key [", "aws ssm put-parameter --value "])
+    @pytest.mark.parametrize(
+        "unit",
+        ["aws secret access key [", "aws ssm put-parameter --value ", "curl \\\\\\", "7z \\\\\\"],
+    )  # (a "\\" before the command's name once read it away: each "curl" read to the line's end)
     def test_no_new_rule_is_quadratic(self, redactor: Redactor, unit: str) -> None:
         # Each unit began a search that read to the end of the line: 3 to 5 s at 200 KB.
         # No timing is asserted (a slow rule shows as a slow test).

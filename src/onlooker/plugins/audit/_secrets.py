@@ -311,6 +311,13 @@ _SECRET_VALUE_NAME = (
     r"[\w./-]++"
 )
 
+# A character of the command a scan reads: not past a line's end (but a continued line's, a
+# "\\" then a newline, as scripts and docs break a long command), nor a ";", "&" or "|" (but an
+# escaped one: find -exec ... \;). A "\" before a letter is read alone: "\curl" is the
+# command again, where a scan stops (read with its letter, a line of them was read whole
+# from each "curl").
+_BLANKS = r"(?:[ \t]|\\\r?\n)+"  # blanks, a continued line's break among them
+_ON_THE_COMMAND = r"(?:[^\n;&|\\]|\\\r?\n|\\[^\n\w]|\\(?=\w))"
 # One of htpasswd's options: -b, -nbB, -5, and -C COST / -r ROUNDS with their number.
 # (atomic: "-C5" read both ways, each option doubled the ways a failing search tried)
 _HTPASSWD_OPTION = r"(?:[ \t]+-(?>[a-zA-Z25]*[Cr][ \t]*[0-9]+|[a-zA-Z25]+))"
@@ -646,14 +653,18 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     # on "curl curl ...".
     Rule(
         "password_option",
-        r"\b(?:curl\b(?:(?!\bcurl\b)[^\n;&|])*?[ \t](?:-u|--user)(?:[ \t]+|=)[\"']?[^\s:\"']*:"
+        r"\b(?:curl\b(?:(?!\bcurl\b)"
+        + _ON_THE_COMMAND
+        + r")*?[ \t](?:-u|--user)(?:[ \t]+|=)[\"']?[^\s:\"']*:"
         r"(?P<curl>[^\s\"']+)"
         r"|mysql(?<![\w/.-]mysql)(?:dump|admin|import|show|check|sh)?\b"  # the command, no path
-        r"(?:(?!\bmysql)[^\n;&|])*?[ \t]-p"
+        r"(?:(?!\bmysql)" + _ON_THE_COMMAND + r")*?[ \t]-p"
         r"(?P<mysql>[^\s\"']+)"
         # (and the other registry clients' login, and Azure's: az login -u APP -p SECRET)
-        r"|(?:sshpass[ \t]+|(?P<client>docker|podman|buildah|nerdctl|helm[ \t]+registry|az)"
-        r"[ \t]+login\b(?:(?!\b(?P=client)\b)[^\n;&|])*?[ \t])-p[ \t]*"
+        r"|(?:sshpass"
+        + _BLANKS
+        + r"|(?P<client>docker|podman|buildah|nerdctl|helm[ \t]+registry|az)"
+        r"[ \t]+login\b(?:(?!\b(?P=client)\b)" + _ON_THE_COMMAND + r")*?[ \t])-p[ \t]*"
         r"(?P<p>\"[^\"]*\"|'[^']*'|[^\s\"']+)"
         r"|aws[ \t]+configure[ \t]+set[ \t]+(?=\S*?(?i:secret|key|token|password))\S++[ \t]+"
         r"(?P<aws>[^\s\"']+)"
@@ -669,9 +680,9 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"[\"']?\w+[\"']?[ \t]*\r?\n[^\r\n]*\r?\n[ \t]*"
         r"(?P<aws_heredoc>[^\s\"']+)"
         # redis-cli -a PASS (--pass), mongosh/mongo -p PASS (a value, not the next option)
-        r"|(?:redis-cli\b(?:(?!\bredis-cli\b)[^\n;&|])*?[ \t](?:-a|--pass)"
+        r"|(?:redis-cli\b(?:(?!\bredis-cli\b)" + _ON_THE_COMMAND + r")*?[ \t](?:-a|--pass)"
         r"|mongo(?:sh)?\b(?<![\w/.-]mongo)(?<![\w/.-]mongosh)"
-        r"(?:(?!\bmongo(?:sh)?\b)[^\n;&|])*?[ \t]-p)"
+        r"(?:(?!\bmongo(?:sh)?\b)" + _ON_THE_COMMAND + r")*?[ \t]-p)"
         r"[ \t]+(?!-)(?P<option>\"[^\"]*\"|'[^']*'|[^\s\"']+)"
         # htpasswd -b FILE USER PASS, htpasswd -nb USER PASS (-b: the password on the line;
         # -C COST and -r ROUNDS take a number; a password may be quoted)
@@ -986,22 +997,36 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         "password_option",
         # (a parameter SSM keeps encrypted: SecureString; a $VARIABLE is no value)
         r"\b(?:(?:gh[ \t]+secret[ \t]+set|az[ \t]+keyvault[ \t]+secret[ \t]+set"
-        r"|aws[ \t]+ssm[ \t]+put-parameter(?=(?:(?!\baws\b)[^\n;&|])*?SecureString))"
-        r"\b(?:(?!\b(?:gh|az|aws)\b)[^\n;&|])*?[ \t](?:-b|--body|--value)(?:[ \t]+|=)(?![\"']?\$)"
-        r"|sqlcmd\b(?:(?!\bsqlcmd\b)[^\n;&|])*?[ \t]-P[ \t]*"
+        r"|aws[ \t]+ssm[ \t]+put-parameter(?=(?:(?!\baws\b)"
+        + _ON_THE_COMMAND
+        + r")*?SecureString))"
+        r"\b(?:(?!\b(?:gh|az|aws)\b)"
+        + _ON_THE_COMMAND
+        + r")*?[ \t](?:-b|--body|--value)(?:[ \t]+|=)(?![\"']?\$)"
+        r"|sqlcmd\b(?:(?!\bsqlcmd\b)" + _ON_THE_COMMAND + r")*?[ \t]-P[ \t]*"
         # openssl's -passin/-passout pass:VALUE (file:PATH and env:NAME say where it is),
         # enc's -pass pass:VALUE, and enc's password or raw key: -k VALUE, -K HEX
         r"|(?<=-)pass(?:in|out)?[ \t]+[\"']?pass:"
         r"|openssl(?<![\w.-]openssl)[ \t]+(?:enc|(?:aes|aria|bf|camellia|cast|chacha|des|idea|rc[245]|seed|sm4)[\w-]*)(?![\w.-])"
-        r"(?:(?!\bopenssl\b)[^\n;&|])*?[ \t]-[kK][ \t]+"
+        r"(?:(?!\bopenssl\b)" + _ON_THE_COMMAND + r")*?[ \t]-[kK][ \t]+"
         # MinIO's client: mc alias set ALIAS URL ACCESS_KEY SECRET_KEY (mc config host add,
         # its older name; --api and --path take a value)
         r"|(?<![\w.-])mc[ \t]+(?:alias[ \t]+set|config[ \t]+host[ \t]+add)"
-        r"(?:[ \t]+--?(?:api|path)(?:[ \t]+|=)[^\s;&|]+|[ \t]+--?[\w-]+)*+"
-        r"(?:[ \t]+[^\s;&|-][^\s;&|]*){3}[ \t]+"
+        r"(?:"
+        + _BLANKS
+        + r"--?(?:api|path)(?:"
+        + _BLANKS
+        + r"|=)[^\s;&|]+|"
+        + _BLANKS
+        + r"--?[\w-]+)*+(?:"
+        + _BLANKS
+        + r"[^\s;&|\\-][^\s;&|]*){3}"
+        + _BLANKS
         # twine upload -p, yarn/npm/pnpm config set <secret name> VALUE, ngrok's authtoken,
         # and the aws configure prompt's answer: AWS Secret Access Key [None]: VALUE
-        r"|twine[ \t]+upload\b(?:(?!\btwine\b)[^\n;&|])*?[ \t]-p[ \t]+"
+        + r"|twine[ \t]+upload\b(?:(?!\btwine\b)"
+        + _ON_THE_COMMAND
+        + r")*?[ \t]-p[ \t]+"
         r"|(?:yarn|npm|pnpm)[ \t]+config[ \t]+set[ \t]+(?:-[-\w]+[ \t]+)*"
         + _SECRET_NAME
         + r"[ \t]+"
@@ -1012,16 +1037,18 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
         r"(?![A-Za-z]))[\w.:-]++[\"']?[ \t]+"
         # shell history's passwords: ssh-keygen -N (-P), ldapsearch -w (ldapadd, ldapmodify,
         # ...), smbclient -U user%..., rabbitmqctl add_user USER ..., zip -P (unzip), 7z -p...
-        r"|ssh-keygen\b(?:(?!\bssh-keygen\b)[^\n;&|])*?[ \t]-[NP][ \t]*"
-        r"|ldap[a-z]+\b(?:(?!\bldap[a-z]+\b)[^\n;&|])*?[ \t]-w[ \t]*"
+        r"|ssh-keygen\b(?:(?!\bssh-keygen\b)" + _ON_THE_COMMAND + r")*?[ \t]-[NP][ \t]*"
+        r"|ldap[a-z]+\b(?:(?!\bldap[a-z]+\b)" + _ON_THE_COMMAND + r")*?[ \t]-w[ \t]*"
         # (-U's user attached too: -Ubob%...)
         # (quoted, user and password: the password to the quote, blanks in it: -U"bob%a b")
-        r"|smbclient\b(?:(?!\bsmbclient\b)[^\n;&|])*?[ \t](?:-U(?:[ \t]+|=)?|--user(?:[ \t]+|=))"
+        r"|smbclient\b(?:(?!\bsmbclient\b)"
+        + _ON_THE_COMMAND
+        + r")*?[ \t](?:-U(?:[ \t]+|=)?|--user(?:[ \t]+|=))"
         r"(?P<smb_quote>[\"'])?[^\s%\"']+%"
         r"|rabbitmqctl[ \t]+(?:add_user|change_password)[ \t]+[^\s;&|]+[ \t]+"
-        r"|(?<![\w.-])(?:un)?zip\b(?:(?!\b(?:un)?zip\b)[^\n;&|])*?[ \t]-P[ \t]*"
+        r"|(?<![\w.-])(?:un)?zip\b(?:(?!\b(?:un)?zip\b)" + _ON_THE_COMMAND + r")*?[ \t]-P[ \t]*"
         # (the scan stops at the next 7z command, not at an archive's name: x a.7z -p...)
-        r"|(?<![\w.-])7za?\b(?:(?!(?<![\w.-])7za?\b)[^\n;&|])*?[ \t]-p"
+        r"|(?<![\w.-])7za?\b(?:(?!(?<![\w.-])7za?\b)" + _ON_THE_COMMAND + r")*?[ \t]-p"
         r"|(?i:aws[ \t]+secret[ \t]+access[ \t]+key)[ \t]*\[[^\[\]\n]{0,64}\]:[ \t]*)"
         # (a $VARIABLE given, or a help text's <placeholder>, is no value)
         # (nor an empty one: ssh-keygen -N '')
@@ -1039,7 +1066,7 @@ DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "password_option",
         r"rclone[ \t]+config[ \t]+(?:create[ \t]+[^\s;&|]+|update|password)[ \t]+[^\s;&|]+"
-        r"(?P<rest>[^\n;&|]*)",
+        r"(?P<rest>" + _ON_THE_COMMAND + r"*)",
         _redact_rclone,
         hints=["rclone config"],
     ),
