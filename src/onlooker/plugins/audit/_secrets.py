@@ -361,8 +361,9 @@ def _redact_paired(match: re.Match[str]) -> str:
     name (user, username, login) stands beside it, Kaggle's "key" (the fifth group) when a
     quoted "username" does, an "accountKey" (the sixth) when an "accountName" does: within
     200 characters before or after it, no bracket between (one object, one INI section); a
-    kind of key's "Key" (the groups 7 to 10: its JSON and YAML forms) always. The text around is looked at here, one bounded search a value: a
-    pattern that reached back from every user's name read 200 characters again from each."""
+    kind of key's "Key" (the groups 7 to 10: its JSON and YAML forms) always. The text
+    around is looked at here, one bounded search a value: a pattern that reached back from
+    every user's name read 200 characters again from each."""
     if all(match.group(group) is None for group in (7, 8, 9, 10)):
         text, start, end = match.string, match.start(), match.end()
         low, high = max(0, start - 200), min(len(text), end + 200)
@@ -418,11 +419,16 @@ def _redact_table(match: re.Match[str]) -> str:
     the rows of Vault's (the group ``rows``, each a name and its value, :data:`_TABLE_ROW`)."""
     if match.group("row") is not None:
         return _redact_group(match, "name_value", ("row",))
+    return _sub_in_group(match, "rows", _TABLE_ROW, lambda row: row.group(1) + marker("name_value"))
+
+
+def _sub_in_group(match: re.Match[str], group: str, pattern: str, replace: Replacement) -> str:
+    """``match``'s text with what ``pattern`` finds inside its group ``group`` replaced."""
     import re
 
-    start = match.start("rows") - match.start()
-    rows = re.sub(_TABLE_ROW, lambda row: row.group(1) + marker("name_value"), match.group("rows"))
-    return match.group(0)[:start] + rows
+    whole, start, end = match.group(0), match.start(group), match.end(group)
+    inner = re.sub(pattern, replace, match.string[start:end])
+    return whole[: start - match.start()] + inner + whole[end - match.start() :]
 
 
 # The secret keys of rclone config create's KEY VALUE pairs (key=value too)
@@ -434,15 +440,12 @@ _RCLONE_PAIR = (
 
 def _redact_rclone(match: re.Match[str]) -> str:
     """rclone config create's pairs (the group ``rest``) with each secret key's value replaced."""
-    import re
-
-    start = match.start("rest") - match.start()
-    rest = re.sub(
+    return _sub_in_group(
+        match,
+        "rest",
         _RCLONE_PAIR,
         lambda pair: _redact_group(pair, "password_option", ("secret",)),
-        match["rest"],
     )
-    return match.group(0)[:start] + rest
 
 
 # A line's start, after its number as Claude Code's Read and cat -n number lines, and blanks
